@@ -1,0 +1,70 @@
+"""tether's wire protocol v1, sans-I/O: message types, framing, codec, error codes, schema.
+
+This package imports only the standard library and msgspec, so any transport (anyio pipes in
+the parent, the child's stdio server, a test) can drive it.
+"""
+
+from tether.protocol.codec import (
+    Decoder,
+    Envelope,
+    ErrorObject,
+    ErrorResponse,
+    Incoming,
+    Invalid,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    StreamFault,
+    classify,
+    decode_line,
+    encode_error,
+    encode_notification,
+    encode_request,
+    encode_response,
+)
+from tether.protocol.errors import (
+    ErrorCode,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteError,
+    RemoteProtocolError,
+)
+from tether.protocol.framing import DEFAULT_MAX_MESSAGE_BYTES, LineFramer, Oversize, WrongFraming
+from tether.protocol.messages import PROTOCOL_VERSION, SUPPORTED_VERSIONS
+from tether.protocol.methods import METHODS, MethodSpec, decode_params, decode_result
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "METHODS",
+    "PROTOCOL_VERSION",
+    "SUPPORTED_VERSIONS",
+    "Decoder",
+    "Envelope",
+    "ErrorCode",
+    "ErrorObject",
+    "ErrorResponse",
+    "Incoming",
+    "Invalid",
+    "LineFramer",
+    "LocalProtocolError",
+    "MethodSpec",
+    "Notification",
+    "Oversize",
+    "ProtocolError",
+    "RemoteError",
+    "RemoteProtocolError",
+    "Request",
+    "RequestId",
+    "Response",
+    "StreamFault",
+    "WrongFraming",
+    "classify",
+    "decode_line",
+    "decode_params",
+    "decode_result",
+    "encode_error",
+    "encode_notification",
+    "encode_request",
+    "encode_response",
+]

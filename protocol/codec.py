@@ -1,0 +1,283 @@
+"""Encoding and two-step decoding of JSON-RPC 2.0 messages, sans-I/O.
+
+Step one decodes a line into an `Envelope` whose members may be `UNSET` and whose params/result
+stay `Raw`; classification turns it into exactly one `Incoming` value. Step two, the typed decode
+of params/result, is done by the receiver through the method table (`methods.decode_params`),
+because only the receiver knows which request a response belongs to.
+
+Nothing here raises on bad input: `Decoder.feed` turns any bytes into values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, Raw, Struct, UnsetType
+
+from tether.protocol.errors import ErrorCode
+from tether.protocol.framing import DEFAULT_MAX_MESSAGE_BYTES, LineFramer, Oversize, WrongFraming
+
+RequestId = int | str
+
+
+class ErrorObject(Struct, frozen=True, omit_defaults=True):
+    code: int
+    message: str
+    data: Any = None
+
+
+class Envelope(Struct, frozen=True):
+    """A JSON-RPC message with every member optional, params/result left undecoded."""
+
+    jsonrpc: str | UnsetType = UNSET
+    id: int | str | UnsetType | None = UNSET
+    method: str | UnsetType = UNSET
+    params: Raw | UnsetType = UNSET
+    result: Raw | UnsetType = UNSET
+    error: ErrorObject | UnsetType = UNSET
+
+
+class _IdOnly(Struct):
+    id: int | str | UnsetType | None = UNSET
+
+
+# --- what a receiver can get ------------------------------------------------------------------
+
+
+class Request(Struct, frozen=True):
+    id: RequestId
+    method: str
+    params: Raw | None = None
+
+
+class Notification(Struct, frozen=True):
+    method: str
+    params: Raw | None = None
+
+
+class Response(Struct, frozen=True):
+    id: RequestId
+    result: Raw
+
+
+class ErrorResponse(Struct, frozen=True):
+    id: RequestId | None
+    error: ErrorObject
+
+
+class Invalid(Struct, frozen=True):
+    """A line that is not a valid JSON-RPC message.
+
+    `id` is the request id when one could be recovered, so the receiver can answer the error to
+    the right request; `code` is PARSE_ERROR or INVALID_REQUEST.
+    """
+
+    code: ErrorCode
+    message: str
+    id: RequestId | None = None
+    line: bytes = b""
+
+
+class StreamFault(Struct, frozen=True):
+    """The byte stream itself broke the framing: an oversized line or a `Content-Length` header."""
+
+    code: ErrorCode
+    message: str
+
+
+Incoming = Request | Notification | Response | ErrorResponse | Invalid | StreamFault
+
+_envelope_decoder = msgspec.json.Decoder(Envelope)
+_id_decoder = msgspec.json.Decoder(_IdOnly)
+_any_decoder = msgspec.json.Decoder()
+
+
+def _recover_id(line: bytes) -> RequestId | None:
+    try:
+        got = _id_decoder.decode(line).id
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return None if got is UNSET or got is None else got
+
+
+def decode_line(line: bytes) -> Incoming:
+    """Decode one framed line into exactly one `Incoming` value. Never raises."""
+    try:
+        env = _envelope_decoder.decode(line)
+    except msgspec.ValidationError as exc:
+        # Valid JSON of the wrong shape: tell it apart from JSON that does not parse.
+        try:
+            _any_decoder.decode(line)
+        except msgspec.DecodeError:
+            return Invalid(ErrorCode.PARSE_ERROR, "Parse error: not valid JSON", None, line)
+        return Invalid(
+            ErrorCode.INVALID_REQUEST, f"Invalid request: {exc}", _recover_id(line), line
+        )
+    except msgspec.DecodeError:
+        return Invalid(ErrorCode.PARSE_ERROR, "Parse error: not valid JSON", None, line)
+    return classify(env, line)
+
+
+def classify(env: Envelope, line: bytes = b"") -> Incoming:
+    """Turn a decoded envelope into a request, notification, response or `Invalid`."""
+    rid = None if env.id is UNSET else env.id
+    if env.jsonrpc != "2.0":
+        return Invalid(
+            ErrorCode.INVALID_REQUEST, 'Invalid request: "jsonrpc" must be "2.0"', rid, line
+        )
+    has_method = env.method is not UNSET
+    has_result = env.result is not UNSET
+    has_error = env.error is not UNSET
+    if has_method:
+        if has_result or has_error:
+            return Invalid(
+                ErrorCode.INVALID_REQUEST,
+                "Invalid request: a message has either a method or a result/error",
+                rid,
+                line,
+            )
+        params = None if env.params is UNSET else env.params
+        if params is not None and bytes(params)[:1] not in (b"{", b"["):
+            return Invalid(
+                ErrorCode.INVALID_REQUEST,
+                "Invalid request: params must be an object or an array",
+                rid,
+                line,
+            )
+        assert isinstance(env.method, str)
+        if env.id is UNSET:
+            return Notification(env.method, params)
+        if env.id is None:
+            return Invalid(
+                ErrorCode.INVALID_REQUEST,
+                "Invalid request: a request id must not be null",
+                None,
+                line,
+            )
+        return Request(env.id, env.method, params)
+    if has_result and has_error:
+        return Invalid(
+            ErrorCode.INVALID_REQUEST,
+            "Invalid response: it has both a result and an error",
+            rid,
+            line,
+        )
+    if has_error:
+        assert isinstance(env.error, ErrorObject)
+        return ErrorResponse(rid, env.error)
+    if has_result:
+        if rid is None:
+            return Invalid(ErrorCode.INVALID_REQUEST, "Invalid response: it has no id", None, line)
+        assert isinstance(env.result, Raw)
+        return Response(rid, env.result)
+    return Invalid(
+        ErrorCode.INVALID_REQUEST,
+        "Invalid request: it has no method, result or error",
+        rid,
+        line,
+    )
+
+
+class Decoder:
+    """Bytes in, `Incoming` values out: framing plus envelope decoding, never raising."""
+
+    __slots__ = ("framer",)
+
+    def __init__(self, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        self.framer = LineFramer(max_message_bytes)
+
+    def feed(self, data: bytes) -> list[Incoming]:
+        out: list[Incoming] = []
+        for ev in self.framer.feed(data):
+            if isinstance(ev, bytes):
+                out.append(decode_line(ev))
+            elif isinstance(ev, Oversize):
+                out.append(
+                    StreamFault(
+                        ErrorCode.MESSAGE_TOO_LARGE,
+                        f"message too large: a line passed the {ev.limit}-byte cap",
+                    )
+                )
+            elif isinstance(ev, WrongFraming):
+                out.append(
+                    StreamFault(
+                        ErrorCode.WRONG_FRAMING,
+                        "wrong framing: got a Content-Length header; tether speaks one JSON "
+                        "message per line (NDJSON)",
+                    )
+                )
+        return out
+
+    def eof(self) -> bytes | None:
+        """The unterminated tail of the stream, if it ended mid-message."""
+        return self.framer.eof()
+
+
+# --- encoding ---------------------------------------------------------------------------------
+
+
+class _OutRequest(Struct, frozen=True, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: RequestId
+    method: str
+    params: Any = None
+
+
+class _OutRequestNoParams(Struct, frozen=True, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: RequestId
+    method: str
+
+
+class _OutNotification(Struct, frozen=True, kw_only=True):
+    jsonrpc: str = "2.0"
+    method: str
+    params: Any = None
+
+
+class _OutNotificationNoParams(Struct, frozen=True, kw_only=True):
+    jsonrpc: str = "2.0"
+    method: str
+
+
+class _OutResponse(Struct, frozen=True, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: RequestId
+    result: Any
+
+
+class _OutError(Struct, frozen=True, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: RequestId | None
+    error: ErrorObject
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def _line(obj: Any) -> bytes:
+    buf = bytearray()
+    _encoder.encode_into(obj, buf)
+    buf += b"\n"
+    return bytes(buf)
+
+
+def encode_request(id: RequestId, method: str, params: Any = None) -> bytes:
+    if params is None:
+        return _line(_OutRequestNoParams(id=id, method=method))
+    return _line(_OutRequest(id=id, method=method, params=params))
+
+
+def encode_notification(method: str, params: Any = None) -> bytes:
+    if params is None:
+        return _line(_OutNotificationNoParams(method=method))
+    return _line(_OutNotification(method=method, params=params))
+
+
+def encode_response(id: RequestId, result: Any) -> bytes:
+    return _line(_OutResponse(id=id, result=result))
+
+
+def encode_error(id: RequestId | None, code: int, message: str, data: Any = None) -> bytes:
+    return _line(_OutError(id=id, error=ErrorObject(int(code), message, data)))

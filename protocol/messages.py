@@ -1,0 +1,252 @@
+"""Every message of wire protocol v1 as a frozen msgspec Struct.
+
+Python names are snake_case; on the wire every field is camelCase (`rename="camel"`). Unknown
+fields are ignored so that a newer peer can add optional fields without breaking an older one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from msgspec import Struct, field
+
+from tether.protocol.framing import DEFAULT_MAX_MESSAGE_BYTES
+
+PROTOCOL_VERSION = 1
+SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+
+
+class Wire(Struct, frozen=True, rename="camel", kw_only=True):
+    """Base of every payload: camelCase on the wire, immutable in Python."""
+
+
+# ---------------------------------------------------------------------------------------------
+# initialize
+
+
+class PeerInfo(Wire, frozen=True):
+    name: str
+    version: str = ""
+
+
+class ClientCapabilities(Wire, frozen=True):
+    model_broker: bool = True
+    """The parent answers `model/complete`."""
+    tool_approval: bool = True
+    """The parent answers `tool/approve`."""
+
+
+class ServerCapabilities(Wire, frozen=True):
+    agent_run: bool = True
+    agent_message: bool = False
+    tools: list[str] = field(default_factory=list)
+
+
+class InitializeParams(Wire, frozen=True):
+    protocol_version: int
+    client_info: PeerInfo
+    capabilities: ClientCapabilities = field(default_factory=ClientCapabilities)
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+
+class InitializeResult(Wire, frozen=True):
+    protocol_version: int
+    server_info: PeerInfo
+    pid: int
+    capabilities: ServerCapabilities = field(default_factory=ServerCapabilities)
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+
+class UnsupportedVersionData(Wire, frozen=True):
+    """`error.data` of an UNSUPPORTED_VERSION error."""
+
+    supported_versions: list[int]
+
+
+class Empty(Wire, frozen=True):
+    """Params and result of `ping`; params of `shutdown` (which answers `null`)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# agents and runs
+
+
+class AgentDefinition(Wire, frozen=True):
+    type: str = "general"
+    description: str = ""
+    model: str | None = None
+    max_iterations: int = 20
+    stop_conditions: list[str] = field(default_factory=list)
+    """Extra ways a run may end: `"no_tool_calls"` ends it on a turn that calls no tool."""
+    tools: list[str] | None = None
+    """Tool names the agent may use; `None` means the runtime's full set."""
+    compaction_model: str | None = None
+    instructions: str = ""
+    read_only: bool = False
+    token_budget: int | None = None
+
+
+class ToolCall(Wire, frozen=True):
+    id: str
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+class ChatMessage(Wire, frozen=True):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    """On a `tool` message: the call it answers."""
+
+
+class ToolSpec(Wire, frozen=True):
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = field(default_factory=dict)
+
+
+class Usage(Wire, frozen=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class AgentRunParams(Wire, frozen=True):
+    run_id: str
+    prompt: str
+    agent: AgentDefinition = field(default_factory=AgentDefinition)
+    description: str = ""
+    workspace: str = "."
+    history: list[ChatMessage] = field(default_factory=list)
+    continuable: bool = False
+
+
+class AgentMessageParams(Wire, frozen=True):
+    run_id: str
+    message: str
+
+
+class AgentCancelParams(Wire, frozen=True):
+    run_id: str
+    reason: str = ""
+
+
+EventKind = Literal[
+    "started",
+    "step",
+    "text",
+    "tool_call",
+    "tool_result",
+    "report",
+    "compaction",
+    "heartbeat",
+]
+
+
+class AgentEventParams(Wire, frozen=True):
+    run_id: str
+    seq: int
+    kind: EventKind
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class ModelCompleteParams(Wire, frozen=True):
+    run_id: str
+    messages: list[ChatMessage]
+    model: str | None = None
+    tools: list[ToolSpec] = field(default_factory=list)
+    purpose: Literal["turn", "compaction"] = "turn"
+
+
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop"]
+
+
+class ModelCompleteResult(Wire, frozen=True):
+    message: ChatMessage
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: StopReason = "end_turn"
+
+
+class ToolApproveParams(Wire, frozen=True):
+    run_id: str
+    tool: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+class ToolApproveResult(Wire, frozen=True):
+    allow: bool
+    reason: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# results
+
+FsType = Literal["file", "directory", "symlink"]
+
+
+class Artifact(Wire, frozen=True):
+    path: str
+    size: int
+    fs_type: FsType
+    modified_at: str | None = None
+
+
+class SkippedPath(Wire, frozen=True):
+    path: str
+    reason: str
+
+
+FailureKind = Literal[
+    "crashed",
+    "exit_nonzero",
+    "killed",
+    "timeout",
+    "unresponsive",
+    "oom",
+    "cpu_limit",
+    "fsize_limit",
+    "tasks_limit",
+    "protocol",
+    "oversize",
+    "spawn_failed",
+    "cancelled",
+    "budget_exhausted",
+    "agent_error",
+]
+FAILURE_KINDS: tuple[str, ...] = FailureKind.__args__  # type: ignore[attr-defined]
+
+Rung = Literal["none", "shutdown", "exit", "sigterm", "sigkill"]
+RUNGS: tuple[str, ...] = Rung.__args__  # type: ignore[attr-defined]
+
+
+class Failure(Wire, frozen=True):
+    kind: FailureKind
+    exit_code: int | None = None
+    signal: str | None = None
+    """Signal name (`"SIGSEGV"`) when the child died by a signal."""
+    rung: Rung | None = None
+    """The last dispose rung that was needed to take the child down."""
+    limit: str | None = None
+    """The limit that was hit (`"wall=30s"`), for limit kinds."""
+    stderr_tail: str = ""
+
+
+RunStatus = Literal["completed", "aborted", "error"]
+
+
+class RunResult(Wire, frozen=True):
+    success: bool
+    status: RunStatus
+    summary: str = ""
+    message: str = ""
+    """Why the run ended, in one sentence a person can act on."""
+    artifacts: list[Artifact] = field(default_factory=list)
+    skipped: list[SkippedPath] = field(default_factory=list)
+    turn_count: int = 0
+    iteration_count: int = 0
+    usage: Usage = field(default_factory=Usage)
+    verdict: Literal["PASS", "FAIL", "PARTIAL"] | None = None
+    failure: Failure | None = None
+    run_id: str = ""
+    containment: str | None = None
+    """The containment tier the parent ran this child under (filled in by the parent)."""

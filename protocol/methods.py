@@ -1,0 +1,133 @@
+"""The one method table: every v1 method, who sends it, and its params/result types.
+
+Typed decoding of params and results goes through this table and nowhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import Struct
+
+from tether.protocol import messages as m
+
+Kind = Literal["request", "notification"]
+Direction = Literal["parent_to_child", "child_to_parent"]
+
+
+class MethodSpec(Struct, frozen=True):
+    name: str
+    kind: Kind
+    direction: Direction
+    params: Any
+    """Struct type of `params`; `None` when the method takes none."""
+    result: Any
+    """Type of `result` for requests (`None` for a `null` result); unused for notifications."""
+    summary: str
+
+
+METHODS: dict[str, MethodSpec] = {
+    spec.name: spec
+    for spec in (
+        MethodSpec(
+            "initialize",
+            "request",
+            "parent_to_child",
+            m.InitializeParams,
+            m.InitializeResult,
+            "Handshake and version negotiation; must be the first request.",
+        ),
+        MethodSpec(
+            "agent/run",
+            "request",
+            "parent_to_child",
+            m.AgentRunParams,
+            m.RunResult,
+            "Start a run; the response is its RunResult, sent when the run ends.",
+        ),
+        MethodSpec(
+            "agent/message",
+            "request",
+            "parent_to_child",
+            m.AgentMessageParams,
+            m.RunResult,
+            "Continue a finished continuable run with a new user message.",
+        ),
+        MethodSpec(
+            "agent/cancel",
+            "notification",
+            "parent_to_child",
+            m.AgentCancelParams,
+            None,
+            "Cancel a run: its pending agent/run answers with status aborted.",
+        ),
+        MethodSpec("ping", "request", "parent_to_child", m.Empty, m.Empty, "Liveness check."),
+        MethodSpec(
+            "shutdown",
+            "request",
+            "parent_to_child",
+            None,
+            None,
+            "Finish up (cancel runs) and answer null; `exit` follows.",
+        ),
+        MethodSpec("exit", "notification", "parent_to_child", None, None, "Exit with status 0."),
+        MethodSpec(
+            "agent/event",
+            "notification",
+            "child_to_parent",
+            m.AgentEventParams,
+            None,
+            "Progress of a run, numbered by a per-run increasing seq.",
+        ),
+        MethodSpec(
+            "model/complete",
+            "request",
+            "child_to_parent",
+            m.ModelCompleteParams,
+            m.ModelCompleteResult,
+            "One model turn, brokered by the parent (credentials stay there).",
+        ),
+        MethodSpec(
+            "tool/approve",
+            "request",
+            "child_to_parent",
+            m.ToolApproveParams,
+            m.ToolApproveResult,
+            "Ask the parent's policy before a mutating tool runs.",
+        ),
+    )
+}
+
+_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+
+def _decoder(tp: Any) -> msgspec.json.Decoder[Any]:
+    dec = _decoders.get(tp)
+    if dec is None:
+        dec = _decoders[tp] = msgspec.json.Decoder(tp)
+    return dec
+
+
+def decode_params(method: str, raw: msgspec.Raw | None) -> Any:
+    """Decode `params` of `method` into its Struct.
+
+    Raises `KeyError` for an unknown method and `msgspec.ValidationError` /
+    `msgspec.DecodeError` for params that do not fit; callers map those to error codes.
+    """
+    spec = METHODS[method]
+    if spec.params is None:
+        if raw is None or bytes(raw).strip() in (b"null", b"{}", b"[]"):
+            return None
+        raise msgspec.ValidationError(f"{method} takes no params")
+    if raw is None:
+        raw = msgspec.Raw(b"{}")
+    return _decoder(spec.params).decode(raw)
+
+
+def decode_result(method: str, raw: msgspec.Raw | None) -> Any:
+    """Decode the `result` of a response to `method` into its declared type."""
+    spec = METHODS[method]
+    if spec.result is None:
+        return None
+    return _decoder(spec.result).decode(raw if raw is not None else b"null")

@@ -1,0 +1,83 @@
+"""Shared fixtures: the anyio backend, and the reaper that fails any test leaving processes behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+TESTS = Path(__file__).parent
+CHILDREN = TESTS / "children"
+TREE_ENV = "TETHER_TREE"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _tree_marked_pids(prefix: str) -> list[int]:
+    """Pids whose environment carries a tether tree marker minted by this test process.
+
+    This finds processes that escaped our descendant tree (setsid + double fork reparents them
+    to init), which a psutil children() walk cannot see.
+    """
+    needle = f"{TREE_ENV}={prefix}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if needle in env:
+            found.append(int(entry.name))
+    return found
+
+
+def survivors() -> list[psutil.Process]:
+    me = psutil.Process()
+    procs: dict[int, psutil.Process] = {}
+    for p in me.children(recursive=True):
+        procs[p.pid] = p
+    for pid in _tree_marked_pids(f"{os.getpid()}-"):
+        if pid != me.pid and pid not in procs:
+            try:
+                procs[pid] = psutil.Process(pid)
+            except psutil.NoSuchProcess:
+                pass
+    alive = []
+    for p in procs.values():
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+@pytest.fixture(autouse=True)
+def reaper() -> Iterator[None]:
+    """Fail the test if any process it started (directly or not) is still alive after it."""
+    yield
+    deadline = time.monotonic() + 2.0
+    left = survivors()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.02)
+        left = survivors()
+    if left:
+        described = []
+        for p in left:
+            try:
+                described.append(f"{p.pid} {p.cmdline()!r}")
+                os.kill(p.pid, signal.SIGKILL)
+            except (psutil.NoSuchProcess, ProcessLookupError):
+                pass
+        pytest.fail("processes left behind: " + "; ".join(described))
