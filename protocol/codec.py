@@ -91,12 +91,13 @@ Incoming = Request | Notification | Response | ErrorResponse | Invalid | StreamF
 _envelope_decoder = msgspec.json.Decoder(Envelope)
 _id_decoder = msgspec.json.Decoder(_IdOnly)
 _any_decoder = msgspec.json.Decoder()
+_TOO_DEEP = "Parse error: JSON nested too deeply"
 
 
 def _recover_id(line: bytes) -> RequestId | None:
     try:
         got = _id_decoder.decode(line).id
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     return None if got is UNSET or got is None else got
 
@@ -111,11 +112,16 @@ def decode_line(line: bytes) -> Incoming:
             _any_decoder.decode(line)
         except msgspec.DecodeError:
             return Invalid(ErrorCode.PARSE_ERROR, "Parse error: not valid JSON", None, line)
+        except RecursionError:
+            return Invalid(ErrorCode.PARSE_ERROR, _TOO_DEEP, None, line)
         return Invalid(
             ErrorCode.INVALID_REQUEST, f"Invalid request: {exc}", _recover_id(line), line
         )
     except msgspec.DecodeError:
         return Invalid(ErrorCode.PARSE_ERROR, "Parse error: not valid JSON", None, line)
+    except RecursionError:
+        # msgspec bounds nesting by the interpreter's recursion limit (about 1000 levels).
+        return Invalid(ErrorCode.PARSE_ERROR, _TOO_DEEP, None, line)
     return classify(env, line)
 
 

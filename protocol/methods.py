@@ -117,12 +117,12 @@ def decode_params(method: str, raw: msgspec.Raw | None) -> Any:
     """
     spec = METHODS[method]
     if spec.params is None:
-        if raw is None or bytes(raw).strip() in (b"null", b"{}", b"[]"):
+        if raw is None or _decode(_decoder(Any), raw) in (None, {}, []):
             return None
         raise msgspec.ValidationError(f"{method} takes no params")
     if raw is None:
         raw = msgspec.Raw(b"{}")
-    return _decoder(spec.params).decode(raw)
+    return _decode(_decoder(spec.params), raw)
 
 
 def decode_result(method: str, raw: msgspec.Raw | None) -> Any:
@@ -130,4 +130,12 @@ def decode_result(method: str, raw: msgspec.Raw | None) -> Any:
     spec = METHODS[method]
     if spec.result is None:
         return None
-    return _decoder(spec.result).decode(raw if raw is not None else b"null")
+    return _decode(_decoder(spec.result), raw if raw is not None else b"null")
+
+
+def _decode(dec: msgspec.json.Decoder[Any], raw: msgspec.Raw | bytes) -> Any:
+    try:
+        return dec.decode(raw)
+    except RecursionError:
+        # Too deeply nested for msgspec: report it like any other JSON it cannot decode.
+        raise msgspec.DecodeError("JSON nested too deeply") from None
