@@ -18,6 +18,13 @@ from tether.protocol.framing import DEFAULT_MAX_MESSAGE_BYTES
 from tether.protocol.methods import METHODS
 
 _REF = "#/$defs/{name}"
+# JSON-RPC forbids `"params": null`; a method without params omits the member.
+_NO_PARAMS: dict[str, Any] = {
+    "description": "No params: omit the member (an empty object or array is accepted).",
+    "type": ["object", "array"],
+    "maxProperties": 0,
+    "maxItems": 0,
+}
 
 
 def build_schema() -> dict[str, Any]:
@@ -37,7 +44,7 @@ def build_schema() -> dict[str, Any]:
             "kind": spec.kind,
             "direction": spec.direction,
             "summary": spec.summary,
-            "params": by_type[spec.params] if spec.params is not None else {"type": "null"},
+            "params": by_type[spec.params] if spec.params is not None else _NO_PARAMS,
         }
         if spec.kind == "request":
             entry["result"] = by_type[spec.result] if spec.result is not None else {"type": "null"}
