@@ -1,0 +1,110 @@
+"""Dependency direction: protocol stays light; child and parent never import each other."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("anyio", "psutil", "jsonrpcserver", "httpx")
+PROTOCOL_MODULES = [
+    "tether.protocol",
+    "tether.protocol.codec",
+    "tether.protocol.errors",
+    "tether.protocol.framing",
+    "tether.protocol.messages",
+    "tether.protocol.methods",
+    "tether.protocol.schema",
+]
+# Third-party packages each folder may use (the design's dependency table); stdlib always.
+ALLOWED_THIRD_PARTY = {
+    "protocol": {"msgspec"},
+    "child": {"msgspec", "anyio", "jsonrpcserver"},
+    "parent": {"msgspec", "anyio", "psutil", "httpx"},
+}
+FORBIDDEN_SIBLING = {
+    "protocol": ("tether.child", "tether.parent"),
+    "child": ("tether.parent",),
+    "parent": ("tether.child",),
+}
+
+
+@pytest.mark.parametrize("module", PROTOCOL_MODULES)
+def test_importing_the_protocol_loads_no_io_or_runtime_library(module: str) -> None:
+    code = (
+        "import importlib, json, sys\n"
+        f"importlib.import_module({module!r})\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+        f"{HEAVY!r} or m.startswith(('tether.child', 'tether.parent')))))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [], f"importing {module} pulled in heavy modules"
+
+
+def _python_files(folder: str) -> list[Path]:
+    return sorted((ROOT / folder).rglob("*.py"))
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """Every absolute module an import names, with its line (`from a import b` gives a and a.b)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def _violations(folder: str, banned: tuple[str, ...]) -> list[str]:
+    bad = []
+    for path in _python_files(folder):
+        for line, name in _imports(path):
+            if any(name == b or name.startswith(b + ".") for b in banned):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    return bad
+
+
+@pytest.mark.parametrize("folder", sorted(FORBIDDEN_SIBLING))
+def test_no_code_folder_imports_a_sibling_it_must_not_depend_on(folder: str) -> None:
+    assert _violations(folder, FORBIDDEN_SIBLING[folder]) == []
+
+
+@pytest.mark.parametrize("folder", sorted(ALLOWED_THIRD_PARTY))
+def test_each_code_folder_imports_only_the_stdlib_tether_and_its_allowed_packages(
+    folder: str,
+) -> None:
+    allowed = ALLOWED_THIRD_PARTY[folder] | set(sys.stdlib_module_names) | {"tether"}
+    bad = []
+    for path in _python_files(folder):
+        for line, name in _imports(path):
+            if name.split(".")[0] not in allowed:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    assert bad == []
+
+
+@pytest.mark.parametrize("folder", ["protocol", "child", "parent", "tests", "scripts", "examples"])
+def test_nothing_imports_a_bare_code_folder(folder: str) -> None:
+    assert _violations(folder, ("parent", "child", "protocol")) == [], (
+        "import tether.parent / tether.child / tether.protocol, never the bare folder"
+    )
+
+
+def test_the_import_scan_sees_from_imports_of_submodules(tmp_path: Path) -> None:
+    sample = tmp_path / "x.py"
+    sample.write_text(
+        "from tether import child\nimport tether.parent.cli as c\nLAUNCH = 'tether.child'\n"
+    )
+    names = [name for _, name in _imports(sample)]
+    assert "tether.child" in names and "tether.parent.cli" in names
+    assert len(names) == 3  # the string literal is not an import
