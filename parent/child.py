@@ -1,0 +1,253 @@
+"""The parent's handle on one live child: process, wire endpoint, stderr ring, dispose ladder.
+
+Theory of operation
+-------------------
+`LiveChild.open()` spawns the process and `serve()` runs its three background jobs in a task
+group the caller owns: the stdout reader (the JSON-RPC endpoint), the stderr drain into a
+bounded ring, and nothing else — exit is observed on demand through the pidfd. Everything the
+supervisor notices lands in one `Observed` record, which `classify` later turns into a result.
+
+`dispose()` is the only way a child ends, on every path, and it is bounded and shielded from
+cancellation. Each rung runs only if the child is still alive after the previous one, and the
+last rung attempted is recorded:
+
+    shutdown  request `shutdown`, then `exit`, close stdin      (polite; skipped if the wire broke)
+    exit      `exit` notification, close stdin: the EOF lifeline (any well-behaved child)
+    sigterm   SIGTERM + SIGCONT to the whole tree                (stopped processes wake to die)
+    sigkill   SIGKILL to the whole tree
+
+Then, whatever rung was reached: everything left of the tree (grandchildren that outlived the
+child, daemons that left its session) is SIGKILLed and the sweep repeats until nothing of the
+tree is alive or the kill grace runs out; then the pipes are closed. A grandchild that holds
+the child's stdout never delays any of this, because exit is seen through the pidfd, not EOF.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import psutil
+
+from tether.parent.classify import Observed
+from tether.parent.endpoint import ConnectionClosed, Endpoint, NotificationHandler
+from tether.parent.endpoint import RequestHandler as RequestHandler
+from tether.parent.env import TREE_ENV
+from tether.parent.limits import DisposePolicy
+from tether.parent.process import EXEC_FAILED_MARKER, ChildProcess, SpawnSpec
+from tether.parent.ring import ByteRing
+from tether.parent.tree import signal_procs, tree_procs
+from tether.protocol import RemoteError
+from tether.protocol.messages import Rung
+
+_tree_ids = itertools.count(1)
+_TREE_PREFIX = f"{os.getpid()}-{os.urandom(3).hex()}"
+
+
+def new_tree_marker() -> str:
+    """A marker unique to one child; its prefix is this supervisor's pid."""
+    return f"{os.getpid()}-{os.urandom(3).hex()}-{next(_tree_ids)}"
+
+
+@dataclass
+class DisposeReport:
+    rung: Rung
+    seconds: float
+    survivors: list[int] = field(default_factory=list)
+
+
+class LiveChild:
+    def __init__(
+        self,
+        proc: ChildProcess,
+        marker: str,
+        *,
+        on_request: RequestHandler,
+        on_notification: NotificationHandler,
+        max_message_bytes: int,
+        ring_bytes: int,
+    ) -> None:
+        self.proc = proc
+        self.marker = marker
+        self.observed = Observed()
+        self.stderr = ByteRing(ring_bytes)
+        self.endpoint = Endpoint(
+            proc.stdout,
+            proc.stdin,
+            on_request=on_request,
+            on_notification=on_notification,
+            max_message_bytes=max_message_bytes,
+        )
+        self.stderr_done = anyio.Event()
+        self.disposed: DisposeReport | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @classmethod
+    def open(
+        cls,
+        spec: SpawnSpec,
+        *,
+        on_request: RequestHandler,
+        on_notification: NotificationHandler,
+        max_message_bytes: int,
+        ring_bytes: int,
+    ) -> LiveChild:
+        """Spawn the child; raises `SpawnError` when it cannot start."""
+        marker = new_tree_marker()
+        env = dict(spec.env)
+        env[TREE_ENV] = marker
+        proc = ChildProcess.spawn(SpawnSpec(spec.argv, env, spec.cwd, spec.rlimits, spec.pdeathsig))
+        return cls(
+            proc,
+            marker,
+            on_request=on_request,
+            on_notification=on_notification,
+            max_message_bytes=max_message_bytes,
+            ring_bytes=ring_bytes,
+        )
+
+    # --- background jobs ----------------------------------------------------------------------
+
+    async def read_stdout(self, tg: anyio.abc.TaskGroup) -> None:
+        end = await self.endpoint.run_reader(tg)
+        if end.oversize:
+            self.observed.oversize = end.oversize
+        elif end.fault:
+            self.observed.protocol_error = end.fault
+        if end.truncated:
+            self.observed.truncated = True
+
+    async def drain_stderr(self) -> None:
+        try:
+            while True:
+                data = await self.proc.stderr.read()
+                if not data:
+                    return
+                self.stderr.write(data)
+        finally:
+            self.stderr_done.set()
+
+    def spawn_failure(self) -> str | None:
+        """The trampoline's exec-failure line, if the command could not be executed."""
+        tail = self.stderr.tail(2000)
+        for line in tail.splitlines():
+            if line.startswith(EXEC_FAILED_MARKER):
+                return line[len(EXEC_FAILED_MARKER) :].strip()
+        return None
+
+    # --- requests -----------------------------------------------------------------------------
+
+    async def request(self, method: str, params: Any = None) -> Any:
+        return await self.endpoint.request(method, params)
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        await self.endpoint.notify(method, params)
+
+    # --- teardown -----------------------------------------------------------------------------
+
+    async def dispose(self, policy: DisposePolicy, *, polite: bool = True) -> DisposeReport:
+        """Take the child and its whole tree down; see the module docstring for the ladder."""
+        if self.disposed is not None:
+            return self.disposed
+        started = time.monotonic()
+        with anyio.CancelScope(shield=True):
+            rung = await self._climb(policy, polite)
+            survivors = await self._sweep(policy.kill)
+            status = self.proc.reap()
+            await self._settle_stderr()
+            self.proc.close_pipes()
+        if status is not None:
+            self.observed.exit_code = status.exit_code
+            self.observed.signal = status.signal
+        self.observed.rung = rung
+        self.observed.stderr_tail = self.stderr.tail()
+        self.disposed = DisposeReport(rung, time.monotonic() - started, survivors)
+        return self.disposed
+
+    def _alive(self) -> bool:
+        return not self.proc.exited()
+
+    async def _climb(self, policy: DisposePolicy, polite: bool) -> Rung:
+        rung: Rung = "none"
+        if not self._alive():
+            return rung
+        ep = self.endpoint
+        if polite and ep.end is None:
+            rung = "shutdown"
+            with anyio.move_on_after(policy.shutdown):
+                try:
+                    await ep.request("shutdown")
+                    await ep.notify("exit")
+                except (ConnectionClosed, RemoteError):
+                    pass
+                self.proc.stdin.close()
+                await self.proc.wait()
+            if not self._alive():
+                return rung
+        rung = "exit"
+        with anyio.move_on_after(policy.eof):
+            if ep.end is None and not self.proc.stdin.closed:
+                with anyio.move_on_after(min(0.05, policy.eof)):
+                    try:
+                        await ep.notify("exit")
+                    except ConnectionClosed:
+                        pass
+            self.proc.stdin.close()
+            await self.proc.wait()
+        if not self._alive():
+            return rung
+        rung = "sigterm"
+        self._signal_tree(signal.SIGTERM)
+        if await self.proc.wait_for(policy.term):
+            return rung
+        rung = "sigkill"
+        self._signal_tree(signal.SIGKILL)
+        await self.proc.wait_for(policy.kill)
+        return rung
+
+    def _signal_tree(self, sig: int) -> None:
+        procs = tree_procs(self.pid, self.marker, thorough=True)
+        # The child itself is signalled through its pidfd, the rest by verified psutil handles.
+        self.proc.send_signal(sig)
+        if sig == signal.SIGTERM:
+            self.proc.send_signal(signal.SIGCONT)
+        signal_procs([p for p in procs if p.pid != self.pid], sig)
+
+    async def _sweep(self, grace: float) -> list[int]:
+        """SIGKILL whatever is left of the tree until none of it is alive, or grace runs out."""
+        deadline = time.monotonic() + grace
+        delay = 0.002
+        while True:
+            left = [p for p in tree_procs(self.pid, self.marker) if p.pid != self.pid]
+            if not left:
+                return []
+            signal_procs(left, signal.SIGKILL)
+            if time.monotonic() >= deadline:
+                return [p.pid for p in left if _alive(p)]
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    async def _settle_stderr(self) -> None:
+        # Give the drain a moment to read what the dead child left in the pipe, so the tail
+        # shows its last words; a grandchild holding stderr open cannot make us wait longer.
+        with anyio.move_on_after(0.05):
+            await self.stderr_done.wait()
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return bool(p.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+Callback = Callable[..., None]

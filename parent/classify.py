@@ -1,0 +1,118 @@
+"""Exit classification: what the supervisor saw, mapped to one `failure.kind` and a sentence.
+
+Pure: no processes, no I/O. The order of the checks is the priority of the explanations: what
+the supervisor itself decided (cancel, a broken protocol, a deadline) explains a death better
+than the signal it then used to take the child down.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+
+from tether.protocol.messages import Failure, FailureKind, Rung
+
+_CRASH_SIGNALS = {
+    signal.SIGSEGV,
+    signal.SIGBUS,
+    signal.SIGILL,
+    signal.SIGFPE,
+    signal.SIGABRT,
+    signal.SIGSYS,
+    signal.SIGTRAP,
+}
+
+
+@dataclass
+class Observed:
+    """Everything the supervisor noticed about one child, filled in as it happens."""
+
+    spawn_error: str | None = None
+    cancelled: bool = False
+    oversize: str | None = None
+    protocol_error: str | None = None
+    deadline: float | None = None
+    """Set to the wall limit (seconds) when it was hit."""
+    idle: float | None = None
+    """Set to the idle limit (seconds) when it was hit."""
+    handshake: float | None = None
+    """Set to the handshake timeout when the child did not answer `initialize` in time."""
+    agent_error: str | None = None
+    """The child answered the run request with a JSON-RPC error."""
+    exit_code: int | None = None
+    signal: int | None = None
+    answered: bool = False
+    """The child answered the run request (with a result or an error)."""
+    truncated: bool = False
+    """The child's stdout ended in the middle of a message."""
+    rung: Rung = "none"
+    stderr_tail: str = ""
+
+
+def signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def classify(o: Observed) -> tuple[FailureKind, str] | None:
+    """The failure kind and its message, or `None` when nothing went wrong."""
+    if o.spawn_error is not None:
+        return "spawn_failed", o.spawn_error
+    if o.cancelled:
+        return "cancelled", "the run was cancelled by the parent"
+    if o.oversize is not None:
+        return "oversize", o.oversize
+    if o.protocol_error is not None:
+        return "protocol", o.protocol_error
+    if o.deadline is not None:
+        return "timeout", f"the run passed its wall-clock limit of {o.deadline:g}s"
+    if o.idle is not None:
+        return "unresponsive", f"the child sent nothing for {o.idle:g}s (idle limit)"
+    if o.handshake is not None:
+        return "unresponsive", f"the child did not answer initialize within {o.handshake:g}s"
+    if o.agent_error is not None:
+        return "agent_error", o.agent_error
+    ours = o.rung in ("sigterm", "sigkill")
+    if o.signal is not None and not o.answered and not ours:
+        name = signal_name(o.signal)
+        if o.signal in _CRASH_SIGNALS:
+            return "crashed", f"the child crashed ({name})"
+        return "killed", f"the child was killed by {name}"
+    if o.exit_code not in (None, 0) and not o.answered:
+        return "exit_nonzero", f"the child exited with status {o.exit_code} before answering"
+    if o.truncated and not o.answered:
+        return "protocol", "the child's output ended in the middle of a message"
+    if not o.answered:
+        how = (
+            f"exited with status {o.exit_code}"
+            if o.exit_code is not None
+            else f"died ({signal_name(o.signal)})"
+            if o.signal is not None
+            else "closed its output"
+        )
+        return "protocol", f"the child {how} without answering the run"
+    return None
+
+
+def failure_of(o: Observed) -> Failure | None:
+    got = classify(o)
+    if got is None:
+        return None
+    kind, _ = got
+    limit = None
+    if kind == "timeout" and o.deadline is not None:
+        limit = f"wall={o.deadline:g}s"
+    elif kind == "unresponsive" and o.idle is not None:
+        limit = f"idle={o.idle:g}s"
+    elif kind == "unresponsive" and o.handshake is not None:
+        limit = f"handshake={o.handshake:g}s"
+    return Failure(
+        kind=kind,
+        exit_code=o.exit_code,
+        signal=signal_name(o.signal) if o.signal is not None else None,
+        rung=o.rung,
+        limit=limit,
+        stderr_tail=o.stderr_tail,
+    )

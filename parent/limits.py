@@ -1,0 +1,128 @@
+"""Limits and timeouts of one child, parsed from human units before anything is spawned."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: float | int | str | None, what: str) -> float | None:
+    """Seconds from `30`, `"30s"`, `"500ms"`, `"2m"`; `None` stays `None` (no limit)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"{what}: expected a duration like '30s', got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        m = _DURATION.match(value)
+        if not m:
+            raise ValueError(f"{what}: expected a duration like '30s' or '500ms', got {value!r}")
+        seconds = float(m.group(1)) * _DURATION_UNITS[(m.group(2) or "s").lower()]
+    if not seconds > 0:
+        raise ValueError(f"{what}: must be positive, got {value!r}")
+    return seconds
+
+
+def parse_size(value: int | str | None, what: str) -> int | None:
+    """Bytes from `1048576`, `"512M"`, `"2GiB"`, `"64k"`; `None` stays `None`."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"{what}: expected a size like '512M', got {value!r}")
+    if isinstance(value, int):
+        n = value
+    else:
+        m = _SIZE.match(value)
+        if not m:
+            raise ValueError(f"{what}: expected a size like '512M' or '2G', got {value!r}")
+        unit = (m.group(2) or "").lower().rstrip("b").rstrip("i")
+        n = int(float(m.group(1)) * _SIZE_UNITS[unit])
+    if n <= 0:
+        raise ValueError(f"{what}: must be positive, got {value!r}")
+    return n
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one child may use. Accepts human units (`"512M"`, `"30s"`); `None` means no limit.
+
+    Construct with `Limits.parse(...)` (or `Limits(...)`, which validates too): a bad value is
+    refused with a clear `ValueError` before anything is spawned.
+    """
+
+    wall: float | str | None = None
+    """Seconds for the whole run, spawn to result (`timeout`)."""
+    idle: float | str | None = None
+    """Seconds of silence on the wire while a run is going (`unresponsive`)."""
+    memory: int | str | None = None
+    """Bytes of memory (`oom`)."""
+    cpu: float | str | None = None
+    """CPU seconds (`cpu_limit`)."""
+    processes: int | None = None
+    """Processes/threads at once (`tasks_limit`)."""
+    open_files: int | None = None
+    file_size: int | str | None = None
+    """Largest file the child may write, in bytes (`fsize_limit`)."""
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "wall", parse_duration(self.wall, "wall"))
+        set_(self, "idle", parse_duration(self.idle, "idle"))
+        set_(self, "cpu", parse_duration(self.cpu, "cpu"))
+        set_(self, "memory", parse_size(self.memory, "memory"))
+        set_(self, "file_size", parse_size(self.file_size, "file_size"))
+        for name in ("processes", "open_files"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value <= 0
+            ):
+                raise ValueError(f"{name}: expected a positive whole number, got {value!r}")
+
+    @property
+    def wall_seconds(self) -> float | None:
+        return self.wall  # type: ignore[return-value]
+
+    @property
+    def idle_seconds(self) -> float | None:
+        return self.idle  # type: ignore[return-value]
+
+    def rlimits(self) -> dict[str, tuple[int, int]]:
+        """The rlimits the trampoline applies before the child's first line runs."""
+        out: dict[str, tuple[int, int]] = {}
+        if self.memory is not None:
+            out["RLIMIT_DATA"] = (int(self.memory), int(self.memory))
+        if self.cpu is not None:
+            soft = max(1, int(float(self.cpu) + 0.999))
+            out["RLIMIT_CPU"] = (soft, soft + 1)
+        if self.open_files is not None:
+            out["RLIMIT_NOFILE"] = (self.open_files, self.open_files)
+        if self.file_size is not None:
+            out["RLIMIT_FSIZE"] = (int(self.file_size), int(self.file_size))
+        if self.processes is not None:
+            out["RLIMIT_NPROC"] = (self.processes, self.processes)
+        return out
+
+
+@dataclass(frozen=True)
+class DisposePolicy:
+    """Grace, in seconds, given to each rung of the dispose ladder before the next one."""
+
+    shutdown: float = 2.0
+    """`shutdown` request answered and the child exited on `exit`."""
+    eof: float = 1.0
+    """After `exit` and closing stdin, the child's exit on EOF."""
+    term: float = 2.0
+    """After SIGTERM (+SIGCONT) to the tree."""
+    kill: float = 2.0
+    """After SIGKILL, for the kernel to take the tree down."""
+
+    def __post_init__(self) -> None:
+        for name in ("shutdown", "eof", "term", "kill"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"dispose grace {name!r} must not be negative")

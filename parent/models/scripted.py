@@ -1,0 +1,113 @@
+"""A deterministic model: answers `model/complete` from a JSON file of turns.
+
+File format (a list, or an object with `"turns"`)::
+
+    {"turns": [
+      {"text": "Looking at the files.",
+       "toolCalls": [{"name": "complete", "arguments": {"summary": "done", "paths": []}}],
+       "usage": {"inputTokens": 10, "outputTokens": 5},
+       "delay": 0.1}
+    ]}
+
+Each run (by `runId`) walks the turns from the first; a run that asks for more turns than the
+script holds gets a MODEL_ERROR, which the child reports as the run's failure. Compaction
+requests (`purpose: "compaction"`) are answered with a fixed summary and do not use up turns.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from tether.protocol import ErrorCode, RemoteError
+from tether.protocol.messages import (
+    ChatMessage,
+    ModelCompleteParams,
+    ModelCompleteResult,
+    ToolCall,
+    Usage,
+)
+
+
+class ScriptedCall(msgspec.Struct, frozen=True, rename="camel"):
+    name: str
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+    id: str | None = None
+
+
+class ScriptedTurn(msgspec.Struct, frozen=True, rename="camel"):
+    text: str = ""
+    tool_calls: list[ScriptedCall] = msgspec.field(default_factory=list)
+    usage: Usage | None = None
+    delay: float = 0.0
+    error: str | None = None
+    """Answer this turn with a MODEL_ERROR carrying this message."""
+
+
+class Script(msgspec.Struct, frozen=True):
+    turns: list[ScriptedTurn]
+
+
+class ScriptedModel:
+    def __init__(self, turns: list[ScriptedTurn], name: str = "scripted") -> None:
+        self.turns = turns
+        self.name = name
+        self._cursor: dict[str, int] = {}
+        self._ids = itertools.count(1)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ScriptedModel:
+        p = Path(path)
+        try:
+            data = p.read_bytes()
+        except OSError as exc:
+            raise ValueError(f"cannot read model script {str(p)!r}: {exc.strerror}") from exc
+        return cls.from_json(data, name=f"scripted:{p}")
+
+    @classmethod
+    def from_json(cls, data: bytes | str, name: str = "scripted") -> ScriptedModel:
+        try:
+            raw = data.encode() if isinstance(data, str) else data
+            if raw.lstrip()[:1] == b"[":
+                turns = msgspec.json.decode(raw, type=list[ScriptedTurn])
+            else:
+                turns = msgspec.json.decode(raw, type=Script).turns
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise ValueError(f"bad model script {name}: {exc}") from exc
+        return cls(turns, name)
+
+    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+        if params.purpose == "compaction":
+            return ModelCompleteResult(
+                message=ChatMessage(role="assistant", content="(summary of earlier turns)"),
+                usage=Usage(),
+            )
+        i = self._cursor.get(params.run_id, 0)
+        if i >= len(self.turns):
+            raise RemoteError(
+                ErrorCode.MODEL_ERROR,
+                f"the scripted model has no turn {i + 1} (the script holds {len(self.turns)})",
+            )
+        self._cursor[params.run_id] = i + 1
+        turn = self.turns[i]
+        if turn.delay > 0:
+            await anyio.sleep(turn.delay)
+        if turn.error is not None:
+            raise RemoteError(ErrorCode.MODEL_ERROR, turn.error)
+        calls = [
+            ToolCall(id=c.id or f"call_{next(self._ids)}", name=c.name, arguments=c.arguments)
+            for c in turn.tool_calls
+        ]
+        usage = turn.usage or Usage(
+            input_tokens=sum(len(m.content) // 4 + 1 for m in params.messages),
+            output_tokens=len(turn.text) // 4 + 1,
+        )
+        return ModelCompleteResult(
+            message=ChatMessage(role="assistant", content=turn.text, tool_calls=calls),
+            usage=usage,
+            stop_reason="tool_use" if calls else "end_turn",
+        )

@@ -1,0 +1,92 @@
+"""A small I/O pump over raw pipe fds: non-blocking reads and writes driven by anyio readiness.
+
+The supervisor owns its child's pipes as bare file descriptors instead of asyncio transports so
+that nothing it waits on depends on *all* holders of a pipe closing it: a grandchild that
+inherited the child's stdout cannot delay the result. Closing always notifies anyio first, so a
+task parked on the fd wakes instead of waiting forever.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import anyio
+
+READ_CHUNK = 256 * 1024
+
+
+class PipeClosed(Exception):
+    """The other end of the pipe is gone (EPIPE) or this end was closed."""
+
+
+class FdReader:
+    __slots__ = ("_closed", "_fd")
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+        self._closed = False
+
+    async def read(self, max_bytes: int = READ_CHUNK) -> bytes:
+        """Return the next chunk; `b""` means end of stream (or this reader was closed)."""
+        while not self._closed:
+            try:
+                return os.read(self._fd, max_bytes)
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                if exc.errno in (errno.EBADF, errno.EIO):
+                    return b""
+                raise
+            try:
+                await anyio.wait_readable(self._fd)
+            except (anyio.ClosedResourceError, OSError):
+                return b""
+        return b""
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            anyio.notify_closing(self._fd)
+            os.close(self._fd)
+
+
+class FdWriter:
+    __slots__ = ("_closed", "_fd", "_lock")
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+        self._closed = False
+        self._lock = anyio.Lock()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def write_all(self, data: bytes) -> None:
+        """Write every byte, whole messages never interleaved with another writer's."""
+        async with self._lock:
+            view = memoryview(data)
+            while view:
+                if self._closed:
+                    raise PipeClosed("the pipe was closed")
+                try:
+                    n = os.write(self._fd, view)
+                except BlockingIOError:
+                    n = 0
+                except (BrokenPipeError, ConnectionResetError) as exc:
+                    raise PipeClosed("the reader of the pipe is gone") from exc
+                view = view[n:]
+                if view:
+                    try:
+                        await anyio.wait_writable(self._fd)
+                    except (anyio.ClosedResourceError, OSError) as exc:
+                        raise PipeClosed("the pipe was closed") from exc
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            anyio.notify_closing(self._fd)
+            os.close(self._fd)

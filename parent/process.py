@@ -1,0 +1,193 @@
+"""Spawning one child process and watching it: pipes as raw fds, exit seen through a pidfd.
+
+The process is started through the trusted trampoline (`_trampoline.py`) in its own session and
+process group. Exit is detected by the pidfd becoming readable (or, without pidfd support, by
+polling `waitid(WNOHANG | WNOWAIT)`), never by a wait that also waits for the pipes: a
+grandchild that holds the child's stdout must not delay the result. The child is reaped with
+`wait4` on its own pid, never `waitpid(-1)`, which also yields its rusage for classification,
+and only after its tree has been swept (see `exited`). Signals go through
+the pidfd, so a recycled pid can never be signalled by mistake.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+
+from tether.parent.pipes import FdReader, FdWriter
+
+TRAMPOLINE = Path(__file__).with_name("_trampoline.py")
+EXEC_FAILED_MARKER = "tether-trampoline: exec failed:"
+_POLL_INTERVAL = 0.005
+
+
+class SpawnError(Exception):
+    """The child could not be started at all (command missing, not executable, bad cwd)."""
+
+
+@dataclass(frozen=True)
+class SpawnSpec:
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None = None
+    rlimits: dict[str, tuple[int, int]] = field(default_factory=dict)
+    pdeathsig: bool = True
+
+
+@dataclass
+class ExitStatus:
+    returncode: int
+    """Exit code, or minus the signal number (Popen convention)."""
+    rusage: resource.struct_rusage | None
+
+    @property
+    def signal(self) -> int | None:
+        return -self.returncode if self.returncode < 0 else None
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.returncode if self.returncode >= 0 else None
+
+    @property
+    def cpu_seconds(self) -> float:
+        if self.rusage is None:
+            return 0.0
+        return self.rusage.ru_utime + self.rusage.ru_stime
+
+
+def _pidfd_open(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+class ChildProcess:
+    """One spawned child: its pid, pidfd, three pipe ends and, once reaped, its exit status."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], stdin: int, stdout: int, stderr: int):
+        self._popen = popen
+        self.pid = popen.pid
+        self.pgid = popen.pid  # start_new_session: the child leads its own session and group
+        self.pidfd = _pidfd_open(self.pid)
+        self.stdin = FdWriter(stdin)
+        self.stdout = FdReader(stdout)
+        self.stderr = FdReader(stderr)
+        self.status: ExitStatus | None = None
+
+    @classmethod
+    def spawn(cls, spec: SpawnSpec) -> ChildProcess:
+        """Start the child. Must run on the event loop's thread: PR_SET_PDEATHSIG fires when
+        the spawning *thread* exits, so spawning from a short-lived worker thread would kill
+        the child as soon as that thread ends."""
+        config = {
+            "pdeathsig": int(signal.SIGKILL) if spec.pdeathsig else 0,
+            "ppid": os.getpid(),
+            "rlimits": spec.rlimits,
+        }
+        argv = [sys.executable, "-I", "-S", str(TRAMPOLINE), json.dumps(config), "--", *spec.argv]
+        in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            popen = subprocess.Popen(
+                argv,
+                stdin=in_r,
+                stdout=out_w,
+                stderr=err_w,
+                env=spec.env,
+                cwd=spec.cwd,
+                close_fds=True,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
+                os.close(fd)
+            raise SpawnError(f"cannot start {spec.argv[0]!r}: {exc.strerror or exc}") from exc
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+        return cls(popen, in_w, out_r, err_r)
+
+    # --- exit ---------------------------------------------------------------------------------
+
+    def exited(self) -> bool:
+        """Whether the child has exited, without reaping it.
+
+        The child stays a zombie until `reap()`, so its pid (which is also its session and
+        group id) cannot be recycled while the tree is still being swept.
+        """
+        if self.status is not None:
+            return True
+        try:
+            got = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            # Someone else reaped it (a foreign waitpid(-1)); its status is lost.
+            self._set_status(ExitStatus(returncode=-int(signal.SIGKILL), rusage=None))
+            return True
+        return got is not None
+
+    def reap(self) -> ExitStatus | None:
+        """Collect the exit status and rusage of an exited child; `None` while it runs."""
+        if self.status is not None:
+            return self.status
+        if not self.exited():
+            return None
+        try:
+            _, wstatus, rusage = os.wait4(self.pid, 0)
+        except ChildProcessError:
+            self._set_status(ExitStatus(returncode=-int(signal.SIGKILL), rusage=None))
+        else:
+            self._set_status(ExitStatus(os.waitstatus_to_exitcode(wstatus), rusage))
+        return self.status
+
+    def _set_status(self, status: ExitStatus) -> None:
+        self.status = status
+        self._popen.returncode = status.returncode  # Popen must not try to reap it again
+        if self.pidfd is not None:
+            anyio.notify_closing(self.pidfd)
+            os.close(self.pidfd)
+            self.pidfd = None
+
+    async def wait(self) -> None:
+        """Wait for the child itself to exit (not for its pipes to close); does not reap."""
+        while not self.exited():
+            if self.pidfd is not None:
+                try:
+                    await anyio.wait_readable(self.pidfd)
+                except (anyio.ClosedResourceError, OSError):
+                    await anyio.sleep(_POLL_INTERVAL)
+            else:
+                await anyio.sleep(_POLL_INTERVAL)
+
+    async def wait_for(self, seconds: float) -> bool:
+        """Wait up to `seconds` for the child to exit; return whether it has."""
+        with anyio.move_on_after(seconds):
+            await self.wait()
+        return self.exited()
+
+    # --- signals ------------------------------------------------------------------------------
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the child itself, never a recycled pid: through the pidfd while it lives."""
+        if self.status is not None:
+            return  # reaped: the pid may belong to someone else now
+        try:
+            if self.pidfd is not None:
+                signal.pidfd_send_signal(self.pidfd, sig)
+            else:
+                os.kill(self.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def close_pipes(self) -> None:
+        self.stdin.close()
+        self.stdout.close()
+        self.stderr.close()

@@ -1,0 +1,506 @@
+"""The supervisor: owns children, drives their runs, and always takes them down again.
+
+Theory of operation
+-------------------
+A `Supervisor` is an async context manager that owns a task group. `start()` validates the
+request (bad usage raises `ValueError` before anything is spawned), then runs the whole life of
+one child in a task of that group, a `RunHandle`: spawn through the trampoline, handshake,
+`agent/run`, and, on every path, the dispose ladder. The handle resolves to a `RunResult` and
+never raises for anything the child did: what the supervisor saw is recorded in an `Observed`
+record and classified once the child is gone.
+
+Three clocks can end a run early, each recorded before the child is taken down: the handshake
+timeout, the wall deadline (`timeout`) and the idle watchdog (`unresponsive`, any message from
+the child re-arms it; children send heartbeats while they think). `cancel()` asks the child to
+abort (`agent/cancel`) and gives it a grace to answer `aborted` itself before cutting the run.
+If the caller of `run()` is cancelled, the child is disposed (shielded) before the cancellation
+propagates. Leaving the supervisor disposes every child still running, and at interpreter exit
+any child still registered gets its tree SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import itertools
+import math
+import os
+import shutil
+import signal
+import sys
+import time
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+import msgspec
+from anyio.abc import TaskGroup
+
+from tether.parent.child import LiveChild
+from tether.parent.classify import Observed, classify, failure_of
+from tether.parent.endpoint import ConnectionClosed
+from tether.parent.env import build_child_env
+from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
+from tether.parent.limits import DisposePolicy, Limits
+from tether.parent.models import ModelProvider, resolve_model
+from tether.parent.process import SpawnError, SpawnSpec
+from tether.parent.roles import resolve_agent
+from tether.parent.tree import signal_procs, tree_procs
+from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, ErrorCode, RemoteError
+from tether.protocol.messages import (
+    PROTOCOL_VERSION,
+    AgentCancelParams,
+    AgentDefinition,
+    AgentEventParams,
+    AgentRunParams,
+    ClientCapabilities,
+    InitializeParams,
+    InitializeResult,
+    ModelCompleteParams,
+    PeerInfo,
+    RunResult,
+    ToolApproveParams,
+    ToolApproveResult,
+)
+
+CONTAINMENT = "process-group"
+"""The containment tier this supervisor runs children under (named in every result)."""
+
+DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-I", "-m", "tether.child")
+
+ApprovePolicy = Callable[[ToolApproveParams], Awaitable[ToolApproveResult] | ToolApproveResult]
+EventCallback = Callable[[Event], None]
+
+_run_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class ChildConfig:
+    """How children are started and taken down; one per supervisor, overridable per run."""
+
+    command: Sequence[str] = DEFAULT_COMMAND
+    pass_env: Sequence[str] = ()
+    """Names or globs of parent variables the child may inherit beyond the allowlist."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Explicit values merged over the scrubbed environment."""
+    handshake_timeout: float = 10.0
+    dispose: DisposePolicy = field(default_factory=DisposePolicy)
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    stderr_ring_bytes: int = 64 * 1024
+    cancel_grace: float = 2.0
+    """After `agent/cancel`, how long the child has to answer `aborted` itself."""
+
+
+class RunHandle:
+    """One run in one child. Await `result()`; `cancel()` aborts it."""
+
+    def __init__(
+        self,
+        sup: Supervisor,
+        run_id: str,
+        params: AgentRunParams,
+        config: ChildConfig,
+        limits: Limits,
+        model: ModelProvider | None,
+        approve: ApprovePolicy | None,
+        on_event: EventCallback | None,
+    ) -> None:
+        self.run_id = run_id
+        self._sup = sup
+        self._params = params
+        self._config = config
+        self._limits = limits
+        self._model = model
+        self._approve = approve
+        self._on_event = on_event
+        self._done = anyio.Event()
+        self._result: RunResult | None = None
+        self._child: LiveChild | None = None
+        self._drive_scope: anyio.CancelScope | None = None
+        self._outer_scope = anyio.CancelScope()
+        self.pid: int | None = None
+
+    # --- public -------------------------------------------------------------------------------
+
+    async def result(self) -> RunResult:
+        await self._done.wait()
+        assert self._result is not None
+        return self._result
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    async def cancel(self, reason: str = "cancelled by the parent") -> RunResult:
+        """Abort the run: ask the child, then cut it if it does not answer within the grace."""
+        child = self._child
+        if not self._done.is_set() and child is not None:
+            with anyio.move_on_after(0.5):
+                with contextlib.suppress(ConnectionClosed):
+                    await child.notify(
+                        "agent/cancel", AgentCancelParams(run_id=self.run_id, reason=reason)
+                    )
+            with anyio.move_on_after(self._config.cancel_grace):
+                await self._done.wait()
+        if not self._done.is_set():
+            self.abort()
+        return await self.result()
+
+    def abort(self) -> None:
+        """Cut the run now (no grace); the result is `aborted` / `cancelled`."""
+        if self._done.is_set():
+            return
+        if self._child is not None:
+            self._child.observed.cancelled = True
+        if self._drive_scope is not None:
+            self._drive_scope.cancel()
+        else:
+            self._outer_scope.cancel()
+
+    # --- the run ------------------------------------------------------------------------------
+
+    async def _execute(self) -> None:
+        observed = Observed()
+        answer: RunResult | None = None
+        started = time.monotonic()
+        try:
+            with self._outer_scope:
+                answer, observed = await self._spawn_and_drive(observed)
+        finally:
+            if self._outer_scope.cancelled_caught and not observed.spawn_error:
+                observed.cancelled = True
+            result = self._build(observed, answer, time.monotonic() - started)
+            self._result = result
+            self._done.set()
+            self._sup._publish(RunFinished(self.run_id, result), self._on_event)
+
+    async def _spawn_and_drive(self, observed: Observed) -> tuple[RunResult | None, Observed]:
+        cfg = self._config
+        missing = _missing_command(cfg.command, self._env())
+        if missing:
+            observed.spawn_error = missing
+            return None, observed
+        try:
+            child = LiveChild.open(
+                SpawnSpec(
+                    list(cfg.command),
+                    self._env(),
+                    cwd=None,
+                    rlimits=self._limits.rlimits(),
+                ),
+                on_request=self._on_request,
+                on_notification=self._on_notification,
+                max_message_bytes=cfg.max_message_bytes,
+                ring_bytes=cfg.stderr_ring_bytes,
+            )
+        except SpawnError as exc:
+            observed.spawn_error = str(exc)
+            return None, observed
+        self._child = child
+        self.pid = child.pid
+        observed = child.observed
+        self._sup._live[child.pid] = child
+        answer: RunResult | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(child.read_stdout, tg)
+                tg.start_soon(child.drain_stderr)
+                self._sup._publish(
+                    RunStarted(self.run_id, child.pid, tuple(cfg.command)), self._on_event
+                )
+                wall = self._limits.wall_seconds
+                with anyio.CancelScope() as drive:
+                    self._drive_scope = drive
+                    with anyio.move_on_after(wall if wall is not None else math.inf) as clock:
+                        answer = await self._drive(child, tg)
+                    if clock.cancelled_caught and wall is not None and answer is None:
+                        observed.deadline = wall
+                self._drive_scope = None
+                await child.dispose(cfg.dispose)
+                tg.cancel_scope.cancel()
+        finally:
+            # Cancellation of the caller lands here too: the child must still go, shielded.
+            await child.dispose(cfg.dispose)
+            self._sup._live.pop(child.pid, None)
+            exec_error = child.spawn_failure()
+            if exec_error and answer is None:
+                observed.spawn_error = f"cannot start {cfg.command[0]!r}: {exec_error}"
+        return answer, observed
+
+    async def _drive(self, child: LiveChild, tg: TaskGroup) -> RunResult | None:
+        observed = child.observed
+        hs = self._config.handshake_timeout
+        try:
+            with anyio.fail_after(hs):
+                init: InitializeResult = await child.request(
+                    "initialize",
+                    InitializeParams(
+                        protocol_version=PROTOCOL_VERSION,
+                        client_info=PeerInfo(name="tether-supervisor", version=_version()),
+                        capabilities=ClientCapabilities(),
+                        max_message_bytes=self._config.max_message_bytes,
+                    ),
+                )
+        except TimeoutError:
+            observed.handshake = hs
+            return None
+        except ConnectionClosed:
+            return None
+        except RemoteError as exc:
+            observed.protocol_error = f"the child refused initialize: {exc.message}"
+            return None
+        del init
+        idle = self._limits.idle_seconds
+        if idle is not None:
+            tg.start_soon(self._watch_idle, child, idle)
+        try:
+            answer: RunResult = await child.request("agent/run", self._params)
+        except ConnectionClosed:
+            return None
+        except RemoteError as exc:
+            observed.answered = True
+            observed.agent_error = f"the child refused the run: {exc.message} ({exc.code})"
+            return None
+        observed.answered = True
+        return answer
+
+    async def _watch_idle(self, child: LiveChild, idle: float) -> None:
+        while True:
+            quiet = time.monotonic() - child.endpoint.last_message_at
+            if quiet >= idle:
+                child.observed.idle = idle
+                if self._drive_scope is not None:
+                    self._drive_scope.cancel()
+                return
+            await anyio.sleep(idle - quiet)
+
+    # --- what the child asks ------------------------------------------------------------------
+
+    async def _on_request(self, method: str, params: Any) -> Any:
+        if method == "model/complete":
+            assert isinstance(params, ModelCompleteParams)
+            if self._model is None:
+                raise RemoteError(
+                    ErrorCode.NO_MODEL,
+                    "no model is configured for this run (pass model=..., or --model on the CLI)",
+                )
+            try:
+                return await self._model.complete(params)
+            except RemoteError:
+                raise
+            except Exception as exc:
+                raise RemoteError(
+                    ErrorCode.MODEL_ERROR, f"the model provider failed: {type(exc).__name__}"
+                ) from exc
+        if method == "tool/approve":
+            assert isinstance(params, ToolApproveParams)
+            if self._approve is None:
+                return ToolApproveResult(allow=True, reason="no policy: allowed by default")
+            got = self._approve(params)
+            if not isinstance(got, ToolApproveResult):
+                got = await got
+            return got
+        raise RemoteError(ErrorCode.METHOD_NOT_FOUND, f"the parent does not serve {method!r}")
+
+    def _on_notification(self, method: str, params: Any) -> None:
+        if method == "agent/event" and isinstance(params, AgentEventParams):
+            self._sup._publish(
+                ChildEvent(params.run_id, params.seq, params.kind, dict(params.data)),
+                self._on_event,
+            )
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _env(self) -> dict[str, str]:
+        return build_child_env(
+            os.environ, pass_through=self._config.pass_env, explicit=self._config.env
+        )
+
+    def _build(self, observed: Observed, answer: RunResult | None, seconds: float) -> RunResult:
+        del seconds
+        if answer is not None:
+            return msgspec.structs.replace(answer, run_id=self.run_id, containment=CONTAINMENT)
+        got = classify(observed)
+        failure = failure_of(observed)
+        assert got is not None and failure is not None  # unanswered always classifies
+        kind, message = got
+        if failure.stderr_tail and kind in ("exit_nonzero", "crashed", "spawn_failed"):
+            last = failure.stderr_tail.strip().splitlines()[-1:] or [""]
+            message = f"{message}: {last[0][:200]}"
+        return RunResult(
+            success=False,
+            status="aborted" if kind == "cancelled" else "error",
+            message=message,
+            failure=failure,
+            run_id=self.run_id,
+            containment=CONTAINMENT,
+        )
+
+
+class Supervisor:
+    """Owns children and their teardown. Use as `async with Supervisor() as sup:`."""
+
+    def __init__(self, config: ChildConfig | None = None) -> None:
+        self.config = config or ChildConfig()
+        self._tg: TaskGroup | None = None
+        self._live: dict[int, LiveChild] = {}
+        self._handles: set[RunHandle] = set()
+        self._subscribers: list[EventCallback] = []
+        _registry.add(self)
+
+    async def __aenter__(self) -> Supervisor:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None
+        with anyio.CancelScope(shield=True):
+            for handle in list(self._handles):
+                handle.abort()
+            for handle in list(self._handles):
+                await handle._done.wait()
+        try:
+            return await self._tg.__aexit__(exc_type, exc, tb)
+        finally:
+            self._tg = None
+
+    # --- runs ---------------------------------------------------------------------------------
+
+    async def start(
+        self,
+        prompt: str,
+        *,
+        agent: str | AgentDefinition = "general",
+        workspace: str | os.PathLike[str] = ".",
+        model: str | ModelProvider | None = None,
+        limits: Limits | None = None,
+        description: str = "",
+        command: Sequence[str] | None = None,
+        approve: ApprovePolicy | None = None,
+        on_event: EventCallback | None = None,
+        config: ChildConfig | None = None,
+        run_id: str | None = None,
+    ) -> RunHandle:
+        """Start one run in a fresh child and return its handle. Raises `ValueError` for bad
+        usage (unknown agent, unreadable model script, bad limits), before spawning."""
+        if self._tg is None:
+            raise RuntimeError("use the Supervisor as `async with Supervisor() as sup:`")
+        definition = resolve_agent(agent)
+        provider = resolve_model(model) if isinstance(model, str) else model
+        if provider is None and definition.model:
+            provider = resolve_model(definition.model)
+        ws = Path(workspace).resolve()
+        if not ws.is_dir():
+            raise ValueError(f"workspace {str(workspace)!r} is not a directory")
+        cfg = config or self.config
+        if command is not None:
+            if not command:
+                raise ValueError("command must not be empty")
+            cfg = dataclasses.replace(cfg, command=tuple(command))
+        rid = run_id or f"run-{os.getpid()}-{next(_run_ids)}"
+        params = AgentRunParams(
+            run_id=rid,
+            prompt=prompt,
+            agent=definition,
+            description=description,
+            workspace=str(ws),
+        )
+        handle = RunHandle(self, rid, params, cfg, limits or Limits(), provider, approve, on_event)
+        self._handles.add(handle)
+        self._tg.start_soon(self._run_handle, handle)
+        return handle
+
+    async def _run_handle(self, handle: RunHandle) -> None:
+        try:
+            await handle._execute()
+        finally:
+            self._handles.discard(handle)
+
+    async def run(self, prompt: str, **kwargs: Any) -> RunResult:
+        """Run one sub-agent to its end and return its `RunResult`; never raises for anything
+        the child does. If this call is cancelled, the child is disposed first."""
+        handle = await self.start(prompt, **kwargs)
+        try:
+            return await handle.result()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                handle.abort()
+                await handle._done.wait()
+            raise
+
+    # --- events -------------------------------------------------------------------------------
+
+    def subscribe(self, callback: EventCallback) -> Callable[[], None]:
+        """Call `callback` for every event; returns a function that unsubscribes."""
+        self._subscribers.append(callback)
+        return lambda: self._subscribers.remove(callback)
+
+    @contextlib.asynccontextmanager
+    async def events(self) -> AsyncIterator[AsyncIterator[Event]]:
+        """`async with sup.events() as stream: async for ev in stream: ...` — nothing is
+        dropped: the stream buffers what the consumer has not read yet."""
+        send, receive = anyio.create_memory_object_stream[Event](math.inf)
+        unsubscribe = self.subscribe(send.send_nowait)
+        try:
+            async with receive:
+                yield receive
+        finally:
+            unsubscribe()
+            send.close()
+
+    def _publish(self, event: Event, extra: EventCallback | None) -> None:
+        for cb in ([extra] if extra else []) + list(self._subscribers):
+            try:
+                cb(event)
+            except Exception:  # a listener's bug must not break the run
+                pass
+
+    # --- interpreter exit ---------------------------------------------------------------------
+
+    def _kill_all_now(self) -> None:
+        for child in list(self._live.values()):
+            procs = tree_procs(child.pid, child.marker)
+            child.proc.send_signal(signal.SIGKILL)
+            signal_procs(procs, signal.SIGKILL)
+
+
+def _missing_command(command: Sequence[str], env: Mapping[str, str]) -> str | None:
+    exe = command[0]
+    if os.sep in exe:
+        if not os.path.exists(exe):
+            return f"cannot start {exe!r}: no such file"
+        if not os.access(exe, os.X_OK):
+            return f"cannot start {exe!r}: not executable"
+        return None
+    if shutil.which(exe, path=env.get("PATH", os.defpath)) is None:
+        return f"cannot start {exe!r}: command not found on the child's PATH"
+    return None
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("tether")
+    except Exception:
+        return "0"
+
+
+_registry: weakref.WeakSet[Supervisor] = weakref.WeakSet()
+
+
+@atexit.register
+def _dispose_at_exit() -> None:
+    for sup in list(_registry):
+        sup._kill_all_now()

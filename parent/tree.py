@@ -1,0 +1,95 @@
+"""Finding and killing everything a child started, including what tried to leave its tree.
+
+A child's tree is the union of:
+- its descendants by parentage (psutil walk), which follows processes that called setsid or
+  setpgid as long as their parent chain is intact;
+- every process in its session or process group (both equal the child's pid), which catches
+  orphans reparented to init that kept the session;
+- every process whose environment carries the child's tree marker, which catches a setsid +
+  double-fork daemon that left both (unless it also scrubbed its environment: the cgroup tier
+  is the only complete answer to that, see docs/containment.md).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+
+from tether.parent.env import TREE_ENV
+
+
+def _marked(marker: str) -> set[int]:
+    needle = f"{TREE_ENV}={marker}\0".encode()
+    found: set[int] = set()
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        if pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if needle in env or env.endswith(needle[:-1]):
+            found.add(pid)
+    return found
+
+
+def _same_session_or_group(leader: int) -> set[int]:
+    found: set[int] = set()
+    me = os.getpid()
+    for pid in psutil.pids():
+        if pid == me:
+            continue
+        try:
+            if os.getsid(pid) == leader or os.getpgid(pid) == leader:
+                found.add(pid)
+        except OSError:
+            continue
+    return found
+
+
+def tree_procs(root: int, marker: str | None, *, thorough: bool = True) -> list[psutil.Process]:
+    """The live (non-zombie) processes of `root`'s tree, root included while it lives.
+
+    `thorough` adds the session/group and environment-marker scans over all of /proc. The
+    returned psutil objects remember each process's start time, so signalling them later can
+    never hit a recycled pid.
+    """
+    pids: set[int] = set()
+    try:
+        proc = psutil.Process(root)
+        pids.add(root)
+        pids.update(p.pid for p in proc.children(recursive=True))
+    except psutil.NoSuchProcess:
+        pass
+    if thorough:
+        pids |= _same_session_or_group(root)
+        if marker:
+            pids |= _marked(marker)
+    alive: list[psutil.Process] = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
+
+
+def signal_procs(procs: list[psutil.Process], sig: int) -> None:
+    """Send `sig` to each process still running as the one that was found; SIGTERM is followed
+    by SIGCONT so a stopped process can act on it."""
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+            if sig == signal.SIGTERM:
+                proc.send_signal(signal.SIGCONT)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
