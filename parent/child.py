@@ -178,9 +178,13 @@ class LiveChild:
 
     async def _climb(self, policy: DisposePolicy, polite: bool) -> Rung:
         rung: Rung = "none"
+        ep = self.endpoint
+        if ep.end is not None:
+            # Output closed: the child is probably exiting right now (the kernel closes its
+            # files just before it reports the exit). Don't count that as a rung we needed.
+            await self.proc.wait_for(0.05)
         if not self._alive():
             return rung
-        ep = self.endpoint
         if polite and ep.end is None:
             rung = "shutdown"
             with anyio.move_on_after(policy.shutdown):

@@ -221,11 +221,13 @@ class RunHandle:
                     if clock.cancelled_caught and wall is not None and answer is None:
                         observed.deadline = wall
                 self._drive_scope = None
-                await child.dispose(cfg.dispose)
+                # A child that answered gets the polite `shutdown` rung; one that was cut off
+                # (deadline, idle, cancel, broken wire) starts at the EOF lifeline.
+                await child.dispose(cfg.dispose, polite=observed.answered)
                 tg.cancel_scope.cancel()
         finally:
             # Cancellation of the caller lands here too: the child must still go, shielded.
-            await child.dispose(cfg.dispose)
+            await child.dispose(cfg.dispose, polite=observed.answered)
             self._sup._live.pop(child.pid, None)
             exec_error = child.spawn_failure()
             if exec_error and answer is None:
@@ -370,10 +372,11 @@ class Supervisor:
                 handle.abort()
             for handle in list(self._handles):
                 await handle._done.wait()
-        try:
-            return await self._tg.__aexit__(exc_type, exc, tb)
-        finally:
-            self._tg = None
+        # Every run is done, so the group has nothing left to wait for. An exception from the
+        # body propagates as itself rather than wrapped in an ExceptionGroup.
+        tg, self._tg = self._tg, None
+        await tg.__aexit__(None, None, None)
+        return None
 
     # --- runs ---------------------------------------------------------------------------------
 

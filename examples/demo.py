@@ -1,0 +1,73 @@
+"""The tether demo: sub-agents in supervised child processes, on embedded defaults.
+
+No network and no keys: the model is scripted from files in examples/. Every run's result is
+shown, failures included, and nothing is left running afterwards.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import anyio
+
+from tether.parent.cli import _progress, render
+from tether.parent.limits import Limits
+from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.protocol.messages import AgentDefinition
+
+HERE = Path(__file__).resolve().parent
+
+
+async def main() -> int:
+    show = _progress(sys.stderr)
+    async with Supervisor(ChildConfig()) as sup:
+        cases = [
+            (
+                "1. An explorer looks for TODOs and completes with its findings",
+                dict(
+                    prompt="Find the TODO notes in this workspace and report them.",
+                    agent="explorer",
+                    model=f"scripted:{HERE / 'explorer.json'}",
+                ),
+            ),
+            (
+                "2. A child that crashes (SIGSEGV) mid-run",
+                dict(
+                    prompt="anything",
+                    command=[sys.executable, "-I", str(HERE / "children" / "segfault.py")],
+                ),
+            ),
+            (
+                "3. An agent that wanders until its iteration budget (3) runs out",
+                dict(
+                    prompt="Summarize the workspace.",
+                    agent=AgentDefinition(type="general", max_iterations=3),
+                    model=f"scripted:{HERE / 'wanders.json'}",
+                ),
+            ),
+            (
+                "4. A child that hangs past its 1 s wall-clock limit",
+                dict(
+                    prompt="anything",
+                    command=[sys.executable, "-I", "-c", "import time; time.sleep(60)"],
+                    limits=Limits(wall="1s"),
+                ),
+            ),
+        ]
+        for title, kwargs in cases:
+            print(f"\n{title}", flush=True)
+            started = time.monotonic()
+            result = await sup.run(
+                workspace=HERE / "workspace",
+                on_event=show,  # type: ignore[arg-type]
+                **kwargs,  # type: ignore[arg-type]
+            )
+            print(render(result))
+            print(f"({time.monotonic() - started:.2f}s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(anyio.run(main))

@@ -1,0 +1,154 @@
+"""The `tether` command line: progress goes to stderr, results to stdout.
+
+Exit status: 0 when the run succeeded, 1 when it came back with `success: false`, 2 for bad
+usage (unknown options, an unreadable model script, bad limits) — nothing is spawned then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+import anyio
+import msgspec
+
+from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
+from tether.parent.limits import Limits
+from tether.parent.roles import ROLES
+from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.protocol.messages import RunResult
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="tether", description="Run sub-agents as supervised child processes.")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run one sub-agent in a child process")
+    run.add_argument("prompt", help="the task for the sub-agent")
+    run.add_argument("--model", help="model for the run, e.g. scripted:FILE")
+    run.add_argument("--agent", default="general", help=f"role: {', '.join(sorted(ROLES))}")
+    run.add_argument("--workspace", default=".", help="directory the agent works in")
+    run.add_argument("--timeout", help="wall-clock limit, e.g. 30 or 30s")
+    run.add_argument("--idle-timeout", help="limit on silence from the child, e.g. 20s")
+    run.add_argument("--memory", help="memory limit, e.g. 512M")
+    run.add_argument("--command", help="drive this command instead of the Python child")
+    run.add_argument("--description", default="", help="short label for the run")
+    run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
+    run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    sub.add_parser("schema", help="print the wire protocol's JSON Schema")
+    return p
+
+
+def _progress(out: TextIO) -> object:
+    def show(ev: Event) -> None:
+        if isinstance(ev, RunStarted):
+            print(f"tether: child pid {ev.pid} started ({shlex.join(ev.argv)})", file=out)
+        elif isinstance(ev, ChildEvent):
+            d = ev.data
+            if ev.kind == "step":
+                print(f"  step {d.get('iteration', d.get('step', ''))}", file=out)
+            elif ev.kind == "tool_call":
+                args = msgspec.json.encode(d.get("arguments", {})).decode()
+                print(f"  tool {d.get('name', '?')} {args[:120]}", file=out)
+            elif ev.kind == "text" and d.get("text"):
+                print(f"  says: {str(d['text'])[:200]}", file=out)
+            elif ev.kind == "compaction":
+                print("  compacted the transcript", file=out)
+        elif isinstance(ev, RunFinished):
+            r = ev.result
+            how = "ok" if r.success else f"failed ({r.failure.kind if r.failure else r.status})"
+            print(f"tether: run {ev.run_id} {how}", file=out)
+        out.flush()
+
+    return show
+
+
+def render(result: RunResult) -> str:
+    """The readable form of a result, for people."""
+    lines = []
+    if result.success:
+        lines.append(f"completed: {result.summary or result.message}")
+    else:
+        f = result.failure
+        kind = f.kind if f else result.status
+        lines.append(f"{result.status} ({kind}): {result.message or result.summary}")
+        if f is not None:
+            bits = [
+                f"exit code {f.exit_code}" if f.exit_code is not None else "",
+                f"signal {f.signal}" if f.signal else "",
+                f"limit {f.limit}" if f.limit else "",
+                f"dispose rung {f.rung}" if f.rung and f.rung != "none" else "",
+            ]
+            if any(bits):
+                lines.append("  " + ", ".join(b for b in bits if b))
+            if f.stderr_tail.strip():
+                lines.append("  stderr tail:")
+                lines += [f"    {ln}" for ln in f.stderr_tail.strip().splitlines()[-10:]]
+        if result.summary and result.summary != result.message:
+            lines.append(f"summary: {result.summary}")
+    for a in result.artifacts:
+        lines.append(f"  artifact {a.path} ({a.fs_type}, {a.size} bytes)")
+    for s in result.skipped:
+        lines.append(f"  skipped {s.path}: {s.reason}")
+    lines.append(
+        f"turns {result.turn_count}, iterations {result.iteration_count}, tokens "
+        f"{result.usage.input_tokens} in / {result.usage.output_tokens} out"
+    )
+    return "\n".join(lines)
+
+
+async def _run(args: argparse.Namespace) -> RunResult:
+    limits = Limits(wall=args.timeout, idle=args.idle_timeout, memory=args.memory)
+    command = shlex.split(args.command) if args.command else None
+    if command == []:
+        raise UsageError("tether run: --command must not be empty")
+    async with Supervisor(ChildConfig()) as sup:
+        handle = await sup.start(
+            args.prompt,
+            agent=args.agent,
+            workspace=args.workspace,
+            model=args.model,
+            limits=limits,
+            description=args.description,
+            command=command,
+            on_event=None if args.quiet else _progress(sys.stderr),  # type: ignore[arg-type]
+        )
+        return await handle.result()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        if args.cmd == "schema":
+            from tether.protocol.schema import render as render_schema
+
+            sys.stdout.write(render_schema())
+            return 0
+        result = anyio.run(_run, args)
+    except (UsageError, ValueError) as exc:
+        print(f"tether: {exc}" if not str(exc).startswith("tether") else str(exc), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    if args.json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(result)).decode() + "\n")
+    else:
+        print(render(result))
+    return 0 if result.success else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
