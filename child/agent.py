@@ -1,0 +1,200 @@
+"""What an agent sees of its run (`AgentContext`) and what it hands back (`AgentOutcome`).
+
+The split keeps the loop replaceable: an `Agent` is anything with `async run(ctx)`. The default
+is `loop.AgentLoop`; a "bring your own agent" implementation gets the same context, so it talks
+to the model, emits progress and asks for approval exactly the way the built-in loop does, and
+never touches the wire itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Literal, Protocol
+
+import anyio
+from msgspec import Struct, field
+
+from tether.child.peer import Peer
+from tether.child.tools import ToolRegistry
+from tether.child.transport import PeerGone
+from tether.child.workspace import Workspace
+from tether.protocol import LocalProtocolError
+from tether.protocol.messages import (
+    AgentDefinition,
+    AgentEventParams,
+    AgentRunParams,
+    Artifact,
+    ChatMessage,
+    ClientCapabilities,
+    EventKind,
+    FailureKind,
+    ModelCompleteParams,
+    ModelCompleteResult,
+    SkippedPath,
+    ToolApproveParams,
+    ToolApproveResult,
+    ToolSpec,
+    Usage,
+)
+
+log = logging.getLogger("tether.child")
+
+HEARTBEAT_SECONDS = 2.0
+
+
+class Finished(Struct, frozen=True, kw_only=True):
+    """The run reached its end: `complete` was called, or a stop condition held."""
+
+    summary: str
+    message: str
+    artifacts: list[Artifact] = field(default_factory=list)
+    skipped: list[SkippedPath] = field(default_factory=list)
+
+
+class Failed(Struct, frozen=True, kw_only=True):
+    """The run could not reach its end; `summary` keeps whatever text it got to."""
+
+    kind: FailureKind
+    message: str
+    summary: str = ""
+
+
+AgentOutcome = Finished | Failed
+
+
+class Agent(Protocol):
+    async def run(self, ctx: AgentContext) -> AgentOutcome: ...
+
+
+class RunProgress:
+    """Counters the runner reports even when a run is cut short (cancelled, failed)."""
+
+    def __init__(self) -> None:
+        self.turn_count = 0
+        """User turns handled: 1 for the run's prompt (continuations would add more)."""
+        self.iteration_count = 0
+        """Model turns taken by the loop; bounded by the definition's `maxIterations`."""
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.last_text = ""
+        """The latest non-empty assistant text: the summary when `complete` is never called."""
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens)
+
+
+class AgentContext:
+    """One run's view of the runtime: its definition and workspace, the model, events, policy."""
+
+    def __init__(
+        self,
+        params: AgentRunParams,
+        *,
+        workspace: Workspace,
+        tools: ToolRegistry,
+        peer: Peer,
+        parent_capabilities: ClientCapabilities,
+        heartbeat_seconds: float = HEARTBEAT_SECONDS,
+    ) -> None:
+        self.params = params
+        self._workspace = workspace
+        self.tools = tools
+        self.progress = RunProgress()
+        self._peer = peer
+        self._parent = parent_capabilities
+        self._heartbeat_seconds = heartbeat_seconds
+        self._seq = 0
+        # Held while a seq is taken and its event written, so seq order is wire order even
+        # when the heartbeat task and the loop emit at the same moment.
+        self._emit_lock = anyio.Lock()
+
+    # --- what the run is ----------------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self.params.run_id
+
+    @property
+    def definition(self) -> AgentDefinition:
+        return self.params.agent
+
+    @property
+    def workspace(self) -> Workspace:
+        return self._workspace
+
+    @property
+    def read_only(self) -> bool:
+        return self.params.agent.read_only
+
+    # --- talking to the parent ----------------------------------------------------------------
+
+    async def emit(self, kind: EventKind, data: Mapping[str, Any] | None = None) -> None:
+        """Send one `agent/event`. Progress is best effort: an event that cannot be sent (over
+        the parent's cap, pipe gone) is logged and dropped, and never fails the run."""
+        async with self._emit_lock:
+            params = AgentEventParams(
+                run_id=self.run_id, seq=self._seq, kind=kind, data=dict(data or {})
+            )
+            self._seq += 1
+            try:
+                await self._peer.notify("agent/event", params)
+            except (LocalProtocolError, PeerGone) as exc:
+                log.warning("dropped %s event %d of run %s: %s", kind, params.seq, self.run_id, exc)
+
+    async def complete_model(
+        self,
+        messages: list[ChatMessage],
+        *,
+        tools: list[ToolSpec] | None = None,
+        purpose: Literal["turn", "compaction"] = "turn",
+        model: str | None = None,
+    ) -> ModelCompleteResult:
+        """One model turn brokered by the parent; its usage is added to the run's total.
+
+        Raises `RemoteError` when the parent answers with an error (no model configured,
+        provider failure) and `LocalProtocolError` when the transcript passes the parent's cap.
+        """
+        params = ModelCompleteParams(
+            run_id=self.run_id,
+            messages=messages,
+            model=model if model is not None else self.definition.model,
+            tools=self.tools.specs() if tools is None else tools,
+            purpose=purpose,
+        )
+        async with self.heartbeats("model"):
+            result: ModelCompleteResult = await self._peer.request("model/complete", params)
+        self.progress.input_tokens += result.usage.input_tokens
+        self.progress.output_tokens += result.usage.output_tokens
+        return result
+
+    async def approve(self, tool: str, arguments: Mapping[str, Any]) -> ToolApproveResult:
+        if self.read_only:
+            return ToolApproveResult(allow=False, reason="the run is read-only (explore mode)")
+        if not self._parent.tool_approval:
+            return ToolApproveResult(allow=False, reason="the parent has no approval policy")
+        params = ToolApproveParams(run_id=self.run_id, tool=tool, arguments=dict(arguments))
+        async with self.heartbeats("approval"):
+            result: ToolApproveResult = await self._peer.request("tool/approve", params)
+        return result
+
+    @asynccontextmanager
+    async def heartbeats(self, waiting_for: str) -> AsyncIterator[None]:
+        """Emit a `heartbeat` event every few seconds while the body runs, so the parent can
+        tell a slow turn or tool from a wedged child."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._beat, waiting_for)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+
+    async def _beat(self, waiting_for: str) -> None:
+        started = time.monotonic()
+        while True:
+            await anyio.sleep(self._heartbeat_seconds)
+            elapsed = round(time.monotonic() - started, 1)
+            await self.emit("heartbeat", {"waitingFor": waiting_for, "elapsedSeconds": elapsed})

@@ -1,0 +1,149 @@
+"""The table of live runs: start one, cancel one, cancel all, and turn how it ended into a
+`RunResult`.
+
+Each run executes inside its own cancel scope; `agent/cancel` and `shutdown` cancel that scope
+and the run answers `status: "aborted"` with whatever progress it made. A run id is busy while
+its run is live; finished runs are not kept (continuable runs come later).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import anyio
+import msgspec
+
+from tether.child.agent import Agent, AgentContext, AgentOutcome, Failed, Finished, RunProgress
+from tether.child.errors import WireError
+from tether.child.loop import AgentLoop
+from tether.child.peer import Peer
+from tether.child.tools import ToolRegistry
+from tether.child.workspace import Workspace
+from tether.protocol import ErrorCode
+from tether.protocol.messages import AgentRunParams, ClientCapabilities, Failure, RunResult
+
+log = logging.getLogger("tether.child")
+
+AgentFactory = Callable[[AgentRunParams], Agent]
+
+
+def default_agent(params: AgentRunParams) -> Agent:
+    return AgentLoop()
+
+
+class _Live:
+    __slots__ = ("done", "reason", "scope")
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope()
+        self.done = anyio.Event()
+        self.reason = ""
+
+
+class RunTable:
+    def __init__(
+        self,
+        peer: Peer,
+        tools: ToolRegistry,
+        *,
+        agent_factory: AgentFactory = default_agent,
+    ) -> None:
+        self._peer = peer
+        self._tools = tools
+        self._agent_factory = agent_factory
+        self._live: dict[str, _Live] = {}
+        self.parent_capabilities = ClientCapabilities()
+
+    def is_live(self, run_id: str) -> bool:
+        return run_id in self._live
+
+    async def run(self, params: AgentRunParams) -> RunResult:
+        """Run to the end and return the result; a run id already live is RUN_BUSY."""
+        if params.run_id in self._live:
+            raise WireError(ErrorCode.RUN_BUSY, f"run {params.run_id!r} is already running")
+        live = self._live[params.run_id] = _Live()
+        try:
+            return await self._run(params, live)
+        finally:
+            del self._live[params.run_id]
+            live.done.set()
+
+    async def _run(self, params: AgentRunParams, live: _Live) -> RunResult:
+        try:
+            workspace = Workspace(params.workspace)
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            failed = Failed(
+                kind="agent_error", message=f"workspace {params.workspace!r} is unusable: {reason}"
+            )
+            return _result(params, RunProgress(), failed)
+        definition = params.agent
+        ctx = AgentContext(
+            params,
+            workspace=workspace,
+            tools=self._tools.select(definition.tools, read_only=definition.read_only),
+            peer=self._peer,
+            parent_capabilities=self.parent_capabilities,
+        )
+        outcome: AgentOutcome | None = None
+        with live.scope:
+            try:
+                outcome = await self._agent_factory(params).run(ctx)
+            except Exception as exc:
+                log.error("run %s failed", params.run_id, exc_info=exc)
+                outcome = Failed(
+                    kind="agent_error",
+                    message="the agent failed with an internal error (details are on stderr)",
+                    summary=ctx.progress.last_text,
+                )
+        if outcome is None:  # our own cancel, absorbed by the run's scope
+            why = f": {live.reason}" if live.reason else ""
+            outcome = Failed(kind="cancelled", message=f"the run was cancelled{why}")
+        return _result(params, ctx.progress, outcome)
+
+    def cancel(self, run_id: str, reason: str = "") -> bool:
+        live = self._live.get(run_id)
+        if live is None:
+            return False
+        live.reason = live.reason or reason
+        live.scope.cancel()
+        return True
+
+    async def cancel_all(self, reason: str) -> None:
+        """Cancel every live run and wait until each has produced its result."""
+        waiting = list(self._live.values())
+        for live in waiting:
+            live.reason = live.reason or reason
+            live.scope.cancel()
+        for live in waiting:
+            await live.done.wait()
+
+
+def _result(params: AgentRunParams, progress: RunProgress, outcome: AgentOutcome) -> RunResult:
+    base = RunResult(
+        success=False,
+        status="error",
+        run_id=params.run_id,
+        summary=progress.last_text,
+        turn_count=progress.turn_count,
+        iteration_count=progress.iteration_count,
+        usage=progress.usage,
+    )
+    if isinstance(outcome, Finished):
+        return msgspec.structs.replace(
+            base,
+            success=True,
+            status="completed",
+            summary=outcome.summary,
+            message=outcome.message,
+            artifacts=outcome.artifacts,
+            skipped=outcome.skipped,
+        )
+    return msgspec.structs.replace(
+        base,
+        status="aborted" if outcome.kind == "cancelled" else "error",
+        summary=outcome.summary or progress.last_text,
+        message=outcome.message,
+        failure=Failure(kind=outcome.kind),
+    )

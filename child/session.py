@@ -1,0 +1,170 @@
+"""The child's session state and the handlers of every parent → child method.
+
+Theory of operation
+-------------------
+`python -I -m tether.child` first moves the wire to private fds (`fdguard`), then `server.serve`
+runs one event loop with three kinds of work:
+
+* the reader: bytes from the parent go through `tether.protocol.Decoder` (framing, byte cap,
+  envelope decoding). Replies to the child's own requests go to `Peer` by id; malformed lines
+  and stream faults are answered by the server itself; requests and notifications go to
+  `dispatch.Dispatcher`, which calls the handlers below through jsonrpcserver.
+* short requests (initialize, ping, shutdown, anything unknown) and every notification are
+  handled inline by the reader, one after another, so they take effect in the order sent:
+  `exit` after `shutdown` sees the shutdown, a request right after `initialize` sees it done.
+* long requests (`agent/run`) each get a task, because their response is the run's result and
+  arrives only when the run ends; meanwhile the reader keeps serving `agent/cancel`, `ping`...
+
+The state lives here, in `Session`, and moves one way:
+
+    new --initialize--> ready --shutdown--> shutting down --exit / EOF--> stopped
+
+Before `initialize` every request but `initialize` gets NOT_INITIALIZED; after it a second one
+gets ALREADY_INITIALIZED. `shutdown` cancels live runs (their `agent/run` answers `aborted`),
+answers `null`, and from then on new runs get SHUTTING_DOWN. `exit` stops the child with status
+0 after a shutdown, 1 without one (as in LSP); EOF on the wire stops it with status 0, wrong
+framing with status 2. Stopping cancels everything still running; `server` also arms a
+backstop that ends the process within a second even if something refuses to unwind.
+
+Runs live in `runs.RunTable`; what a run sees is `agent.AgentContext`; the built-in agent is
+`loop.AgentLoop`; its tools come from `tools.default_tools()`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from importlib import metadata
+from typing import Any
+
+import anyio
+
+from tether.child.errors import WireError, not_initialized
+from tether.child.peer import Peer
+from tether.child.runs import RunTable
+from tether.child.tools import ToolRegistry
+from tether.child.transport import LineWriter
+from tether.protocol import PROTOCOL_VERSION, SUPPORTED_VERSIONS, ErrorCode
+from tether.protocol.messages import (
+    AgentCancelParams,
+    AgentMessageParams,
+    AgentRunParams,
+    Empty,
+    InitializeParams,
+    InitializeResult,
+    PeerInfo,
+    RunResult,
+    ServerCapabilities,
+    UnsupportedVersionData,
+)
+
+Handler = Callable[[Any], Awaitable[Any]]
+
+SERVER_NAME = "tether-child"
+EXIT_OK = 0
+EXIT_WITHOUT_SHUTDOWN = 1
+EXIT_PROTOCOL = 2
+
+LONG_RUNNING = frozenset({"agent/run", "agent/message"})
+"""Methods whose response waits for a run; they get a task so the reader keeps serving."""
+_BEFORE_INITIALIZE = frozenset({"initialize", "exit"})
+
+
+def _version() -> str:
+    try:
+        return metadata.version("tether")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+class Session:
+    def __init__(self, writer: LineWriter, peer: Peer, tools: ToolRegistry) -> None:
+        self._writer = writer
+        self._tools = tools
+        self.runs = RunTable(peer, tools)
+        self.initialized = False
+        self.shutting_down = False
+        self.exit_code: int | None = None
+        """Set once the child must stop; `stopped` fires at the same moment."""
+        self.stopped = anyio.Event()
+
+    def stop(self, code: int) -> None:
+        if self.exit_code is None:
+            self.exit_code = code
+            self.stopped.set()
+
+    def gate(self, method: str) -> None:
+        """Refuse what the lifecycle does not allow yet (raises `WireError`)."""
+        if not self.initialized and method not in _BEFORE_INITIALIZE:
+            raise not_initialized(method)
+
+    def handlers(self) -> dict[str, Handler]:
+        return {
+            "initialize": self.initialize,
+            "ping": self.ping,
+            "shutdown": self.shutdown,
+            "exit": self.exit,
+            "agent/run": self.agent_run,
+            "agent/message": self.agent_message,
+            "agent/cancel": self.agent_cancel,
+        }
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def initialize(self, params: InitializeParams) -> InitializeResult:
+        if self.initialized:
+            raise WireError(ErrorCode.ALREADY_INITIALIZED, "already initialized")
+        if params.protocol_version not in SUPPORTED_VERSIONS:
+            raise WireError(
+                ErrorCode.UNSUPPORTED_VERSION,
+                f"protocol version {params.protocol_version} is not supported; this child "
+                f"speaks {', '.join(map(str, SUPPORTED_VERSIONS))}",
+                UnsupportedVersionData(supported_versions=list(SUPPORTED_VERSIONS)),
+            )
+        if params.max_message_bytes < 1:
+            raise WireError(ErrorCode.INVALID_PARAMS, "maxMessageBytes must be positive")
+        self._writer.max_message_bytes = params.max_message_bytes
+        self.runs.parent_capabilities = params.capabilities
+        self.initialized = True
+        return InitializeResult(
+            protocol_version=PROTOCOL_VERSION,
+            server_info=PeerInfo(name=SERVER_NAME, version=_version()),
+            pid=os.getpid(),
+            capabilities=ServerCapabilities(
+                agent_run=True, agent_message=False, tools=self._tools.names()
+            ),
+        )
+
+    async def ping(self, params: Empty) -> Empty:
+        return Empty()
+
+    async def shutdown(self, params: None) -> None:
+        self.shutting_down = True
+        await self.runs.cancel_all("the child is shutting down")
+
+    async def exit(self, params: None) -> None:
+        self.stop(EXIT_OK if self.shutting_down else EXIT_WITHOUT_SHUTDOWN)
+
+    # --- runs -------------------------------------------------------------------------------
+
+    def _refuse_if_shutting_down(self) -> None:
+        if self.shutting_down:
+            raise WireError(ErrorCode.SHUTTING_DOWN, "the child is shutting down: no new runs")
+
+    async def agent_run(self, params: AgentRunParams) -> RunResult:
+        self._refuse_if_shutting_down()
+        return await self.runs.run(params)
+
+    async def agent_message(self, params: AgentMessageParams) -> RunResult:
+        self._refuse_if_shutting_down()
+        if self.runs.is_live(params.run_id):
+            raise WireError(ErrorCode.RUN_BUSY, f"run {params.run_id!r} is still running")
+        raise WireError(
+            ErrorCode.UNKNOWN_RUN,
+            f"cannot continue run {params.run_id!r}: this child does not keep finished runs "
+            "(continuable runs are not supported yet)",
+        )
+
+    async def agent_cancel(self, params: AgentCancelParams) -> None:
+        # An unknown id is not an error: the run may have ended while the cancel was in flight.
+        self.runs.cancel(params.run_id, params.reason)

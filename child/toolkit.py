@@ -1,0 +1,96 @@
+"""What a tool is, what it returns, and what it may ask of its run.
+
+A tool is any object with `name`, `description`, `input_schema`, `mutates` and an async
+`run(ctx, arguments)`. It sees its run only through `ToolContext` (workspace, mode, approval),
+so tools stay independent of the agent loop and the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeVar
+
+import msgspec
+from msgspec import Struct, field
+
+from tether.child.workspace import Workspace
+from tether.protocol.messages import Artifact, SkippedPath, ToolApproveResult
+
+
+class Completion(Struct, frozen=True, kw_only=True):
+    """The agent declared its task done (the `complete` tool): the run ends with this."""
+
+    summary: str
+    artifacts: list[Artifact] = field(default_factory=list)
+    skipped: list[SkippedPath] = field(default_factory=list)
+
+
+class ToolOutcome(Struct, frozen=True, kw_only=True):
+    content: str
+    """What the model reads as the tool's result."""
+    is_error: bool = False
+    completion: Completion | None = None
+    """Set only by a tool that ends the run."""
+
+
+class ToolContext(Protocol):
+    """The part of a run a tool may use."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def workspace(self) -> Workspace: ...
+
+    @property
+    def read_only(self) -> bool:
+        """Explore mode: mutation is hard-denied whatever any approval says."""
+        ...
+
+    async def approve(self, tool: str, arguments: Mapping[str, Any]) -> ToolApproveResult:
+        """Ask the parent's policy before a mutating action (denied when it has none)."""
+        ...
+
+
+class Tool(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def input_schema(self) -> dict[str, Any]: ...
+
+    @property
+    def mutates(self) -> bool:
+        """Mutating tools are left out of explore-mode (read-only) runs entirely."""
+        ...
+
+    async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome: ...
+
+
+class ToolInputError(Exception):
+    """The model's arguments do not fit the tool's input: becomes an error result, not a crash."""
+
+
+A = TypeVar("A", bound=Struct)
+
+
+def parse_arguments(args_type: type[A], arguments: Mapping[str, Any]) -> A:
+    """Convert the model's JSON arguments into the tool's typed input struct."""
+    try:
+        return msgspec.convert(dict(arguments), args_type)
+    except msgspec.ValidationError as exc:
+        raise ToolInputError(f"invalid arguments: {exc}") from None
+
+
+def schema_of(args_type: type[Struct]) -> dict[str, Any]:
+    """A self-contained JSON Schema of a tool's input struct, for `ToolSpec.inputSchema`."""
+    schema: dict[str, Any] = msgspec.json.schema(args_type)
+    ref = schema.get("$ref", "")
+    defs = schema.get("$defs", {})
+    name = ref.rsplit("/", 1)[-1]
+    if name in defs and len(defs) == 1:
+        return dict(defs[name])
+    return schema

@@ -1,0 +1,83 @@
+"""The tools a run may call, and the registry that picks a run's set.
+
+To add a tool: write a class satisfying `toolkit.Tool` in its own `tool_<name>.py` module
+(`tool_complete.py` is the smallest example; keep tools as flat modules of `tether.child`, since
+the packaging lists no subpackages), then add an instance in `default_tools()`. A definition's
+`tools` list and its read-only flag narrow the set per run through `ToolRegistry.select`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from tether.child.tool_complete import CompleteTool
+from tether.child.toolkit import (
+    Completion,
+    Tool,
+    ToolContext,
+    ToolInputError,
+    ToolOutcome,
+    parse_arguments,
+    schema_of,
+)
+from tether.protocol.messages import ToolSpec
+
+COMPLETE = "complete"
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def select(self, names: list[str] | None, *, read_only: bool) -> ToolRegistry:
+        """The set one run gets: the named tools (all when `None`), minus mutating tools in
+        explore mode. `complete` is always kept: without it a run could only end by budget.
+        Unknown names are ignored; the parent's definition may list tools another child has.
+        """
+        wanted = None if names is None else {*names, COMPLETE}
+        return ToolRegistry(
+            t
+            for t in self._tools.values()
+            if (wanted is None or t.name in wanted) and not (read_only and t.mutates)
+        )
+
+    def specs(self) -> list[ToolSpec]:
+        return [
+            ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema)
+            for t in self._tools.values()
+        ]
+
+
+def default_tools() -> ToolRegistry:
+    """The runtime's full tool set."""
+    return ToolRegistry([CompleteTool()])
+
+
+__all__ = [
+    "COMPLETE",
+    "Completion",
+    "Tool",
+    "ToolContext",
+    "ToolInputError",
+    "ToolOutcome",
+    "ToolRegistry",
+    "default_tools",
+    "parse_arguments",
+    "schema_of",
+]
