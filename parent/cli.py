@@ -112,7 +112,7 @@ def render(result: RunResult) -> str:
 
 async def _run(args: argparse.Namespace) -> RunResult:
     limits = Limits(wall=args.timeout, idle=args.idle_timeout, memory=args.memory)
-    command = shlex.split(args.command) if args.command else None
+    command = shlex.split(args.command) if args.command is not None else None
     if command == []:
         raise UsageError("tether run: --command must not be empty")
     async with Supervisor(ChildConfig()) as sup:

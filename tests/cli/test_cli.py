@@ -1,0 +1,109 @@
+"""The `tether` command: results on stdout, progress on stderr, exit status 0 / 1 / 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tether.protocol.schema import render
+
+TETHER = [sys.executable, "-m", "tether.parent.cli"]
+SCRIPT = """{"turns": [{"text": "Done.", "toolCalls": [{"name": "complete",
+  "arguments": {"summary": "all good", "paths": ["a.txt"]}}]}]}"""
+
+
+def tether(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TETHER, *args], capture_output=True, text=True, timeout=60, cwd=cwd, check=False
+    )
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    (tmp_path / "a.txt").write_text("hello\n")
+    path = tmp_path / "script.json"
+    path.write_text(SCRIPT)
+    return path
+
+
+def test_run_prints_a_readable_result_and_progress_on_stderr(script: Path) -> None:
+    got = tether(
+        "run", "say hi", "--model", f"scripted:{script}", "--workspace", str(script.parent)
+    )
+    assert got.returncode == 0, got.stderr
+    assert "completed: all good" in got.stdout
+    assert "artifact" in got.stdout and "a.txt" in got.stdout
+    assert "child pid" in got.stderr
+    assert "tool complete" in got.stderr
+    assert "child pid" not in got.stdout
+
+
+def test_run_json_prints_the_run_result(script: Path) -> None:
+    got = tether(
+        "run", "hi", "--model", f"scripted:{script}", "--workspace", str(script.parent), "--json"
+    )
+    assert got.returncode == 0, got.stderr
+    result = json.loads(got.stdout)
+    assert result["success"] is True
+    assert result["summary"] == "all good"
+    assert result["artifacts"][0]["fsType"] == "file"
+    assert "turnCount" in result
+
+
+def test_a_failed_run_exits_1_with_the_reason(tmp_path: Path) -> None:
+    got = tether(
+        "run",
+        "hi",
+        "--workspace",
+        str(tmp_path),
+        "--command",
+        f"{sys.executable} -I -c 'import sys; print(\"went wrong\", file=sys.stderr); sys.exit(5)'",
+        "--json",
+    )
+    assert got.returncode == 1
+    result = json.loads(got.stdout)
+    assert result["success"] is False
+    assert result["failure"]["kind"] == "exit_nonzero"
+    assert result["failure"]["exitCode"] == 5
+    assert "went wrong" in result["failure"]["stderrTail"]
+
+
+def test_a_command_that_does_not_exist_is_a_spawn_failure_not_a_crash(tmp_path: Path) -> None:
+    got = tether("run", "hi", "--workspace", str(tmp_path), "--command", "no-such-command-xyz")
+    assert got.returncode == 1
+    assert "spawn_failed" in got.stdout
+    assert "Traceback" not in got.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["run", "hi", "--timeout", "soon"], "wall"),
+        (["run", "hi", "--model", "scripted:/no/such/file.json"], "cannot read model script"),
+        (["run", "hi", "--model", "mystery:thing"], "unknown model"),
+        (["run", "hi", "--agent", "wizard"], "unknown agent"),
+        (["run", "hi", "--workspace", "/no/such/dir"], "not a directory"),
+        (["run", "hi", "--command", ""], "must not be empty"),
+        (["run"], "required"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_usage_exits_2_with_a_clear_message_and_spawns_nothing(
+    args: list[str], complaint: str
+) -> None:
+    got = tether(*args)
+    assert got.returncode == 2, got
+    assert complaint in got.stderr
+    assert "Traceback" not in got.stderr
+    assert "child pid" not in got.stderr
+
+
+def test_schema_prints_the_checked_in_protocol_schema() -> None:
+    got = tether("schema")
+    assert got.returncode == 0
+    assert got.stdout == render()
+    assert json.loads(got.stdout)["protocolVersion"] == 1
