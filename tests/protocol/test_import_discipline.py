@@ -24,7 +24,8 @@ PROTOCOL_MODULES = [
 # Third-party packages each folder may use (the design's dependency table); stdlib always.
 ALLOWED_THIRD_PARTY = {
     "protocol": {"msgspec"},
-    "child": {"msgspec", "anyio", "jsonrpcserver"},
+    # oslash is jsonrpcserver's own result type (`Either`), used only next to it.
+    "child": {"msgspec", "anyio", "jsonrpcserver", "oslash"},
     "parent": {"msgspec", "anyio", "psutil", "httpx"},
 }
 FORBIDDEN_SIBLING = {
