@@ -185,12 +185,19 @@ class AgentContext:
     async def heartbeats(self, waiting_for: str) -> AsyncIterator[None]:
         """Emit a `heartbeat` event every few seconds while the body runs, so the parent can
         tell a slow turn or tool from a wedged child."""
+        failed: Exception | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._beat, waiting_for)
             try:
                 yield
+            except Exception as exc:
+                # Re-raised below, outside the task group, so callers catch the body's own
+                # exception rather than an ExceptionGroup around it.
+                failed = exc
             finally:
                 tg.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
 
     async def _beat(self, waiting_for: str) -> None:
         started = time.monotonic()
