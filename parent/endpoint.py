@@ -208,6 +208,11 @@ class Endpoint:
         if self._closed is None:
             self._closed = end
             for slot in self._pending.values():
+                if slot.event.is_set():
+                    # Answered just before the end: the answer stands. (A child that replies
+                    # and exits at once has its reply and its EOF read in one go, before the
+                    # waiting request gets to run.)
+                    continue
                 slot.error = ConnectionClosed(end.fault or end.oversize or end.reason)
                 slot.event.set()
             self.ended.set()
