@@ -88,6 +88,7 @@ class Endpoint:
         self._closed: StreamEnd | None = None
         self.last_message_at = time.monotonic()
         self.ended = anyio.Event()
+        self.dropped_notifications = 0
 
     @property
     def end(self) -> StreamEnd | None:
@@ -169,8 +170,11 @@ class Endpoint:
                 return None  # unknown notifications are ignored, as JSON-RPC requires
             try:
                 params = decode_params(msg.method, msg.params)
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                return StreamEnd("bad notification", fault=f"malformed {msg.method}: {exc}")
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                # Well-formed JSON-RPC with params we cannot read (say, an event kind from a
+                # newer protocol revision): drop it, as for unknown notifications.
+                self.dropped_notifications += 1
+                return None
             self._on_notification(msg.method, params)
             return None
         if isinstance(msg, Invalid):
@@ -199,6 +203,14 @@ class Endpoint:
                     line = encode_response(req.id, result)
                 except RemoteError as exc:
                     line = encode_error(req.id, exc.code, exc.message, exc.data)
+                except Exception:
+                    # The one place a parent-side failure becomes a wire error: no traceback
+                    # or library text crosses to the child.
+                    line = encode_error(
+                        req.id,
+                        ErrorCode.INTERNAL_ERROR,
+                        f"the parent failed to answer {req.method}",
+                    )
         try:
             await self._writer.write_all(line)
         except PipeClosed:

@@ -210,6 +210,7 @@ class RunHandle:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(child.read_stdout, tg)
                 tg.start_soon(child.drain_stderr)
+                tg.start_soon(child.watch_exit)
                 self._sup._publish(
                     RunStarted(self.run_id, child.pid, tuple(cfg.command)), self._on_event
                 )
@@ -302,7 +303,7 @@ class RunHandle:
         if method == "tool/approve":
             assert isinstance(params, ToolApproveParams)
             if self._approve is None:
-                return ToolApproveResult(allow=True, reason="no policy: allowed by default")
+                return ToolApproveResult(allow=True, reason="allowed by the default policy")
             got = self._approve(params)
             if not isinstance(got, ToolApproveResult):
                 got = await got
