@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 
 from tether.child.agent import AgentContext, AgentOutcome, Failed, Finished
+from tether.child.peer import ConnectionClosed
 from tether.child.tools import Completion, ToolInputError, ToolOutcome
-from tether.protocol import LocalProtocolError, RemoteError
+from tether.protocol import ProtocolError, RemoteError
 from tether.protocol.messages import ChatMessage, ToolCall
 
 log = logging.getLogger("tether.child")
@@ -37,31 +38,18 @@ class AgentLoop:
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         definition = ctx.definition
         self.messages = self._opening(ctx)
-        ctx.progress.turn_count += 1
-        await ctx.emit(
-            "started",
-            {
-                "agentType": definition.type,
-                "description": ctx.params.description,
-                "tools": ctx.tools.names(),
-                "readOnly": definition.read_only,
-            },
-        )
         for iteration in range(1, definition.max_iterations + 1):
             ctx.progress.iteration_count = iteration
             await ctx.emit("step", {"iteration": iteration})
             try:
                 turn = await ctx.complete_model(self.messages)
-            except RemoteError as exc:
+            except (RemoteError, ProtocolError, ConnectionClosed) as exc:
+                # The parent refused the turn (no model, provider down), its reply did not fit
+                # the protocol, or the transcript passed its byte cap: the run cannot go on.
+                reason = exc.message if isinstance(exc, RemoteError | ProtocolError) else str(exc)
                 return Failed(
                     kind="agent_error",
-                    message=f"the model turn failed: {exc.message}",
-                    summary=ctx.progress.last_text,
-                )
-            except LocalProtocolError as exc:
-                return Failed(
-                    kind="agent_error",
-                    message=f"the transcript cannot be sent: {exc.message}",
+                    message=f"the model turn failed: {reason}",
                     summary=ctx.progress.last_text,
                 )
             reply = ChatMessage(

@@ -89,6 +89,18 @@ class RunTable:
         outcome: AgentOutcome | None = None
         with live.scope:
             try:
+                # `started` and the user-turn count belong to the runtime, not to the agent,
+                # so a replacement agent gets them too.
+                ctx.progress.turn_count += 1
+                await ctx.emit(
+                    "started",
+                    {
+                        "agentType": definition.type,
+                        "description": params.description,
+                        "tools": ctx.tools.names(),
+                        "readOnly": definition.read_only,
+                    },
+                )
                 outcome = await self._agent_factory(params).run(ctx)
             except Exception as exc:
                 log.error("run %s failed", params.run_id, exc_info=exc)

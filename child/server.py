@@ -18,7 +18,7 @@ from tether.child.fdguard import WireFds
 from tether.child.peer import Peer
 from tether.child.session import EXIT_OK, EXIT_PROTOCOL, LONG_RUNNING, Session
 from tether.child.tools import ToolRegistry, default_tools
-from tether.child.transport import LineWriter, PeerGone, read_chunks
+from tether.child.transport import LineWriter, PeerGone, read_chunks, restore_blocking
 from tether.protocol import (
     Decoder,
     ErrorCode,
@@ -52,6 +52,7 @@ async def serve(wire: WireFds, *, tools: ToolRegistry | None = None) -> int:
         _arm_backstop(session.exit_code or 0)
         peer.close()
         tg.cancel_scope.cancel()
+    restore_blocking(wire.read_fd, wire.write_fd)
     return session.exit_code or 0
 
 

@@ -32,6 +32,7 @@ Runs live in `runs.RunTable`; what a run sees is `agent.AgentContext`; the built
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Awaitable, Callable
 from importlib import metadata
@@ -58,6 +59,8 @@ from tether.protocol.messages import (
     UnsupportedVersionData,
 )
 
+log = logging.getLogger("tether.child")
+
 Handler = Callable[[Any], Awaitable[Any]]
 
 SERVER_NAME = "tether-child"
@@ -65,6 +68,8 @@ EXIT_OK = 0
 EXIT_WITHOUT_SHUTDOWN = 1
 EXIT_PROTOCOL = 2
 
+SHUTDOWN_GRACE_SECONDS = 5.0
+"""How long `shutdown` waits for cancelled runs to answer before it answers itself."""
 LONG_RUNNING = frozenset({"agent/run", "agent/message"})
 """Methods whose response waits for a run; they get a task so the reader keeps serving."""
 _BEFORE_INITIALIZE = frozenset({"initialize", "exit"})
@@ -140,7 +145,12 @@ class Session:
 
     async def shutdown(self, params: None) -> None:
         self.shutting_down = True
-        await self.runs.cancel_all("the child is shutting down")
+        # Bounded: shutdown is handled inline by the reader, and a run that will not unwind
+        # (a tool stuck in a syscall) must not keep the reader from seeing `exit` or EOF.
+        with anyio.move_on_after(SHUTDOWN_GRACE_SECONDS) as waited:
+            await self.runs.cancel_all("the child is shutting down")
+        if waited.cancelled_caught:
+            log.warning("answering shutdown while runs are still unwinding")
 
     async def exit(self, params: None) -> None:
         self.stop(EXIT_OK if self.shutting_down else EXIT_WITHOUT_SHUTDOWN)

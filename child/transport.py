@@ -1,8 +1,8 @@
 """Byte I/O on the private wire fds, without blocking the event loop.
 
 Pipes and sockets are switched to O_NONBLOCK and awaited with `anyio.wait_readable/writable`;
-regular files (a recorded session replayed with `< file`) cannot be polled, so those are read
-and written in a worker thread instead, where a blocking call is harmless.
+anything else (a recorded session replayed with `< file`, a terminal) is read and written in a
+worker thread instead, where a blocking call is harmless.
 """
 
 from __future__ import annotations
@@ -20,8 +20,20 @@ _CHUNK = 256 * 1024
 
 
 def _pollable(fd: int) -> bool:
+    # Only pipes and sockets: a terminal's O_NONBLOCK flag is shared with the shell that owns
+    # it, and would outlive us there.
     mode = os.fstat(fd).st_mode
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def restore_blocking(*fds: int) -> None:
+    """Undo O_NONBLOCK: the flag lives on the open file, which another process may share."""
+    for fd in fds:
+        try:
+            if _pollable(fd):
+                os.set_blocking(fd, True)
+        except OSError:
+            pass
 
 
 async def read_chunks(fd: int) -> AsyncIterator[bytes]:

@@ -266,3 +266,18 @@ def test_a_slow_model_turn_gets_heartbeat_events(tmp_path: Path) -> None:
         child.reply(turn["id"], assistant("", ("c1", "complete", {"summary": "ok"})))
         child.response(run)
         _assert_seq_counts_up_from_zero(child.events("r13"))
+
+
+def test_a_model_reply_that_does_not_fit_the_protocol_fails_the_run_as_agent_error(
+    tmp_path: Path,
+) -> None:
+    with ChildProcess() as child:
+        child.initialize()
+        run = child.request("agent/run", run_params("r14", tmp_path))
+        turn = child.expect_request("model/complete")
+        child.reply(turn["id"], {"message": "not a message object"})
+        result = child.response(run)["result"]
+        assert result["status"] == "error"
+        assert result["failure"]["kind"] == "agent_error"
+        assert "model/complete" in result["message"]
+        assert child.call("ping")["result"] == {}
