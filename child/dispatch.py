@@ -19,7 +19,7 @@ labour:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 import msgspec
@@ -38,7 +38,7 @@ from tether.protocol import (
 
 log = logging.getLogger("tether.child")
 
-Handler = Callable[[Any], Any]
+Handler = Callable[[Any], Awaitable[Any]]
 Gate = Callable[[str], None]
 
 _json = msgspec.json.Encoder()
@@ -69,7 +69,7 @@ class Dispatcher:
             self._methods,
             deserializer=lambda _unused: prepared,
             validator=lambda decoded: decoded,
-            post_process=lambda response: _finish(response, msg.method),
+            post_process=lambda response: _finish(response, msg),
         )
         # `_finish` made every response a line; a notification yields None.
         return cast(bytes | None, line)
@@ -92,19 +92,23 @@ def _adapt(name: str, handler: Handler, gate: Gate) -> Callable[..., Any]:
     return method
 
 
-def _finish(response: Any, method: str) -> bytes:
-    """post_process: turn jsonrpcserver's response into our own encoded line."""
+def _finish(response: Any, msg: Request | Notification) -> bytes:
+    """post_process: turn jsonrpcserver's response into our own encoded line.
+
+    The id comes from the message we dispatched, not from the library's response: its own
+    failure path answers with a null id, which would leave the parent's request hanging.
+    """
+    rid = msg.id if isinstance(msg, Request) else None
     if isinstance(response, Left):
         err = response._error
-        rid = getattr(err, "id", None)
         if isinstance(err.data, _Ours):
             return encode_error(rid, err.code, err.message, err.data.value)
         if err.code == ErrorCode.METHOD_NOT_FOUND:
-            return encode_error(rid, ErrorCode.METHOD_NOT_FOUND, f"Method not found: {method}")
-        log.error("dispatch of %s failed inside jsonrpcserver: %r", method, err)
+            return encode_error(rid, ErrorCode.METHOD_NOT_FOUND, f"Method not found: {msg.method}")
+        log.error("dispatch of %s failed inside jsonrpcserver: %r", msg.method, err)
         return encode_error(rid, ErrorCode.INTERNAL_ERROR, INTERNAL_MESSAGE)
     ok = response._value
     if isinstance(ok.result, _Ours):
         return encode_response(ok.id, ok.result.value)
-    log.error("dispatch of %s returned a result not made by a handler", method)
-    return encode_error(ok.id, ErrorCode.INTERNAL_ERROR, INTERNAL_MESSAGE)
+    log.error("dispatch of %s returned a result not made by a handler", msg.method)
+    return encode_error(rid, ErrorCode.INTERNAL_ERROR, INTERNAL_MESSAGE)
