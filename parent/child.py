@@ -2,10 +2,15 @@
 
 Theory of operation
 -------------------
-`LiveChild.open()` spawns the process and `serve()` runs its three background jobs in a task
-group the caller owns: the stdout reader (the JSON-RPC endpoint), the stderr drain into a
-bounded ring, and nothing else — exit is observed on demand through the pidfd. Everything the
-supervisor notices lands in one `Observed` record, which `classify` later turns into a result.
+`LiveChild.open()` spawns the process; the caller runs its three background jobs in a task
+group it owns: the stdout reader (`read_stdout`, the JSON-RPC endpoint), the stderr drain into
+a bounded ring (`drain_stderr`), and the exit watch (`watch_exit`). Everything the supervisor
+notices lands in one `Observed` record, which `classify` later turns into a result.
+
+The exit watch is what makes a dead child's pending requests fail at once even when a
+grandchild inherited its stdout and holds the pipe open (so no EOF ever comes): once the pidfd
+says the child exited, whatever it wrote is already in the pipe; the reader takes it, and then
+our read end is closed, which the reader sees as end of stream.
 
 `dispose()` is the only way a child ends, on every path, and it is bounded and shielded from
 cancellation. Each rung runs only if the child is still alive after the previous one, and the
@@ -45,6 +50,10 @@ from tether.parent.ring import ByteRing
 from tether.parent.tree import signal_procs, tree_procs
 from tether.protocol import RemoteError
 from tether.protocol.messages import Rung
+
+EXIT_DRAIN_SECONDS = 0.5
+"""After the child exits, how long its unread output may take to be read before the stream is
+ended anyway (only a grandchild that keeps writing into the inherited pipe can use it up)."""
 
 _tree_ids = itertools.count(1)
 _TREE_PREFIX = f"{os.getpid()}-{os.urandom(3).hex()}"
@@ -125,6 +134,20 @@ class LiveChild:
             self.observed.protocol_error = end.fault
         if end.truncated:
             self.observed.truncated = True
+
+    async def watch_exit(self) -> None:
+        """When the child exits, end its output stream even if another process holds it open."""
+        await self.proc.wait()
+        out = self.proc.stdout
+        # Everything the child wrote before it exited is in the pipe now: let the reader take
+        # it (it routes each chunk as soon as it reads it). Bounded, because a grandchild may
+        # keep writing into the pipe it inherited.
+        with anyio.move_on_after(EXIT_DRAIN_SECONDS):
+            while out.unread() > 0 and self.endpoint.end is None:
+                with anyio.move_on_after(0.002):
+                    await self.endpoint.ended.wait()
+        if self.endpoint.end is None:
+            out.close()  # the reader wakes to end-of-stream and fails every pending request
 
     async def drain_stderr(self) -> None:
         try:

@@ -9,7 +9,10 @@ task parked on the fd wakes instead of waiting forever.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import struct
+import termios
 
 import anyio
 
@@ -45,7 +48,22 @@ class FdReader:
                 return b""
         return b""
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def unread(self) -> int:
+        """Bytes waiting in the pipe that no `read()` has taken yet (0 once closed)."""
+        if self._closed:
+            return 0
+        try:
+            got = fcntl.ioctl(self._fd, termios.FIONREAD, b"\0\0\0\0")
+        except OSError:
+            return 0
+        return int(struct.unpack("i", got)[0])
+
     def close(self) -> None:
+        """Close this end; a task parked in `read()` wakes and gets `b""` (end of stream)."""
         if not self._closed:
             self._closed = True
             anyio.notify_closing(self._fd)

@@ -82,6 +82,8 @@ class ChildProcess:
         self.stdout = FdReader(stdout)
         self.stderr = FdReader(stderr)
         self.status: ExitStatus | None = None
+        self._pidfd_waiter = False
+        self._wake: anyio.Event | None = None
 
     @classmethod
     def spawn(cls, spec: SpawnSpec) -> ChildProcess:
@@ -157,15 +159,30 @@ class ChildProcess:
             self.pidfd = None
 
     async def wait(self) -> None:
-        """Wait for the child itself to exit (not for its pipes to close); does not reap."""
+        """Wait for the child itself to exit (not for its pipes to close); does not reap.
+
+        Any number of tasks may wait at once (the exit watch and the dispose ladder do): one of
+        them parks on the pidfd, which allows a single reader, and wakes the others when it
+        returns, for any reason, so one of them takes over if it was cancelled.
+        """
         while not self.exited():
-            if self.pidfd is not None:
+            if self.pidfd is None:
+                await anyio.sleep(_POLL_INTERVAL)
+            elif self._pidfd_waiter:
+                if self._wake is None:
+                    self._wake = anyio.Event()
+                await self._wake.wait()
+            else:
+                self._pidfd_waiter = True
                 try:
                     await anyio.wait_readable(self.pidfd)
                 except (anyio.ClosedResourceError, OSError):
                     await anyio.sleep(_POLL_INTERVAL)
-            else:
-                await anyio.sleep(_POLL_INTERVAL)
+                finally:
+                    self._pidfd_waiter = False
+                    wake, self._wake = self._wake, None
+                    if wake is not None:
+                        wake.set()
 
     async def wait_for(self, seconds: float) -> bool:
         """Wait up to `seconds` for the child to exit; return whether it has."""
