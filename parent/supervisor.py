@@ -59,6 +59,8 @@ from tether.protocol.messages import (
     AgentEventParams,
     AgentRunParams,
     ClientCapabilities,
+    Failure,
+    FailureKind,
     InitializeParams,
     InitializeResult,
     ModelCompleteParams,
@@ -327,6 +329,16 @@ class RunHandle:
     def _build(self, observed: Observed, answer: RunResult | None, seconds: float) -> RunResult:
         del seconds
         if answer is not None:
+            if not answer.success and answer.failure is None:
+                # Every unsuccessful result names its failure kind, also when the child's own
+                # answer left it out (an `aborted` answer to `agent/cancel`, say).
+                kind: FailureKind = "cancelled" if answer.status == "aborted" else "agent_error"
+                answer = msgspec.structs.replace(
+                    answer,
+                    failure=Failure(
+                        kind=kind, rung=observed.rung, stderr_tail=observed.stderr_tail
+                    ),
+                )
             return msgspec.structs.replace(answer, run_id=self.run_id, containment=CONTAINMENT)
         got = classify(observed)
         failure = failure_of(observed)
