@@ -15,6 +15,7 @@ from typing import TextIO
 import anyio
 import msgspec
 
+from tether.parent import conformance
 from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.limits import Limits
 from tether.parent.roles import ROLES
@@ -49,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     sub.add_parser("schema", help="print the wire protocol's JSON Schema")
+    conformance.add_arguments(
+        sub.add_parser("conformance", help="check that a child command speaks the protocol")
+    )
     return p
 
 
@@ -137,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             sys.stdout.write(render_schema())
             return 0
+        if args.cmd == "conformance":
+            return conformance.main(args)
         result = anyio.run(_run, args)
     except (UsageError, ValueError) as exc:
         print(f"tether: {exc}" if not str(exc).startswith("tether") else str(exc), file=sys.stderr)
