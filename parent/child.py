@@ -40,6 +40,7 @@ from typing import Any
 import anyio
 import psutil
 
+from tether.parent.cgroups import ChildCgroup
 from tether.parent.classify import Observed
 from tether.parent.endpoint import ConnectionClosed, Endpoint, NotificationHandler
 from tether.parent.endpoint import RequestHandler as RequestHandler
@@ -77,6 +78,7 @@ class LiveChild:
         proc: ChildProcess,
         marker: str,
         *,
+        cgroup: ChildCgroup | None = None,
         on_request: RequestHandler,
         on_notification: NotificationHandler,
         max_message_bytes: int,
@@ -84,6 +86,7 @@ class LiveChild:
     ) -> None:
         self.proc = proc
         self.marker = marker
+        self.cgroup = cgroup
         self.observed = Observed()
         self.stderr = ByteRing(ring_bytes)
         self.endpoint = Endpoint(
@@ -109,15 +112,32 @@ class LiveChild:
         on_notification: NotificationHandler,
         max_message_bytes: int,
         ring_bytes: int,
+        cgroup: ChildCgroup | None = None,
     ) -> LiveChild:
-        """Spawn the child; raises `SpawnError` when it cannot start."""
+        """Spawn the child (into `cgroup`, when given); raises `SpawnError` when it cannot
+        start."""
         marker = new_tree_marker()
         env = dict(spec.env)
         env[TREE_ENV] = marker
-        proc = ChildProcess.spawn(SpawnSpec(spec.argv, env, spec.cwd, spec.rlimits, spec.pdeathsig))
+        try:
+            proc = ChildProcess.spawn(
+                SpawnSpec(
+                    spec.argv,
+                    env,
+                    spec.cwd,
+                    spec.rlimits,
+                    spec.pdeathsig,
+                    cgroup.procs_files if cgroup else [],
+                )
+            )
+        except BaseException:
+            if cgroup is not None:
+                cgroup.remove()
+            raise
         return cls(
             proc,
             marker,
+            cgroup=cgroup,
             on_request=on_request,
             on_notification=on_notification,
             max_message_bytes=max_message_bytes,
@@ -188,6 +208,11 @@ class LiveChild:
             status = self.proc.reap()
             await self._settle_stderr()
             self.proc.close_pipes()
+            if self.cgroup is not None:
+                self.observed.oom_kills = self.cgroup.oom_kills()
+                self.observed.pids_max_hits = self.cgroup.pids_max_hits()
+                if not self.cgroup.remove():
+                    survivors = sorted(set(survivors) | self.cgroup.members())
         if status is not None:
             self.observed.exit_code = status.exit_code
             self.observed.signal = status.signal
@@ -241,8 +266,13 @@ class LiveChild:
         await self.proc.wait_for(policy.kill)
         return rung
 
+    def _members(self) -> set[int]:
+        return self.cgroup.members() if self.cgroup is not None else set()
+
     def _signal_tree(self, sig: int) -> None:
-        procs = tree_procs(self.pid, self.marker, thorough=True)
+        if sig == signal.SIGKILL and self.cgroup is not None:
+            self.cgroup.kill()
+        procs = tree_procs(self.pid, self.marker, thorough=True, members=self._members())
         # The child itself is signalled through its pidfd, the rest by verified psutil handles.
         self.proc.send_signal(sig)
         if sig == signal.SIGTERM:
@@ -254,9 +284,14 @@ class LiveChild:
         deadline = time.monotonic() + grace
         delay = 0.002
         while True:
-            left = [p for p in tree_procs(self.pid, self.marker) if p.pid != self.pid]
+            members = self._members()
+            left = [
+                p for p in tree_procs(self.pid, self.marker, members=members) if p.pid != self.pid
+            ]
             if not left:
                 return []
+            if self.cgroup is not None:
+                self.cgroup.kill()
             signal_procs(left, signal.SIGKILL)
             if time.monotonic() >= deadline:
                 return [p.pid for p in left if _alive(p)]

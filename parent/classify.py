@@ -8,7 +8,7 @@ than the signal it then used to take the child down.
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tether.protocol.messages import Failure, FailureKind, Rung
 
@@ -47,6 +47,13 @@ class Observed:
     """The child's stdout ended in the middle of a message."""
     rung: Rung = "none"
     stderr_tail: str = ""
+    oom_kills: int = 0
+    """OOM kills the child's cgroup recorded."""
+    pids_max_hits: int = 0
+    """Forks the child's cgroup refused at its process limit."""
+    cpu_seconds: float = 0.0
+    limits: dict[str, str] = field(default_factory=dict)
+    """The limits in force, by name (`memory`, `cpu`, `processes`, `file_size`), as shown."""
 
 
 def signal_name(sig: int) -> str:
@@ -62,6 +69,25 @@ def classify(o: Observed) -> tuple[FailureKind, str] | None:
         return "spawn_failed", o.spawn_error
     if o.cancelled:
         return "cancelled", "the run was cancelled by the parent"
+    if o.oom_kills > 0:
+        return "oom", f"the child ran out of memory (limit {o.limits.get('memory', '?')})"
+    if o.signal == signal.SIGXCPU or (
+        o.signal == signal.SIGKILL and "cpu" in o.limits and o.rung not in ("sigterm", "sigkill")
+    ):
+        return "cpu_limit", f"the child used up its CPU time (limit {o.limits.get('cpu', '?')})"
+    # Shells report a child's death by signal as 128 + its number; Python ignores SIGXFSZ and
+    # fails with EFBIG ("File too large") instead.
+    efbig = "file_size" in o.limits and not o.answered and (
+        "File too large" in o.stderr_tail or o.exit_code == 128 + signal.SIGXFSZ
+    )
+    if o.signal == signal.SIGXFSZ or efbig:
+        return "fsize_limit", (
+            f"the child wrote past its file size limit ({o.limits.get('file_size', '?')})"
+        )
+    if o.pids_max_hits > 0 and not o.answered:
+        return "tasks_limit", (
+            f"the child hit its process limit ({o.limits.get('processes', '?')}) and failed"
+        )
     if o.oversize is not None:
         return "oversize", o.oversize
     if o.protocol_error is not None:
@@ -102,7 +128,15 @@ def failure_of(o: Observed) -> Failure | None:
         return None
     kind, _ = got
     limit = None
-    if kind == "timeout" and o.deadline is not None:
+    by_kind = {
+        "oom": "memory",
+        "cpu_limit": "cpu",
+        "fsize_limit": "file_size",
+        "tasks_limit": "processes",
+    }
+    if kind in by_kind and by_kind[kind] in o.limits:
+        limit = f"{by_kind[kind]}={o.limits[by_kind[kind]]}"
+    elif kind == "timeout" and o.deadline is not None:
         limit = f"wall={o.deadline:g}s"
     elif kind == "unresponsive" and o.idle is not None:
         limit = f"idle={o.idle:g}s"

@@ -92,10 +92,35 @@ class Limits:
     def idle_seconds(self) -> float | None:
         return self.idle  # type: ignore[return-value]
 
-    def rlimits(self) -> dict[str, tuple[int, int]]:
-        """The rlimits the trampoline applies before the child's first line runs."""
-        out: dict[str, tuple[int, int]] = {}
+    @property
+    def memory_bytes(self) -> int | None:
+        return self.memory  # type: ignore[return-value]
+
+    def shown(self) -> dict[str, str]:
+        """The limits in force, as a person would write them, for failure reports."""
+        out: dict[str, str] = {}
         if self.memory is not None:
+            out["memory"] = _human_bytes(int(self.memory))
+        if self.cpu is not None:
+            out["cpu"] = f"{float(self.cpu):g}s"
+        if self.processes is not None:
+            out["processes"] = str(self.processes)
+        if self.file_size is not None:
+            out["file_size"] = _human_bytes(int(self.file_size))
+        if self.open_files is not None:
+            out["open_files"] = str(self.open_files)
+        return out
+
+    def rlimits(
+        self, *, memory_in_cgroup: bool = False, pids_in_cgroup: bool = False
+    ) -> dict[str, tuple[int, int]]:
+        """The rlimits the trampoline applies before the child's first line runs. Memory and
+        processes are left to the cgroup when it enforces them (it sees the whole tree; an
+        rlimit is per process, and RLIMIT_NPROC is per user)."""
+        out: dict[str, tuple[int, int]] = {}
+        if self.memory is not None and not memory_in_cgroup:
+            # RLIMIT_DATA, not RLIMIT_AS: address space reservations (thread stacks, mmap'd
+            # files, allocator arenas) would make AS fail long before real use does.
             out["RLIMIT_DATA"] = (int(self.memory), int(self.memory))
         if self.cpu is not None:
             soft = max(1, int(float(self.cpu) + 0.999))
@@ -104,9 +129,16 @@ class Limits:
             out["RLIMIT_NOFILE"] = (self.open_files, self.open_files)
         if self.file_size is not None:
             out["RLIMIT_FSIZE"] = (int(self.file_size), int(self.file_size))
-        if self.processes is not None:
+        if self.processes is not None and not pids_in_cgroup:
             out["RLIMIT_NPROC"] = (self.processes, self.processes)
         return out
+
+
+def _human_bytes(n: int) -> str:
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
 
 
 @dataclass(frozen=True)

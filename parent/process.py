@@ -40,6 +40,8 @@ class SpawnSpec:
     cwd: str | None = None
     rlimits: dict[str, tuple[int, int]] = field(default_factory=dict)
     pdeathsig: bool = True
+    cgroup_procs: list[str] = field(default_factory=list)
+    """`cgroup.procs` files the trampoline joins before anything else."""
 
 
 @dataclass
@@ -94,6 +96,7 @@ class ChildProcess:
             "pdeathsig": int(signal.SIGKILL) if spec.pdeathsig else 0,
             "ppid": os.getpid(),
             "rlimits": spec.rlimits,
+            "cgroup_procs": spec.cgroup_procs,
         }
         argv = [sys.executable, "-I", "-S", str(TRAMPOLINE), json.dumps(config), "--", *spec.argv]
         in_r, in_w = os.pipe2(os.O_CLOEXEC)

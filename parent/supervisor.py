@@ -41,6 +41,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
+from tether.parent.cgroups import ChildCgroup, Host, detect, sweep_stale
 from tether.parent.child import LiveChild
 from tether.parent.classify import Observed, classify, failure_of
 from tether.parent.endpoint import ConnectionClosed
@@ -69,9 +70,6 @@ from tether.protocol.messages import (
     ToolApproveParams,
     ToolApproveResult,
 )
-
-CONTAINMENT = "process-group"
-"""The containment tier this supervisor runs children under (named in every result)."""
 
 DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-I", "-m", "tether.child")
 
@@ -187,18 +185,37 @@ class RunHandle:
         if missing:
             observed.spawn_error = missing
             return None, observed
+        host = self._sup.host
+        try:
+            cgroup = (
+                ChildCgroup.create(
+                    host,
+                    f"{os.getpid()}-{self.run_id.rsplit('-', 1)[-1]}-{os.urandom(3).hex()}",
+                    memory=self._limits.memory_bytes,
+                    pids=self._limits.processes,
+                )
+                if host.tier != "process-group"
+                else None
+            )
+        except OSError as exc:
+            observed.spawn_error = f"cannot create the child's cgroup: {exc.strerror or exc}"
+            return None, observed
         try:
             child = LiveChild.open(
                 SpawnSpec(
                     list(cfg.command),
                     self._env(),
                     cwd=None,
-                    rlimits=self._limits.rlimits(),
+                    rlimits=self._limits.rlimits(
+                        memory_in_cgroup=cgroup is not None and host.enforces("memory"),
+                        pids_in_cgroup=cgroup is not None and host.enforces("pids"),
+                    ),
                 ),
                 on_request=self._on_request,
                 on_notification=self._on_notification,
                 max_message_bytes=cfg.max_message_bytes,
                 ring_bytes=cfg.stderr_ring_bytes,
+                cgroup=cgroup,
             )
         except SpawnError as exc:
             observed.spawn_error = str(exc)
@@ -206,6 +223,7 @@ class RunHandle:
         self._child = child
         self.pid = child.pid
         observed = child.observed
+        observed.limits = self._limits.shown()
         self._sup._live[child.pid] = child
         answer: RunResult | None = None
         try:
@@ -339,7 +357,9 @@ class RunHandle:
                         kind=kind, rung=observed.rung, stderr_tail=observed.stderr_tail
                     ),
                 )
-            return msgspec.structs.replace(answer, run_id=self.run_id, containment=CONTAINMENT)
+            return msgspec.structs.replace(
+                answer, run_id=self.run_id, containment=self._sup.host.tier
+            )
         got = classify(observed)
         failure = failure_of(observed)
         assert got is not None and failure is not None  # unanswered always classifies
@@ -353,7 +373,7 @@ class RunHandle:
             message=message,
             failure=failure,
             run_id=self.run_id,
-            containment=CONTAINMENT,
+            containment=self._sup.host.tier,
         )
 
 
@@ -366,6 +386,7 @@ class Supervisor:
         self._live: dict[int, LiveChild] = {}
         self._handles: set[RunHandle] = set()
         self._subscribers: list[EventCallback] = []
+        self.host = host()
         _registry.add(self)
 
     async def __aenter__(self) -> Supervisor:
@@ -511,6 +532,19 @@ def _version() -> str:
         return version("tether")
     except Exception:
         return "0"
+
+
+_host: Host | None = None
+
+
+def host() -> Host:
+    """What this host offers for containment, detected once per process; the first call also
+    sweeps cgroups left behind by supervisors that were killed."""
+    global _host
+    if _host is None:
+        _host = detect()
+        sweep_stale(_host)
+    return _host
 
 
 _registry: weakref.WeakSet[Supervisor] = weakref.WeakSet()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterable
 
 import psutil
 
@@ -54,7 +55,9 @@ def _same_session_or_group(leader: int) -> set[int]:
     return found
 
 
-def tree_procs(root: int, marker: str | None, *, thorough: bool = True) -> list[psutil.Process]:
+def tree_procs(
+    root: int, marker: str | None, *, thorough: bool = True, members: Iterable[int] = ()
+) -> list[psutil.Process]:
     """The live (non-zombie) processes of `root`'s tree, root included while it lives.
 
     `thorough` adds the session/group and environment-marker scans over all of /proc. The
@@ -68,6 +71,7 @@ def tree_procs(root: int, marker: str | None, *, thorough: bool = True) -> list[
         pids.update(p.pid for p in proc.children(recursive=True))
     except psutil.NoSuchProcess:
         pass
+    pids.update(members)  # the child's cgroup, when it has one: complete membership
     if thorough:
         pids |= _same_session_or_group(root)
         if marker:
