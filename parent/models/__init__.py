@@ -1,6 +1,13 @@
 """Model providers live in the parent: the child only ever asks through `model/complete`.
 
-A provider answers one turn. `resolve_model("scripted:FILE")` builds one from a model string.
+A provider answers one turn. `resolve_model` builds one from a model string:
+
+- `scripted:FILE` — a deterministic script of turns (`scripted.py`);
+- `openai:MODEL` or `openai:MODEL@BASE_URL` — any OpenAI-compatible Chat Completions server;
+- `anthropic:MODEL` or `anthropic:MODEL@BASE_URL` — the Anthropic Messages API.
+
+The HTTP providers read their base URL and key from the parent's environment (`OPENAI_*`,
+`ANTHROPIC_*`); the child never sees either. See docs/models.md.
 """
 
 from __future__ import annotations
@@ -17,7 +24,8 @@ class ModelProvider(Protocol):
 
 
 def resolve_model(spec: str) -> ModelProvider:
-    """Build a provider from a model string such as `scripted:examples/todo.json`."""
+    """Build a provider from a model string such as `scripted:examples/todo.json` or
+    `openai:gpt-4o-mini`. Raises `ValueError` for an unknown scheme or a missing name."""
     scheme, _, rest = spec.partition(":")
     if scheme == "scripted":
         from tether.parent.models.scripted import ScriptedModel
@@ -25,7 +33,18 @@ def resolve_model(spec: str) -> ModelProvider:
         if not rest:
             raise ValueError("scripted model needs a file: scripted:PATH")
         return ScriptedModel.from_file(rest)
-    raise ValueError(f"unknown model {spec!r}; known: scripted:FILE")
+    if scheme == "openai":
+        from tether.parent.models.openai import OpenAIModel
+
+        return OpenAIModel.from_spec(rest)
+    if scheme == "anthropic":
+        from tether.parent.models.anthropic import AnthropicModel
+
+        return AnthropicModel.from_spec(rest)
+    raise ValueError(
+        f"unknown model {spec!r}; known: scripted:FILE, openai:MODEL[@BASE_URL], "
+        "anthropic:MODEL[@BASE_URL]"
+    )
 
 
 __all__ = ["ModelProvider", "resolve_model"]

@@ -1,0 +1,212 @@
+"""The HTTP layer the model providers share: one JSON POST with timeouts and bounded retries.
+
+Retried: HTTP 408, 409, 429, 5xx (529 "overloaded" included) and transport failures
+(connection refused or reset, timeouts, a server hanging up mid-reply). Every other status
+fails at once. Between attempts the wait is exponential with jitter, or what the server's
+`Retry-After` (or `retry-after-ms`) asks for, capped. Every failure becomes
+`RemoteError(MODEL_ERROR, ...)` with a message naming the provider, the status and the API's
+own error message, with the API key cut out wherever it appears.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import httpx
+
+from tether.protocol import ErrorCode, RemoteError
+
+RETRY_STATUSES: frozenset[int] = frozenset({408, 409, 429})
+"""Retried besides every 5xx."""
+
+MAX_ERROR_CHARS = 500
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 3
+    """Attempts in all, the first included (so 3 means up to 2 retries)."""
+    initial_delay: float = 0.5
+    """Wait before the first retry; doubles on each further retry."""
+    max_delay: float = 8.0
+    """Cap on the computed backoff."""
+    jitter: float = 0.25
+    """The computed backoff is shortened by up to this fraction, at random."""
+    max_retry_after: float = 60.0
+    """Cap on a server's `Retry-After`; a longer ask is waited out only this long."""
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if min(self.initial_delay, self.max_delay, self.max_retry_after) < 0:
+            raise ValueError("retry delays must not be negative")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError("jitter must be between 0 and 1")
+
+    def backoff(self, retry: int) -> float:
+        """The wait before retry number `retry` (0 for the first) when the server names none."""
+        delay = min(self.max_delay, self.initial_delay * (2.0**retry))
+        return delay * (1 - self.jitter * random.random())
+
+
+DEFAULT_TIMEOUT = 600.0
+"""Seconds to wait for a reply (read, write, pool); model turns can be slow."""
+CONNECT_TIMEOUT = 10.0
+
+
+def make_timeout(timeout: float) -> httpx.Timeout:
+    return httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout))
+
+
+def display_url(url: str) -> str:
+    """The URL without user info, query or fragment: safe to put in an error message."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def redact(text: str, secrets: tuple[str, ...]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return text
+
+
+def parse_retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds the server asks us to wait, from `retry-after-ms` or `Retry-After`."""
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    value = value.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", value):
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def api_error_message(body: bytes) -> str:
+    """The API's own words from an error body (`{"error": {"message": ...}}` and the like)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        text = body.decode("utf-8", "replace").strip()
+        return text[:MAX_ERROR_CHARS] or "(empty body)"
+    err: Any = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(err, dict):
+        message = err.get("message") or err.get("detail") or ""
+        kind = err.get("type") or err.get("code") or ""
+        if isinstance(message, str) and message:
+            text = f"{kind}: {message}" if isinstance(kind, str) and kind else message
+            return text[:MAX_ERROR_CHARS]
+    if isinstance(err, str) and err:
+        return err[:MAX_ERROR_CHARS]
+    return json.dumps(data)[:MAX_ERROR_CHARS]
+
+
+def model_error(message: str) -> RemoteError:
+    return RemoteError(ErrorCode.MODEL_ERROR, message)
+
+
+def _retryable(status: int) -> bool:
+    return status in RETRY_STATUSES or status >= 500
+
+
+def _describe_transport_error(exc: httpx.TransportError, timeout: float) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return f"no reply within {timeout:g}s ({type(exc).__name__})"
+    if isinstance(exc, httpx.ConnectError):
+        return "cannot connect"
+    return f"connection failed ({type(exc).__name__})"
+
+
+async def post_json(
+    *,
+    provider: str,
+    url: str,
+    headers: Mapping[str, str],
+    body: dict[str, Any],
+    request_timeout: float,
+    retry: RetryPolicy,
+    secrets: tuple[str, ...],
+    client: httpx.AsyncClient | None = None,
+) -> Any:
+    """POST `body` as JSON and return the decoded JSON reply, retrying what may pass.
+
+    Raises `RemoteError(MODEL_ERROR)` for anything that does not end in a 2xx JSON reply.
+    """
+    where = display_url(url)
+    content = json.dumps(body, ensure_ascii=False).encode()
+    send_headers = {"content-type": "application/json", "accept": "application/json"}
+    send_headers.update(headers)
+
+    async def attempt(c: httpx.AsyncClient) -> Any:
+        last = ""
+        for n in range(retry.max_attempts):
+            wait: float | None = None
+            try:
+                response = await c.post(
+                    url,
+                    content=content,
+                    headers=send_headers,
+                    timeout=make_timeout(request_timeout),
+                )
+            except httpx.UnsupportedProtocol as exc:
+                raise model_error(f"{provider}: cannot send to {where}: {exc}") from None
+            except httpx.TransportError as exc:
+                last = _describe_transport_error(exc, request_timeout)
+            else:
+                if response.is_success:
+                    try:
+                        return response.json()
+                    except ValueError:
+                        raise model_error(
+                            f"{provider}: the reply from {where} "
+                            f"(HTTP {response.status_code}) is not JSON"
+                        ) from None
+                detail = redact(api_error_message(response.content), secrets)
+                last = f"HTTP {response.status_code}: {detail}"
+                if not _retryable(response.status_code):
+                    raise model_error(f"{provider}: {where} answered {last}")
+                asked = parse_retry_after(response.headers)
+                if asked is not None:
+                    wait = min(asked, retry.max_retry_after)
+            if n + 1 < retry.max_attempts:
+                await anyio.sleep(retry.backoff(n) if wait is None else wait)
+        tries = "1 attempt" if retry.max_attempts == 1 else f"{retry.max_attempts} attempts"
+        raise model_error(f"{provider}: {where} failed after {tries}; last: {last}")
+
+    if client is not None:
+        return await attempt(client)
+    async with httpx.AsyncClient(timeout=make_timeout(request_timeout)) as own:
+        return await attempt(own)
+
+
+def split_model_spec(scheme: str, rest: str) -> tuple[str, str | None]:
+    """`MODEL` or `MODEL@BASE_URL` → (model, base URL or None). Raises ValueError."""
+    match = re.fullmatch(r"(.*?)@(https?://.+)", rest, flags=re.DOTALL)
+    model, base = (match.group(1), match.group(2)) if match else (rest, None)
+    if not model.strip():
+        raise ValueError(
+            f"the {scheme} model needs a name: {scheme}:MODEL or {scheme}:MODEL@BASE_URL"
+        )
+    return model, base
