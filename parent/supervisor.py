@@ -15,7 +15,9 @@ the child re-arms it; children send heartbeats while they think). `cancel()` ask
 abort (`agent/cancel`) and gives it a grace to answer `aborted` itself before cutting the run.
 If the caller of `run()` is cancelled, the child is disposed (shielded) before the cancellation
 propagates. Leaving the supervisor disposes every child still running, and at interpreter exit
-any child still registered gets its tree SIGKILLed.
+any child still registered gets its tree SIGKILLed. If the supervisor's process dies without
+running any more code (SIGKILL), each child dies of PR_SET_PDEATHSIG and the supervisor's keeper
+process (`keeper.py`) kills the rest of each child's tree.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from tether.parent.classify import Observed, classify, failure_of
 from tether.parent.endpoint import ConnectionClosed
 from tether.parent.env import build_child_env
 from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
+from tether.parent.keeper import Keeper
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models import ModelProvider, resolve_model
 from tether.parent.process import SpawnError, SpawnSpec
@@ -225,6 +228,8 @@ class RunHandle:
         observed = child.observed
         observed.limits = self._limits.shown()
         self._sup._live[child.pid] = child
+        if self._sup._keeper is not None:
+            self._sup._keeper.watch(child.pid)
         answer: RunResult | None = None
         try:
             async with anyio.create_task_group() as tg:
@@ -250,6 +255,8 @@ class RunHandle:
             # Cancellation of the caller lands here too: the child must still go, shielded.
             await child.dispose(cfg.dispose, polite=observed.answered)
             self._sup._live.pop(child.pid, None)
+            if self._sup._keeper is not None:
+                self._sup._keeper.forget(child.pid)
             exec_error = child.spawn_failure()
             if exec_error and answer is None:
                 observed.spawn_error = f"cannot start {cfg.command[0]!r}: {exec_error}"
@@ -386,10 +393,12 @@ class Supervisor:
         self._live: dict[int, LiveChild] = {}
         self._handles: set[RunHandle] = set()
         self._subscribers: list[EventCallback] = []
+        self._keeper: Keeper | None = None
         self.host = host()
         _registry.add(self)
 
     async def __aenter__(self) -> Supervisor:
+        self._keeper = Keeper.start()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         return self
@@ -409,7 +418,13 @@ class Supervisor:
         # Every run is done, so the group has nothing left to wait for. An exception from the
         # body propagates as itself rather than wrapped in an ExceptionGroup.
         tg, self._tg = self._tg, None
-        await tg.__aexit__(None, None, None)
+        try:
+            await tg.__aexit__(None, None, None)
+        finally:
+            keeper, self._keeper = self._keeper, None
+            if keeper is not None:
+                with anyio.CancelScope(shield=True):
+                    await keeper.aclose()
         return None
 
     # --- runs ---------------------------------------------------------------------------------

@@ -1,0 +1,99 @@
+"""The keeper: outlives its supervisor just long enough to take down what the supervisor started.
+
+Run as `python -I -S _keeper.py NEEDLE`, where NEEDLE is `TETHER_TREE=<marker prefix>`, with
+stdin the read end of a pipe whose only write end the supervisor holds (close-on-exec, so no
+child inherits it). Like the trampoline it imports only the standard library. It reads lines:
+
+    +PID    a child was spawned; PID leads its own session and process group
+    -PID    that child has been reaped
+    bye     the supervisor is closing normally: exit without killing anything
+
+End of input without `bye` means the supervisor died without running any more code (SIGKILL,
+a crash, the OOM killer). PR_SET_PDEATHSIG has killed its children by then, but not their
+descendants: the death signal is cleared in every fork, so a grandchild is reparented and runs
+on. The keeper SIGKILLs every process whose environment carries a tree marker minted by that
+supervisor (every child's descendants inherit it) and every process in a registered child's
+session or process group (which also catches descendants that scrubbed their environment), and
+repeats the sweep until one finds nothing, for at most `SWEEP_SECONDS`.
+"""
+
+import os
+import signal
+import sys
+import time
+
+SWEEP_SECONDS = 5.0
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
+
+
+def _targets(needle: bytes, leaders: set[int]) -> list[int]:
+    me = os.getpid()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        if pid == me:
+            continue
+        try:
+            ours = bool(leaders) and (os.getsid(pid) in leaders or os.getpgid(pid) in leaders)
+        except OSError:
+            continue
+        if not ours:
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    ours = needle in b"\0" + f.read()
+            except OSError:
+                continue
+        if ours and not _zombie(pid):
+            found.append(pid)
+    return found
+
+
+def sweep(needle: bytes, leaders: set[int], seconds: float = SWEEP_SECONDS) -> None:
+    deadline = time.monotonic() + seconds
+    delay = 0.005
+    while True:
+        found = _targets(needle, leaders)
+        if not found or time.monotonic() >= deadline:
+            return
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def main(argv: list[str]) -> None:
+    needle = b"\0" + argv[1].encode()
+    leaders: set[int] = set()
+    lines = sys.stdin.buffer
+    while True:
+        line = lines.readline()
+        if not line:
+            break
+        word = line.strip()
+        if word == b"bye":
+            return
+        try:
+            if word.startswith(b"+"):
+                leaders.add(int(word[1:]))
+            elif word.startswith(b"-"):
+                leaders.discard(int(word[1:]))
+        except ValueError:
+            continue
+    sweep(needle, leaders)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
