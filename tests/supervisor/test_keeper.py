@@ -1,0 +1,76 @@
+"""The keeper: a process per Supervisor that takes children's trees down if the supervisor's
+process dies; on a normal close it leaves, killing nothing. (Its purpose, a SIGKILLed parent,
+is tested in test_parent_death.py.)"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+
+from tether.parent.child import new_tree_marker
+from tether.parent.events import Event, RunStarted
+from tether.parent.keeper import marker_prefix
+from tether.parent.limits import DisposePolicy
+from tether.parent.supervisor import ChildConfig, Supervisor
+
+pytestmark = pytest.mark.anyio
+
+CHILDREN = Path(__file__).parent.parent / "children"
+CONFIG = ChildConfig(dispose=DisposePolicy(shutdown=0.3, eof=0.3, term=0.5, kill=1.0))
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_every_tree_marker_starts_with_the_prefix_the_keeper_looks_for() -> None:
+    assert new_tree_marker().startswith(marker_prefix())
+
+
+async def test_the_keeper_runs_while_the_supervisor_is_open_and_is_gone_after() -> None:
+    async with Supervisor(CONFIG) as sup:
+        assert sup._keeper is not None
+        pid = sup._keeper.pid
+        assert _running(pid)
+        assert psutil.Process(pid).ppid() == psutil.Process().pid
+    assert not _running(pid)
+
+
+async def test_closing_one_supervisor_leaves_another_supervisors_child_running(
+    tmp_path: Path,
+) -> None:
+    # All supervisors of a process share the tree-marker prefix; a keeper told goodbye must
+    # not sweep it.
+    started = anyio.Event()
+    pids: list[int] = []
+
+    def on_event(ev: Event) -> None:
+        if isinstance(ev, RunStarted):
+            pids.append(ev.pid)
+        if getattr(ev, "kind", None) == "started":
+            started.set()
+
+    async with Supervisor(CONFIG) as outer:
+        handle = await outer.start(
+            "wait",
+            workspace=tmp_path,
+            command=[sys.executable, "-I", str(CHILDREN / "cancellable.py"), "ignore"],
+            on_event=on_event,
+        )
+        with anyio.fail_after(20):
+            await started.wait()
+        async with Supervisor(CONFIG):
+            pass
+        await anyio.sleep(0.2)  # a sweep, had there been one, would have killed it by now
+        assert _running(pids[0])
+        assert not handle.done
+        handle.abort()
+        result = await handle.result()
+    assert result.failure is not None and result.failure.kind == "cancelled"
