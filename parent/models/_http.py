@@ -11,9 +11,11 @@ own error message, with the API key cut out wherever it appears.
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import random
 import re
+import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -65,6 +67,13 @@ CONNECT_TIMEOUT = 10.0
 
 def make_timeout(timeout: float) -> httpx.Timeout:
     return httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout))
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """One verifying context for every client (httpx's defaults: certifi, or `SSL_CERT_FILE` /
+    `SSL_CERT_DIR`); building one per turn would load the CA bundle each time."""
+    return httpx.create_ssl_context()
 
 
 def display_url(url: str) -> str:
@@ -170,10 +179,14 @@ async def post_json(
                     headers=send_headers,
                     timeout=make_timeout(request_timeout),
                 )
-            except httpx.UnsupportedProtocol as exc:
-                raise model_error(f"{provider}: cannot send to {where}: {exc}") from None
+            except httpx.UnsupportedProtocol:
+                raise model_error(f"{provider}: cannot send to {where}") from None
             except httpx.TransportError as exc:
                 last = _describe_transport_error(exc, request_timeout)
+            except (httpx.RequestError, httpx.InvalidURL) as exc:
+                raise model_error(
+                    f"{provider}: the request to {where} failed ({type(exc).__name__})"
+                ) from None
             else:
                 if response.is_success:
                     try:
@@ -197,8 +210,20 @@ async def post_json(
 
     if client is not None:
         return await attempt(client)
-    async with httpx.AsyncClient(timeout=make_timeout(request_timeout)) as own:
+    async with httpx.AsyncClient(
+        timeout=make_timeout(request_timeout), verify=_ssl_context()
+    ) as own:
         return await attempt(own)
+
+
+def check_base_url(provider: str, url: str) -> str:
+    """The base URL without a trailing slash; `ValueError` unless it is an http(s) URL."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"the {provider} base URL must be an http:// or https:// URL, not {display_url(url)!r}"
+        )
+    return url.rstrip("/")
 
 
 def split_model_spec(scheme: str, rest: str) -> tuple[str, str | None]:

@@ -25,6 +25,7 @@ import httpx
 from tether.parent.models._http import (
     DEFAULT_TIMEOUT,
     RetryPolicy,
+    check_base_url,
     model_error,
     post_json,
     split_model_spec,
@@ -72,7 +73,7 @@ class AnthropicModel:
         if not model:
             raise ValueError("the anthropic model needs a name: anthropic:MODEL")
         self.model = model
-        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self.base_url = check_base_url("anthropic", base_url or DEFAULT_BASE_URL)
         self._api_key = api_key or None
         self.timeout = timeout
         self.retry = retry or RetryPolicy()

@@ -25,6 +25,7 @@ import httpx
 from tether.parent.models._http import (
     DEFAULT_TIMEOUT,
     RetryPolicy,
+    check_base_url,
     model_error,
     post_json,
     split_model_spec,
@@ -70,7 +71,7 @@ class OpenAIModel:
         if not model:
             raise ValueError("the openai model needs a name: openai:MODEL")
         self.model = model
-        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self.base_url = check_base_url("openai", base_url or DEFAULT_BASE_URL)
         self._api_key = api_key or None
         self.timeout = timeout
         self.retry = retry or RetryPolicy()

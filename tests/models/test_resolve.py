@@ -48,6 +48,16 @@ def test_bad_model_strings_raise_value_error_at_resolve_time(spec: str) -> None:
         resolve_model(spec)
 
 
+@pytest.mark.parametrize("name", ["OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"])
+def test_a_base_url_that_is_not_http_raises_value_error_at_resolve_time(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(name, "localhost:8000/v1")
+    scheme = name.split("_")[0].lower()
+    with pytest.raises(ValueError, match="http"):
+        resolve_model(f"{scheme}:some-model")
+
+
 def test_the_scripted_path_does_not_import_httpx() -> None:
     code = (
         "import sys, tempfile, os\n"
