@@ -255,11 +255,11 @@ class Wire:
                 return self._replies.pop(i)
         return None
 
-    async def reply(self, rid: RequestId, what: str, seconds: float = REPLY_TIMEOUT) -> Reply:
+    async def reply(self, rid: RequestId, what: str, seconds: float | None = None) -> Reply:
         got: Reply = await self.wait_for(
             lambda: self.take_reply(lambda r: r.id == rid),
             f"no answer to {what}",
-            seconds,
+            REPLY_TIMEOUT if seconds is None else seconds,
         )
         return got
 
