@@ -1,7 +1,7 @@
 """Writes what it was started with to the JSON file argv[1], then answers the run.
 
-Recorded: its environment, pid, session and group ids, parent-death signal, and the text of
-/proc/self/limits.
+Recorded: its environment (as Python sees it, and raw from /proc/self/environ), pid, session
+and group ids, parent-death signal, and the text of /proc/self/limits.
 """
 
 import ctypes
@@ -24,8 +24,11 @@ def pdeathsig() -> int:
 run = _wire.wait_run()
 with open("/proc/self/limits") as f:
     limits = f.read()
+with open("/proc/self/environ", "rb") as f:
+    raw = f.read()
 report = {
     "environ": dict(os.environ),
+    "proc_environ": [item.decode("utf-8", "replace") for item in raw.split(b"\0") if item],
     "pid": os.getpid(),
     "sid": os.getsid(0),
     "pgid": os.getpgid(0),
