@@ -7,13 +7,14 @@ so tools stay independent of the agent loop and the wire.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
 import msgspec
 from msgspec import Struct, field
 
-from tether.child.workspace import Workspace
+from tether.child.workspace import BadPath, OutsideWorkspace, Workspace
 from tether.protocol.messages import Artifact, SkippedPath, ToolApproveResult
 
 
@@ -94,3 +95,25 @@ def schema_of(args_type: type[Struct]) -> dict[str, Any]:
     if name in defs and len(defs) == 1:
         return dict(defs[name])
     return schema
+
+
+def refusal(path: str, exc: Exception) -> ToolOutcome:
+    """The error result for a path a tool could not use, naming the reason."""
+    if isinstance(exc, OutsideWorkspace | BadPath):
+        return ToolOutcome(content=f"refused: {exc}", is_error=True)
+    if isinstance(exc, FileNotFoundError):
+        return ToolOutcome(content=f"{path}: does not exist ({exc.strerror})", is_error=True)
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+        return ToolOutcome(content=f"refused: {path[:80]}...: the path is too long", is_error=True)
+    if isinstance(exc, OSError):
+        return ToolOutcome(content=f"{path}: {exc.strerror or exc}", is_error=True)
+    return ToolOutcome(content=f"{path}: {exc}", is_error=True)
+
+
+PATH_ERRORS = (OutsideWorkspace, BadPath, OSError)
+"""What a file tool catches around its filesystem work and turns into `refusal(...)`."""
+
+
+def looks_binary(head: bytes) -> bool:
+    """A NUL byte in the first block: treat the file as binary (what grep and git do)."""
+    return b"\0" in head

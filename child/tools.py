@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from tether.child.tool_bash import BashTool
 from tether.child.tool_complete import CompleteTool
+from tether.child.tool_edit_file import EditFileTool
+from tether.child.tool_glob import GlobTool
+from tether.child.tool_grep import GrepTool
+from tether.child.tool_list_dir import ListDirTool
+from tether.child.tool_read_file import ReadFileTool
+from tether.child.tool_write_file import WriteFileTool
 from tether.child.toolkit import (
     Completion,
     Tool,
@@ -66,7 +73,18 @@ class ToolRegistry:
 
 def default_tools() -> ToolRegistry:
     """The runtime's full tool set."""
-    return ToolRegistry([CompleteTool()])
+    return ToolRegistry(
+        [
+            ReadFileTool(),
+            ListDirTool(),
+            GlobTool(),
+            GrepTool(),
+            WriteFileTool(),
+            EditFileTool(),
+            BashTool(),
+            CompleteTool(),
+        ]
+    )
 
 
 __all__ = [
