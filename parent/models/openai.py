@@ -24,12 +24,12 @@ import httpx
 
 from tether.parent.models._http import (
     DEFAULT_TIMEOUT,
-    RetryPolicy,
     check_base_url,
     model_error,
     post_json,
     split_model_spec,
 )
+from tether.parent.models.retry import RetryPolicy
 from tether.protocol.messages import (
     ChatMessage,
     ModelCompleteParams,

@@ -9,8 +9,8 @@ import pytest
 from model_server import ModelServer, Reply
 
 from tether.parent.models import resolve_model
-from tether.parent.models._http import RetryPolicy
 from tether.parent.models.anthropic import AnthropicModel
+from tether.parent.models.retry import RetryPolicy
 from tether.protocol import ErrorCode, RemoteError
 from tether.protocol.messages import ChatMessage, ModelCompleteParams, ToolCall, ToolSpec, Usage
 

@@ -11,8 +11,8 @@ import pytest
 from model_server import ModelServer, Reply
 
 from tether.parent.models import resolve_model
-from tether.parent.models._http import RetryPolicy
 from tether.parent.models.openai import RAW_ARGUMENTS_KEY, OpenAIModel
+from tether.parent.models.retry import RetryPolicy
 from tether.protocol import ErrorCode, RemoteError
 from tether.protocol.messages import ChatMessage, ModelCompleteParams, ToolCall, ToolSpec, Usage
 
