@@ -406,18 +406,27 @@ def init_params(version: int = PROTOCOL_VERSION) -> InitializeParams:
     )
 
 
-async def scripted_complete(params: ModelCompleteParams) -> ModelCompleteResult:
-    """The kit's model: one turn that calls `complete` with a known summary."""
-    call = ToolCall(
-        id="conformance-call-1",
-        name="complete",
-        arguments={"summary": COMPLETE_SUMMARY, "paths": []},
-    )
-    return ModelCompleteResult(
-        message=ChatMessage(role="assistant", content="Done.", tool_calls=[call]),
-        usage=Usage(input_tokens=3, output_tokens=2),
-        stop_reason="tool_use",
-    )
+def completing(
+    paths: Sequence[str] = (),
+) -> Callable[[ModelCompleteParams], Awaitable[ModelCompleteResult]]:
+    """A model of one turn that calls `complete` with a known summary and these paths."""
+
+    async def model(params: ModelCompleteParams) -> ModelCompleteResult:
+        call = ToolCall(
+            id="conformance-call-1",
+            name="complete",
+            arguments={"summary": COMPLETE_SUMMARY, "paths": list(paths)},
+        )
+        return ModelCompleteResult(
+            message=ChatMessage(role="assistant", content="Done.", tool_calls=[call]),
+            usage=Usage(input_tokens=3, output_tokens=2),
+            stop_reason="tool_use",
+        )
+
+    return model
+
+
+scripted_complete = completing()
 
 
 async def never_complete(params: ModelCompleteParams) -> ModelCompleteResult:
@@ -631,6 +640,45 @@ async def check_run(w: Wire) -> None:
         raise CheckFailed(f"agent/event seq does not increase: {seqs[:20]}")
 
 
+ARTIFACT_TEXT = b"written by the conformance kit\n"
+
+
+def _artifact_workspace(tmp: str) -> str:
+    """`tmp/workspace` holding `conformance.txt` and `sub/`, next to `tmp/outside.txt`."""
+    ws = os.path.join(tmp, "workspace")
+    os.makedirs(os.path.join(ws, "sub"))
+    with open(os.path.join(ws, "conformance.txt"), "wb") as f:
+        f.write(ARTIFACT_TEXT)
+    with open(os.path.join(tmp, "outside.txt"), "wb") as f:
+        f.write(b"outside the workspace\n")
+    return ws
+
+
+async def check_artifacts(w: Wire) -> None:
+    paths = ["conformance.txt", "sub", "missing.txt", "../outside.txt"]
+    w.model = completing(paths)
+    await initialize(w)
+    with tempfile.TemporaryDirectory(prefix="tether-conformance-") as tmp:
+        ws = _artifact_workspace(tmp)
+        rid = await w.request("agent/run", run_params("conformance-artifacts-1", ws))
+        reply = await w.reply(rid, f"agent/run (complete with paths {paths})", RUN_TIMEOUT)
+    result: RunResult = w.typed_result("agent/run", reply)
+    if not result.success:
+        raise CheckFailed(f"the run failed ({result.message!r}) instead of completing")
+    got = sorted((a.path, a.fs_type) for a in result.artifacts)
+    want = [("conformance.txt", "file"), ("sub", "directory")]
+    if got != want:
+        raise CheckFailed(
+            f"complete({paths}) gave artifacts {got}, not {want} (paths relative to the workspace)"
+        )
+    size = next(a.size for a in result.artifacts if a.fs_type == "file")
+    if size != len(ARTIFACT_TEXT):
+        raise CheckFailed(f"the artifact's size is {size}, not {len(ARTIFACT_TEXT)}")
+    skipped = sorted(s.path for s in result.skipped)
+    if skipped != sorted(paths[2:]):
+        raise CheckFailed(f"complete({paths}) skipped {skipped}, not {sorted(paths[2:])}")
+
+
 async def check_cancel(w: Wire) -> None:
     w.model = never_complete
     await initialize(w)
@@ -750,6 +798,11 @@ CHECKS: tuple[Check, ...] = (
         "notifications, known or not, get no reply",
     ),
     Check("run", check_run, "agent/run brokers model/complete and streams ordered events"),
+    Check(
+        "artifacts",
+        check_artifacts,
+        "complete's paths become artifacts (relative to the workspace) or skipped ones",
+    ),
     Check("cancel", check_cancel, "agent/cancel makes the pending run answer aborted"),
     Check("byte-cap", check_byte_cap, "a line over maxMessageBytes gets MESSAGE_TOO_LARGE"),
     Check("shutdown-exit", check_shutdown_exit, "shutdown answers null, exit ends with status 0"),

@@ -92,7 +92,7 @@ def finish(run_id: str, result: dict[str, Any]) -> None:
 def start_run(rid: Any, params: dict[str, Any]) -> None:
     global next_id
     run_id = params["runId"]
-    runs[run_id] = {"rid": rid, "seq": 0, "ask": None}
+    runs[run_id] = {"rid": rid, "seq": 0, "ask": None, "ws": params.get("workspace", ".")}
     event(run_id, "started", {})
     event(run_id, "step", {"iteration": 1})
     next_id += 1
@@ -115,10 +115,28 @@ def model_answered(msg: dict[str, Any]) -> None:
     for call in calls:
         event(run_id, "tool_call", {"name": call["name"]})
         if call["name"] == "complete":
-            summary = call.get("arguments", {}).get("summary", "")
-            finish(run_id, run_result(run_id, "completed", summary, "the agent called complete"))
+            args = call.get("arguments", {})
+            result = run_result(run_id, "completed", args.get("summary", ""), "complete")
+            result["artifacts"], result["skipped"] = describe(runs[run_id]["ws"], args)
+            finish(run_id, result)
             return
     finish(run_id, run_result(run_id, "error", message="the model did not call complete"))
+
+
+def describe(workspace: str, args: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    root = os.path.realpath(workspace)
+    artifacts, skipped = [], []
+    for path in args.get("paths", []):
+        real = os.path.realpath(os.path.join(root, path))
+        if real != root and not real.startswith(root + os.sep):
+            skipped.append({"path": path, "reason": "outside the workspace"})
+        elif not os.path.exists(real):
+            skipped.append({"path": path, "reason": "does not exist"})
+        else:
+            kind = "directory" if os.path.isdir(real) else "file"
+            rel = os.path.relpath(real, root)
+            artifacts.append({"path": rel, "size": os.path.getsize(real), "fsType": kind})
+    return artifacts, skipped
 
 
 def cancel(run_id: str) -> None:
