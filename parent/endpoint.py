@@ -87,6 +87,10 @@ class Endpoint:
         self._pending: dict[int, _Slot] = {}
         self._closed: StreamEnd | None = None
         self.last_message_at = time.monotonic()
+        """When the peer last sent a message."""
+        self._last_activity_at = self.last_message_at
+        self._serving = 0
+        """Requests from the peer this side is still answering."""
         self.ended = anyio.Event()
         self.dropped_notifications = 0
 
@@ -135,7 +139,7 @@ class Endpoint:
                         return self._finish(StreamEnd("output ended mid-message", truncated=True))
                     return self._finish(StreamEnd("output closed"))
                 for msg in self._decoder.feed(data):
-                    self.last_message_at = time.monotonic()
+                    self.last_message_at = self._last_activity_at = time.monotonic()
                     end = self._route(msg, tg)
                     if end is not None:
                         return self._finish(end)
@@ -188,7 +192,23 @@ class Endpoint:
             return StreamEnd("oversize", oversize=msg.message)
         return StreamEnd("wrong framing", fault=msg.message)
 
+    def quiet_for(self) -> float:
+        """Seconds the peer has been silent with nothing to wait for: 0 while this side is
+        still answering one of its requests (a peer waiting for a slow model turn is not idle),
+        counted again from the moment that answer is sent."""
+        if self._serving:
+            return 0.0
+        return time.monotonic() - self._last_activity_at
+
     async def _answer(self, req: Request) -> None:
+        self._serving += 1
+        try:
+            await self._answer_one(req)
+        finally:
+            self._serving -= 1
+            self._last_activity_at = time.monotonic()
+
+    async def _answer_one(self, req: Request) -> None:
         spec = METHODS.get(req.method)
         if spec is None or spec.kind != "request" or spec.direction != "child_to_parent":
             line = encode_error(req.id, ErrorCode.METHOD_NOT_FOUND, f"no method {req.method!r}")

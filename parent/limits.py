@@ -59,7 +59,8 @@ class Limits:
     wall: float | str | None = None
     """Seconds for the whole run, spawn to result (`timeout`)."""
     idle: float | str | None = None
-    """Seconds of silence on the wire while a run is going (`unresponsive`)."""
+    """Seconds of silence from the child while a run is going (`unresponsive`); time the parent
+    spends answering the child's own requests (a model turn) does not count."""
     memory: int | str | None = None
     """Bytes of memory (`oom`)."""
     cpu: float | str | None = None

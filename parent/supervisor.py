@@ -11,8 +11,10 @@ record and classified once the child is gone.
 
 Three clocks can end a run early, each recorded before the child is taken down: the handshake
 timeout, the wall deadline (`timeout`) and the idle watchdog (`unresponsive`, any message from
-the child re-arms it; children send heartbeats while they think). `cancel()` asks the child to
-abort (`agent/cancel`) and gives it a grace to answer `aborted` itself before cutting the run.
+the child re-arms it; children send heartbeats while they think). The idle clock stands still
+while the parent is still answering one of the child's requests (a slow model turn is not the
+child's silence) and the answer re-arms it. `cancel()` asks the child to abort
+(`agent/cancel`) and gives it a grace to answer `aborted` itself before cutting the run.
 If the caller of `run()` is cancelled, the child is disposed (shielded) before the cancellation
 propagates. Leaving the supervisor disposes every child still running, and at interpreter exit
 any child still registered gets its tree SIGKILLed. If the supervisor's process dies without
@@ -301,7 +303,7 @@ class RunHandle:
 
     async def _watch_idle(self, child: LiveChild, idle: float) -> None:
         while True:
-            quiet = time.monotonic() - child.endpoint.last_message_at
+            quiet = child.endpoint.quiet_for()
             if quiet >= idle:
                 child.observed.idle = idle
                 if self._drive_scope is not None:

@@ -23,7 +23,12 @@ import pytest
 from tether.parent.events import Event, RunStarted
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
-from tether.protocol.messages import ModelCompleteParams, ModelCompleteResult, RunResult
+from tether.protocol.messages import (
+    ChatMessage,
+    ModelCompleteParams,
+    ModelCompleteResult,
+    RunResult,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -269,6 +274,29 @@ async def test_a_child_silent_past_the_idle_limit_is_unresponsive(tmp_path: Path
     assert result.failure.limit == "idle=0.5s"
     assert "thinking very quietly" in result.failure.stderr_tail
     assert 0.5 <= elapsed < STARTUP + 0.5 + LADDER
+
+
+class SlowModel:
+    """A model provider that takes its time over one turn."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+        await anyio.sleep(self.seconds)
+        return ModelCompleteResult(message=ChatMessage(role="assistant", content="slow but sure"))
+
+
+async def test_a_slow_model_turn_in_the_parent_does_not_count_as_the_childs_silence(
+    tmp_path: Path,
+) -> None:
+    # The child waits in silence for the parent's answer: it is the parent that is slow.
+    result, _ = await run_child(
+        tmp_path, child("asks_model.py"), model=SlowModel(1.5), limits=Limits(idle=0.5)
+    )
+
+    assert result.success is True, result
+    assert result.summary == "slow but sure"
 
 
 # --- stderr -----------------------------------------------------------------------------------
