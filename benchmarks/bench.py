@@ -1,0 +1,966 @@
+"""tether's benchmarks: speed and memory, each figure next to a floor measured in the same run.
+
+`scripts/bench` runs `python -m benchmarks.bench` and writes docs/performance.md. `--quick`
+runs every figure with tiny sample counts (for the smoke test); `--out` picks the report path;
+`--json` also writes the raw samples.
+
+The machine is shared and noisy, so a tether figure and its floor are measured interleaved:
+the figures of one group (say every ping-pong) keep their peers alive and take turns, one
+block of samples each per round, so a burst of outside load lands on all of them alike. Times
+are `time.perf_counter_ns`, except the crash figure, which spans two processes and uses
+CLOCK_MONOTONIC (`time.monotonic_ns`, system-wide on Linux) on both sides.
+
+Everything runs in one anyio (asyncio backend) event loop; the blocking floors simply block it
+while they run, which is harmless because nothing else is waiting for it then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import psutil
+
+from benchmarks.report import Figure, Results, render
+from tether.parent.child import LiveChild
+from tether.parent.env import build_child_env
+from tether.parent.events import ChildEvent, Event
+from tether.parent.limits import DisposePolicy
+from tether.parent.models.scripted import ScriptedModel
+from tether.parent.process import SpawnSpec
+from tether.parent.supervisor import DEFAULT_COMMAND, Supervisor
+from tether.protocol import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Decoder,
+    Notification,
+    RemoteError,
+    decode_params,
+    encode_notification,
+)
+from tether.protocol.messages import (
+    PROTOCOL_VERSION,
+    AgentEventParams,
+    ChatMessage,
+    Empty,
+    InitializeParams,
+    ModelCompleteParams,
+    ModelCompleteResult,
+    PeerInfo,
+    Usage,
+)
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CHILDREN = HERE / "children"
+PY = sys.executable
+TETHER_CHILD = list(DEFAULT_COMMAND)
+MIB = 1 << 20
+STUBBORN_POLICY = DisposePolicy(shutdown=0.1, eof=0.1, term=0.1, kill=2.0)
+STUBBORN_GRACE = STUBBORN_POLICY.shutdown + STUBBORN_POLICY.eof + STUBBORN_POLICY.term
+ONE_TURN = (
+    b'[{"text": "done", "toolCalls": [{"name": "complete",'
+    b' "arguments": {"summary": "ok", "paths": []}}]}]'
+)
+PIPE = subprocess.PIPE
+
+
+def child_script(name: str, *args: object) -> list[str]:
+    return [PY, "-I", str(CHILDREN / name), *map(str, args)]
+
+
+@dataclass(frozen=True)
+class Plan:
+    quick: bool = False
+    spawns: int = 20
+    """Rounds of the spawn group (one sample of each spawn figure per round)."""
+    rounds: int = 10
+    """Rounds of the ping group; each round takes `round_trips / rounds` samples per figure."""
+    round_trips: int = 3000
+    transfers: int = 30
+    model_calls: int = 2000
+    events: int = 200_000
+    flood_runs: int = 5
+    stubborn: int = 5
+    crashes: int = 15
+    whole_runs: int = 10
+    swarm_children: int = 32
+    swarm_runs: int = 3
+    rss: int = 3
+
+    @classmethod
+    def make(cls, quick: bool) -> Plan:
+        if not quick:
+            return cls()
+        return cls(
+            quick=True,
+            spawns=2,
+            rounds=2,
+            round_trips=60,
+            transfers=2,
+            model_calls=40,
+            events=2000,
+            flood_runs=2,
+            stubborn=2,
+            crashes=2,
+            whole_runs=2,
+            swarm_children=4,
+            swarm_runs=1,
+            rss=2,
+        )
+
+
+class Samples(defaultdict[str, list[float]]):
+    def __init__(self) -> None:
+        super().__init__(list)
+
+
+def ms(ns: float) -> float:
+    return ns / 1e6
+
+
+def us(ns: float) -> float:
+    return ns / 1e3
+
+
+def mb_per_s(nbytes: int, ns: float) -> float:
+    return nbytes / 1e6 / (ns / 1e9)
+
+
+# --- peers: floors ------------------------------------------------------------------------------
+
+
+def _readline(fd: int) -> bytes:
+    buf = b""
+    while not buf.endswith(b"\n"):
+        data = os.read(fd, 65536)
+        if not data:
+            raise RuntimeError("a floor child closed its stdout")
+        buf += data
+    return buf
+
+
+def _ping_line(i: int) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": i, "method": "ping", "params": {}}).encode() + b"\n"
+
+
+@contextlib.contextmanager
+def popen(argv: Sequence[str]) -> Iterator[subprocess.Popen[bytes]]:
+    """A plain child with pipes on stdin/stdout; on the way out, EOF and wait."""
+    proc = subprocess.Popen(argv, stdin=PIPE, stdout=PIPE)
+    try:
+        yield proc
+    finally:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+
+def _fds(proc: subprocess.Popen[bytes]) -> tuple[int, int]:
+    assert proc.stdin is not None and proc.stdout is not None
+    return proc.stdin.fileno(), proc.stdout.fileno()
+
+
+@contextlib.asynccontextmanager
+async def aio_popen(argv: Sequence[str]) -> AsyncIterator[asyncio.subprocess.Process]:
+    """The same, with asyncio subprocess streams."""
+    proc = await asyncio.create_subprocess_exec(*argv, stdin=PIPE, stdout=PIPE, limit=1 << 20)
+    try:
+        yield proc
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        with anyio.move_on_after(10):
+            await proc.wait()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def aio_pingpong(proc: asyncio.subprocess.Process, ids: range) -> list[float]:
+    assert proc.stdin is not None and proc.stdout is not None
+    times = []
+    for i in ids:
+        t0 = time.perf_counter_ns()
+        proc.stdin.write(_ping_line(i))
+        await proc.stdin.drain()
+        json.loads(await proc.stdout.readline())
+        times.append(us(time.perf_counter_ns() - t0))
+    return times
+
+
+def blocking_pingpong(proc: subprocess.Popen[bytes], ids: range) -> list[float]:
+    w, r = _fds(proc)
+    times = []
+    for i in ids:
+        t0 = time.perf_counter_ns()
+        os.write(w, _ping_line(i))
+        json.loads(_readline(r))
+        times.append(us(time.perf_counter_ns() - t0))
+    return times
+
+
+def _memory(pid: int) -> tuple[float, float]:
+    info = psutil.Process(pid).memory_full_info()
+    return info.rss / MIB, info.uss / MIB
+
+
+# --- peers: tether ------------------------------------------------------------------------------
+
+
+async def _no_requests(method: str, params: Any) -> Any:
+    raise RemoteError(-32601, f"the benchmark parent does not serve {method}")
+
+
+def _ignore(method: str, params: Any) -> None:
+    pass
+
+
+def _init_params() -> InitializeParams:
+    return InitializeParams(protocol_version=PROTOCOL_VERSION, client_info=PeerInfo(name="bench"))
+
+
+@contextlib.asynccontextmanager
+async def tethered(
+    argv: Sequence[str], *, policy: DisposePolicy | None = None
+) -> AsyncIterator[LiveChild]:
+    """A live child driven the way `Supervisor` drives one: `LiveChild.open`, the stdout reader
+    and the stderr drain in a task group, and `dispose()` on the way out."""
+    child = LiveChild.open(
+        SpawnSpec(list(argv), build_child_env(os.environ)),
+        on_request=_no_requests,
+        on_notification=_ignore,
+        max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES,
+        ring_bytes=64 * 1024,
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(child.read_stdout, tg)
+        tg.start_soon(child.drain_stderr)
+        try:
+            yield child
+        finally:
+            await child.dispose(policy or DisposePolicy(), polite=True)
+            tg.cancel_scope.cancel()
+
+
+async def tether_pings(child: LiveChild, n: int, params: Any = None) -> list[float]:
+    params = Empty() if params is None else params
+    times: list[float] = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        await child.request("ping", params)
+        times.append(time.perf_counter_ns() - t0)
+    return times
+
+
+class FixedModel:
+    """A model provider that answers every turn at once with the same short message."""
+
+    def __init__(self) -> None:
+        self.answer = ModelCompleteResult(
+            message=ChatMessage(role="assistant", content="hi"), usage=Usage(1, 1)
+        )
+
+    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+        return self.answer
+
+
+# --- group: spawn, ready, exit, dispose ---------------------------------------------------------
+
+
+def floor_spawn_round(s: Samples) -> None:
+    """One sample of each spawn floor (blocking: the event loop has nothing else to do)."""
+    t0 = time.perf_counter_ns()
+    subprocess.Popen([PY, "-I", "-c", "pass"]).wait()
+    s["floor.spawn_exit"].append(ms(time.perf_counter_ns() - t0))
+
+    t0 = time.perf_counter_ns()
+    with popen(child_script("floor_bare.py")) as proc:
+        _readline(_fds(proc)[1])
+        s["floor.spawn_line"].append(ms(time.perf_counter_ns() - t0))
+        time.sleep(0.02)
+        assert proc.stdin is not None
+        t1 = time.perf_counter_ns()
+        proc.stdin.close()
+        proc.wait()
+        s["floor.eof_exit"].append(ms(time.perf_counter_ns() - t1))
+
+
+async def spawn_group(res: Results, p: Plan) -> None:
+    s = Samples()
+    for rnd in range(p.spawns + 1):  # round 0 warms the page cache and is dropped
+        floor_spawn_round(s)
+        for key, argv in (
+            ("tether", TETHER_CHILD),
+            ("context.minimal", child_script("proto.py", "serve")),
+        ):
+            t0 = time.perf_counter_ns()
+            async with tethered(argv) as child:
+                await child.request("initialize", _init_params())
+                s[f"{key}.spawn_ready"].append(ms(time.perf_counter_ns() - t0))
+                await anyio.sleep(0.02)
+                t1 = time.perf_counter_ns()
+                report = await child.dispose(DisposePolicy(), polite=True)
+                s[f"{key}.dispose_polite"].append(ms(time.perf_counter_ns() - t1))
+                s[f"{key}.rung"].append(float(report.rung == "shutdown"))
+        if rnd == 0:
+            s.clear()
+
+    res.add(
+        Figure(
+            "floor.spawn_exit",
+            "`python -I -c pass`, spawn to exit",
+            "ms",
+            s["floor.spawn_exit"],
+            "from just before `subprocess.Popen` to `wait()` returning",
+        )
+    )
+    res.add(
+        Figure(
+            "floor.spawn_line",
+            "bare `python -I` child, spawn to its first line",
+            "ms",
+            s["floor.spawn_line"],
+            "`benchmarks/children/floor_bare.py`: from just before `subprocess.Popen` to its "
+            "first stdout line read by the parent",
+        )
+    )
+    res.add(
+        Figure(
+            "floor.eof_exit",
+            "bare `python -I` child, exit on stdin EOF",
+            "ms",
+            s["floor.eof_exit"],
+            "the same child, blocked in `sys.stdin.buffer.read()` for 20 ms; from closing its "
+            "stdin to `wait()` returning (interpreter shutdown included)",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.spawn_ready",
+            "cold spawn → ready (`initialize` answered)",
+            "ms",
+            s["tether.spawn_ready"],
+            "from just before `LiveChild.open` (the trampoline, then `python -I -m "
+            "tether.child`) to the typed `initialize` result in the parent; `LiveChild` is "
+            "driven the way `Supervisor` drives it",
+            floor="floor.spawn_line",
+        )
+    )
+    polite = s["tether.rung"]
+    res.add(
+        Figure(
+            "tether.dispose_polite",
+            "dispose of a polite tether child",
+            "ms",
+            s["tether.dispose_polite"],
+            "the child of the cold-spawn figure, initialized and idle for 20 ms; "
+            "`LiveChild.dispose(polite=True)` from the call to its return (`shutdown` answered, "
+            "`exit`, stdin closed, exit seen on the pidfd, tree sweep, reap, stderr settled, "
+            "pipes closed)",
+            floor="floor.eof_exit",
+            note=f"{sum(polite):.0f} of {len(polite)} ended at the `shutdown` rung",
+        )
+    )
+    res.add(
+        Figure(
+            "context.spawn_ready_minimal",
+            "cold spawn → ready, minimal protocol child",
+            "ms",
+            s["context.minimal.spawn_ready"],
+            "as the tether cold spawn, with `benchmarks/children/proto.py` (stdlib, "
+            "tether.protocol and msgspec, blocking I/O) in place of `python -I -m tether.child`: "
+            "what the trampoline, spawn and handshake cost without the child runtime's imports",
+            floor="floor.spawn_line",
+        )
+    )
+    res.add(
+        Figure(
+            "context.dispose_minimal",
+            "dispose of the minimal protocol child",
+            "ms",
+            s["context.minimal.dispose_polite"],
+            "as the polite dispose, with the minimal child (answers `shutdown`, exits on `exit` "
+            "with `os._exit`)",
+            floor="floor.eof_exit",
+        )
+    )
+
+
+# --- group: small round trips -------------------------------------------------------------------
+
+
+async def ping_group(res: Results, p: Plan, workspace: str) -> None:
+    s = Samples()
+    per = max(1, p.round_trips // p.rounds)
+    model_per = max(1, p.model_calls // p.rounds)
+    warm = max(5, per // 10)
+    init = {"protocolVersion": 1, "clientInfo": {"name": "floor"}}
+    hello = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}
+    async with contextlib.AsyncExitStack() as stack:
+        blocking = stack.enter_context(popen(child_script("floor_echo_blocking.py")))
+        aio = await stack.enter_async_context(aio_popen(child_script("floor_echo_asyncio.py")))
+        aio_tether = await stack.enter_async_context(aio_popen(TETHER_CHILD))
+        tether = await stack.enter_async_context(tethered(TETHER_CHILD))
+        minimal = await stack.enter_async_context(tethered(child_script("proto.py", "serve")))
+        _readline(_fds(blocking)[1])
+        assert aio.stdout is not None
+        assert aio_tether.stdin is not None and aio_tether.stdout is not None
+        await aio.stdout.readline()
+        aio_tether.stdin.write(json.dumps(hello).encode() + b"\n")
+        await aio_tether.stdout.readline()
+        await tether.request("initialize", _init_params())
+        await minimal.request("initialize", _init_params())
+        for rnd in range(p.rounds + 1):  # round 0 warms every peer up and is dropped
+            n = warm if rnd == 0 else per
+            got = {
+                "floor.pingpong_blocking": blocking_pingpong(blocking, range(n)),
+                "floor.pingpong_asyncio": await aio_pingpong(aio, range(n)),
+                "tether.ping": [us(x) for x in await tether_pings(tether, n)],
+                "context.ping_parent_side": [us(x) for x in await tether_pings(minimal, n)],
+                "context.ping_child_side": await aio_pingpong(
+                    aio_tether, range(rnd * per + 1, rnd * per + 1 + n)
+                ),
+            }
+            async with Supervisor() as sup:
+                result = await sup.run(
+                    "bench",
+                    model=FixedModel(),
+                    workspace=workspace,
+                    command=child_script("proto.py", "model", warm + model_per),
+                )
+            assert result.success, result.message
+            got["tether.model_complete"] = [us(x) for x in json.loads(result.summary)[warm:]]
+            if rnd > 0:
+                for key, values in got.items():
+                    s[key].extend(values)
+
+    res.add(
+        Figure(
+            "floor.pingpong_blocking",
+            "ping-pong, blocking os.read/os.write both ends",
+            "µs",
+            s["floor.pingpong_blocking"],
+            "one small JSON-RPC-shaped line each way (stdlib `json` at both ends, "
+            "`benchmarks/children/floor_echo_blocking.py`); from before encoding the request to "
+            "after decoding the reply",
+        )
+    )
+    res.add(
+        Figure(
+            "floor.pingpong_asyncio",
+            "ping-pong, asyncio streams both ends",
+            "µs",
+            s["floor.pingpong_asyncio"],
+            "as the blocking ping-pong, with asyncio subprocess streams in the parent and "
+            "asyncio pipe streams in the child (`readline`, `write` + `drain`; "
+            "`floor_echo_asyncio.py`)",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.ping",
+            "`ping` round trip, parent → tether child",
+            "µs",
+            s["tether.ping"],
+            "`LiveChild.request('ping')` on one live, initialized `python -I -m tether.child`: "
+            "from the call to its typed result",
+            floor="floor.pingpong_asyncio",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.model_complete",
+            "`model/complete` round trip, child → parent",
+            "µs",
+            s["tether.model_complete"],
+            "timed inside `benchmarks/children/proto.py` (blocking I/O, tether.protocol codec) "
+            "from before encoding the request to after decoding the reply; the parent side is "
+            "the real `Supervisor.run` (endpoint, a task per request, `_on_request`, a model "
+            "provider that answers at once); one run per round",
+            floor="floor.pingpong_asyncio",
+        )
+    )
+    res.add(
+        Figure(
+            "context.ping_parent_side",
+            "`ping`, tether parent → minimal blocking child (the parent's share)",
+            "µs",
+            s["context.ping_parent_side"],
+            "`LiveChild.request('ping')` as in the tether figure, answered by "
+            "`benchmarks/children/proto.py` (blocking os.read/os.write, tether.protocol codec)",
+            floor="floor.pingpong_asyncio",
+        )
+    )
+    res.add(
+        Figure(
+            "context.ping_child_side",
+            "`ping`, bare asyncio parent → tether child (the child's share)",
+            "µs",
+            s["context.ping_child_side"],
+            "the asyncio floor's parent (stdlib `json`, asyncio streams, no trampoline) "
+            "driving `python -I -m tether.child` after a hand-written `initialize`",
+            floor="floor.pingpong_asyncio",
+        )
+    )
+
+
+# --- group: 1 MiB messages ----------------------------------------------------------------------
+
+
+def raw_transfer(proc: subprocess.Popen[bytes], mode: str, blob: bytes) -> float:
+    w, r = _fds(proc)
+    t0 = time.perf_counter_ns()
+    if mode == "p2c":
+        view = memoryview(blob)
+        while view:
+            view = view[os.write(w, view) :]
+        os.read(r, 1)
+    else:
+        os.write(w, b"g")
+        got = 0
+        while got < len(blob):
+            got += len(os.read(r, MIB))
+    return mb_per_s(len(blob), time.perf_counter_ns() - t0)
+
+
+async def transfer_group(res: Results, p: Plan) -> None:
+    s = Samples()
+    blob = b"x" * MIB
+    pad = {"pad": "x" * MIB}
+    async with contextlib.AsyncExitStack() as stack:
+        raw = {
+            mode: stack.enter_context(popen(child_script("floor_pipe.py", mode, MIB)))
+            for mode in ("p2c", "c2p")
+        }
+        p2c = await stack.enter_async_context(tethered(TETHER_CHILD))
+        c2p = await stack.enter_async_context(tethered(child_script("proto.py", "bigpong", MIB)))
+        for proc in raw.values():
+            _readline(_fds(proc)[1])
+        await p2c.request("initialize", _init_params())
+        await c2p.request("initialize", _init_params())
+        for rnd in range(p.transfers + 2):  # two warm-up rounds, dropped
+            got = {
+                "floor.transfer_p2c": raw_transfer(raw["p2c"], "p2c", blob),
+                "floor.transfer_c2p": raw_transfer(raw["c2p"], "c2p", blob),
+                "tether.transfer_p2c": mb_per_s(MIB, (await tether_pings(p2c, 1, pad))[0]),
+                "tether.transfer_c2p": mb_per_s(MIB, (await tether_pings(c2p, 1))[0]),
+            }
+            if rnd >= 2:
+                for key, value in got.items():
+                    s[key].append(value)
+    res.add(
+        Figure(
+            "floor.transfer_p2c",
+            "raw 1 MiB over a pipe, parent → child",
+            "MB/s",
+            s["floor.transfer_p2c"],
+            "blocking os.write of 1 MiB (`floor_pipe.py p2c`), the child reads all of it and "
+            "writes one byte back; from the first write to that byte read; MB/s = 2^20 bytes / "
+            "that time",
+        )
+    )
+    res.add(
+        Figure(
+            "floor.transfer_c2p",
+            "raw 1 MiB over a pipe, child → parent",
+            "MB/s",
+            s["floor.transfer_c2p"],
+            "the parent writes one byte, the child answers with 1 MiB in blocking os.write "
+            "calls (`floor_pipe.py c2p`); from that byte written to the last byte of the MiB "
+            "read",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.transfer_p2c",
+            "1 MiB message, parent → tether child",
+            "MB/s",
+            s["tether.transfer_p2c"],
+            "a `ping` whose params carry a 1 MiB `pad` string, to `python -I -m tether.child` "
+            "(it frames and decodes the whole line; the typed decode skips the unknown member); "
+            "from the request call to its typed `{}` result",
+            floor="floor.transfer_p2c",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.transfer_c2p",
+            "1 MiB message, child → parent",
+            "MB/s",
+            s["tether.transfer_c2p"],
+            "a `ping` that `proto.py bigpong` answers with a 1 MiB `pad` member; from the "
+            "request call to the typed result (the parent's reader, framer, envelope decode "
+            "and typed decode of a 1 MiB line)",
+            floor="floor.transfer_c2p",
+        )
+    )
+
+
+# --- group: agent/event flood -------------------------------------------------------------------
+
+
+async def aio_flood(n: int) -> float:
+    async with aio_popen(child_script("proto.py", "flood", n)) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        init = {"protocolVersion": 1, "clientInfo": {"name": "floor"}}
+        run = {"runId": "floor", "prompt": "flood"}
+        for i, (method, params) in enumerate((("initialize", init), ("agent/run", run)), 1):
+            msg = {"jsonrpc": "2.0", "id": i, "method": method, "params": params}
+            proc.stdin.write(json.dumps(msg).encode() + b"\n")
+        await proc.stdin.drain()
+        json.loads(await proc.stdout.readline())
+        count, first, last = 0, 0, 0
+        while True:
+            msg = json.loads(await proc.stdout.readline())
+            if msg.get("method") == "agent/event":
+                count += 1
+                last = time.perf_counter_ns()
+                if count == 1:
+                    first = last
+            elif msg.get("id") == 2:
+                return (count - 1) / ((last - first) / 1e9)
+
+
+async def tether_flood(n: int, workspace: str) -> float:
+    seen = {"count": 0, "first": 0, "last": 0}
+
+    def on_event(ev: Event) -> None:
+        if isinstance(ev, ChildEvent):
+            now = time.perf_counter_ns()
+            seen["count"] += 1
+            if seen["count"] == 1:
+                seen["first"] = now
+            seen["last"] = now
+
+    async with Supervisor() as sup:
+        result = await sup.run(
+            "bench",
+            workspace=workspace,
+            command=child_script("proto.py", "flood", n),
+            on_event=on_event,
+        )
+    assert result.success and seen["count"] == n, (result.message, seen)
+    return (seen["count"] - 1) / ((seen["last"] - seen["first"]) / 1e9)
+
+
+def codec_events(lines: bytes) -> float:
+    dec = Decoder()
+    count = 0
+    t0 = time.perf_counter_ns()
+    for i in range(0, len(lines), 65536):
+        for msg in dec.feed(lines[i : i + 65536]):
+            assert isinstance(msg, Notification)
+            decode_params(msg.method, msg.params)
+            count += 1
+    return count / ((time.perf_counter_ns() - t0) / 1e9)
+
+
+async def flood_group(res: Results, p: Plan, workspace: str) -> None:
+    s = Samples()
+    lines = b"".join(
+        encode_notification(
+            "agent/event", AgentEventParams(run_id="r", seq=i, kind="text", data={"text": "tick"})
+        )
+        for i in range(p.events)
+    )
+    for _ in range(p.flood_runs):
+        s["floor"].append(await aio_flood(p.events))
+        s["tether"].append(await tether_flood(p.events, workspace))
+        s["codec"].append(codec_events(lines))
+    how = "(count - 1) / (time of the last - time of the first)"
+    res.add(
+        Figure(
+            "floor.flood_asyncio",
+            "agent/event flood read by a bare asyncio reader",
+            "events/s",
+            s["floor"],
+            f"`proto.py flood` writes {p.events:,} `agent/event` lines; the parent reads them "
+            f"with asyncio `readline` + stdlib `json.loads`; {how}",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.events",
+            "`agent/event` throughput from one child",
+            "events/s",
+            s["tether"],
+            f"`proto.py flood` writes {p.events:,} small `agent/event` notifications (encoded up "
+            "front, written in 64 KiB blocks); the parent counts them in the "
+            f"`Supervisor.run(on_event=...)` callback; {how}",
+            floor="floor.flood_asyncio",
+        )
+    )
+    res.add(
+        Figure(
+            "context.codec_events",
+            "tether.protocol decode of `agent/event` lines, in-process",
+            "events/s",
+            s["codec"],
+            "the same lines, fed in 64 KiB chunks to `Decoder.feed` + `decode_params` with no "
+            "pipe and no event loop: the ceiling of the parent's reader",
+            floor="tether.events",
+        )
+    )
+
+
+# --- absolute figures: stubborn dispose, crash, whole runs --------------------------------------
+
+
+async def stubborn_and_crash(res: Results, p: Plan, workspace: str) -> None:
+    overshoot, rungs = [], []
+    for _ in range(p.stubborn):
+        async with tethered(child_script("proto.py", "stubborn"), policy=STUBBORN_POLICY) as child:
+            await child.request("initialize", _init_params())
+            t0 = time.perf_counter_ns()
+            report = await child.dispose(STUBBORN_POLICY, polite=True)
+            overshoot.append(ms(time.perf_counter_ns() - t0) - STUBBORN_GRACE * 1e3)
+            rungs.append(report.rung)
+    res.add(
+        Figure(
+            "tether.dispose_stubborn",
+            "dispose of a child that ignores SIGTERM and EOF: overshoot past its grace",
+            "ms",
+            overshoot,
+            "`proto.py stubborn` answers `initialize`, then ignores everything, stdin EOF and "
+            f"SIGTERM included; its grace is shutdown {STUBBORN_POLICY.shutdown} s + eof "
+            f"{STUBBORN_POLICY.eof} s + term {STUBBORN_POLICY.term} s = {STUBBORN_GRACE:.1f} s "
+            "before SIGKILL; the figure is the time from the `dispose()` call to its return, "
+            "minus that grace",
+            note="rungs reached: " + ", ".join(sorted(set(rungs))),
+        )
+    )
+    times, kinds = [], []
+    for _ in range(p.crashes):
+        async with Supervisor() as sup:
+            handle = await sup.start(
+                "bench", workspace=workspace, command=child_script("proto.py", "crash")
+            )
+            result = await handle.result()
+            t1 = time.monotonic_ns()
+        assert result.failure is not None, result
+        kinds.append(result.failure.kind)
+        died = next(
+            int(line.split()[1])
+            for line in result.failure.stderr_tail.splitlines()
+            if line.startswith("crash-at ")
+        )
+        times.append(ms(t1 - died))
+    res.add(
+        Figure(
+            "tether.crash_result",
+            "crash (SIGSEGV) → RunResult in the parent",
+            "ms",
+            times,
+            "`proto.py crash` writes `time.monotonic_ns()` to stderr and SIGSEGVs itself while "
+            "its `agent/run` is pending; to `time.monotonic_ns()` just after `await "
+            "handle.result()` returns in the parent (CLOCK_MONOTONIC is system-wide)",
+            note="failure kinds: " + ", ".join(sorted(set(kinds))),
+        )
+    )
+    model = ScriptedModel.from_json(ONE_TURN)
+    whole = []
+    async with Supervisor() as sup:
+        for _ in range(p.whole_runs):
+            t0 = time.perf_counter_ns()
+            result = await sup.run("bench", model=model, workspace=workspace)
+            whole.append(ms(time.perf_counter_ns() - t0))
+            assert result.success, result.message
+    res.add(
+        Figure(
+            "context.run_one",
+            "one whole run: `Supervisor.run` of a one-turn `complete`",
+            "ms",
+            whole,
+            "spawn, handshake, `agent/run`, one scripted `model/complete`, the `complete` tool, "
+            "the result, polite dispose; from the `run()` call to its return",
+            floor="tether.spawn_ready",
+        )
+    )
+
+
+# --- memory -------------------------------------------------------------------------------------
+
+
+async def memory_group(res: Results, p: Plan) -> None:
+    s = Samples()
+    bare = (
+        ("floor", ()),
+        ("context.anyio", ("anyio", "msgspec")),
+        ("context.jsonrpc", ("anyio", "msgspec", "jsonrpcserver")),
+    )
+    for _ in range(p.rss):
+        for key, mods in bare:
+            with popen(child_script("floor_bare.py", *mods)) as proc:
+                _readline(_fds(proc)[1])
+                await anyio.sleep(0.2)
+                rss, uss = _memory(proc.pid)
+            s[f"{key}.rss"].append(rss)
+            s[f"{key}.uss"].append(uss)
+        async with tethered(TETHER_CHILD) as child:
+            await child.request("initialize", _init_params())
+            await anyio.sleep(0.2)
+            rss, uss = _memory(child.pid)
+        s["tether.rss"].append(rss)
+        s["tether.uss"].append(uss)
+    what = "psutil `memory_full_info()` of the idle child, 0.2 s after its first line"
+    for key, title in (
+        ("floor", "bare `python -I` child"),
+        ("context.anyio", "`python -I` child importing anyio + msgspec"),
+        ("context.jsonrpc", "`python -I` child importing anyio + msgspec + jsonrpcserver"),
+    ):
+        for m in ("rss", "uss"):
+            floor = None if key == "floor" else f"floor.{m}_bare"
+            fkey = f"floor.{m}_bare" if key == "floor" else f"{key}.{m}"
+            res.add(Figure(fkey, f"{title}: {m.upper()}", "MiB", s[f"{key}.{m}"], what, floor))
+    what = "psutil `memory_full_info()` of an initialized, idle tether child, 0.2 s after it"
+    res.add(
+        Figure(
+            "tether.rss", "idle tether child: RSS", "MiB", s["tether.rss"], what, "floor.rss_bare"
+        )
+    )
+    res.add(
+        Figure(
+            "tether.uss", "idle tether child: USS", "MiB", s["tether.uss"], what, "floor.uss_bare"
+        )
+    )
+
+
+# --- many children at once ----------------------------------------------------------------------
+
+
+def floor_swarm(n: int) -> float:
+    t0 = time.perf_counter_ns()
+    with contextlib.ExitStack() as stack:
+        procs = [stack.enter_context(popen(child_script("floor_bare.py"))) for _ in range(n)]
+        for proc in procs:
+            _readline(_fds(proc)[1])
+    return (time.perf_counter_ns() - t0) / 1e9
+
+
+def tether_swarm(n: int) -> dict[str, float]:
+    out = subprocess.run(
+        [PY, "-m", "benchmarks.swarm", "--children", str(n)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    got: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["ok"] == n, got
+    return got
+
+
+def swarm_group(res: Results, p: Plan) -> None:
+    n = p.swarm_children
+    floor, runs = [], []
+    for _ in range(p.swarm_runs):
+        floor.append(floor_swarm(n))
+        runs.append(tether_swarm(n))
+    res.add(
+        Figure(
+            "floor.swarm",
+            f"{n} bare `python -I` children at once",
+            "s",
+            floor,
+            f"spawn {n} `floor_bare.py` children, read each one's first line, close their "
+            "stdins, wait for all; from the first Popen to the last wait()",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.swarm",
+            f"{n} children spawned, run and disposed concurrently",
+            "s",
+            [r["seconds"] for r in runs],
+            f"in a fresh process (`benchmarks/swarm.py`): {n} `Supervisor.start` calls (the "
+            "real tether child, a one-turn scripted `complete`), from before the first start to "
+            "leaving `async with Supervisor()` with every result in",
+            floor="floor.swarm",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.swarm_rss",
+            f"{n} children at once: peak parent RSS",
+            "MiB",
+            [r["rss_peak_kib"] / 1024 for r in runs],
+            "VmHWM (peak RSS) of the swarm process at the end",
+            floor="context.swarm_rss_before",
+        )
+    )
+    res.add(
+        Figure(
+            "context.swarm_rss_before",
+            "swarm process RSS before its first spawn",
+            "MiB",
+            [r["rss_before_kib"] / 1024 for r in runs],
+            "VmRSS of the swarm process after its imports, before the first `start()`",
+        )
+    )
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+
+async def measure(res: Results, p: Plan) -> None:
+    with tempfile.TemporaryDirectory(prefix="tether-bench-") as ws:
+        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("spawn, ready, exit, dispose", lambda: spawn_group(res, p)),
+            ("round trips", lambda: ping_group(res, p, ws)),
+            ("1 MiB messages", lambda: transfer_group(res, p)),
+            ("agent/event flood", lambda: flood_group(res, p, ws)),
+            ("stubborn dispose, crash, whole runs", lambda: stubborn_and_crash(res, p, ws)),
+            ("idle memory", lambda: memory_group(res, p)),
+        ]
+        for name, step in steps:
+            print(f"== {name}", flush=True)
+            await step()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="tether's benchmarks; writes docs/performance.md")
+    ap.add_argument("--quick", action="store_true", help="tiny sample counts (smoke test)")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "performance.md")
+    ap.add_argument("--json", type=Path, help="also write the raw samples here")
+    args = ap.parse_args(argv)
+    plan = Plan.make(args.quick)
+    res = Results(quick=plan.quick)
+    started = dt.datetime.now(dt.UTC)
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    anyio.run(measure, res, plan, backend="asyncio")
+    print("== many children at once", flush=True)
+    swarm_group(res, plan)
+    seconds = time.perf_counter() - t0
+    text = render(res, started, seconds, (load0, os.getloadavg()[0]))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    if args.json:
+        raw = {k: {"unit": f.unit, "samples": f.samples} for k, f in res.figures.items()}
+        args.json.write_bytes(msgspec.json.encode(raw))
+    print(f"wrote {args.out} in {seconds:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

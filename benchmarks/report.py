@@ -1,0 +1,283 @@
+"""Figures, targets and the Markdown report (docs/performance.md) built from them."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import platform
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+NOTES = Path(__file__).resolve().parent / "notes.md"
+X = "\u00d7"
+"""The multiplication sign of ratios."""
+
+
+@dataclass
+class Figure:
+    key: str
+    """`floor.*` (no tether), `tether.*` (what the targets are about) or `context.*`."""
+    title: str
+    unit: str
+    samples: list[float]
+    timed: str
+    """Exactly what one sample is: from which instant to which."""
+    floor: str | None = None
+    """Key of the figure this one is compared with (measured interleaved with it)."""
+    note: str = ""
+
+    @property
+    def n(self) -> int:
+        return len(self.samples)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+
+@dataclass
+class Results:
+    quick: bool
+    figures: dict[str, Figure] = field(default_factory=dict)
+
+    def add(self, fig: Figure) -> None:
+        self.figures[fig.key] = fig
+        print(f"  {fig.title}: median {fmt(fig.median, fig.unit)} (n={fig.n})", flush=True)
+
+
+def fmt(value: float, unit: str) -> str:
+    if unit == "events/s" or abs(value) >= 100:
+        return f"{value:,.0f} {unit}"
+    if abs(value) >= 10:
+        return f"{value:.1f} {unit}"
+    return f"{value:.2f} {unit}"
+
+
+# --- targets ------------------------------------------------------------------------------------
+
+Check = Callable[[dict[str, Figure]], tuple[bool, str, str]]
+"""(met, what was measured, the ratio) from the figures."""
+
+
+@dataclass(frozen=True)
+class Target:
+    key: str
+    text: str
+    check: Check
+
+
+def _relative(key: str, floor: str, limit: float, at_most: bool) -> Check:
+    def check(figs: dict[str, Figure]) -> tuple[bool, str, str]:
+        a, b = figs[key], figs[floor]
+        ratio = a.median / b.median
+        met = ratio <= limit if at_most else ratio >= limit
+        return met, f"{fmt(a.median, a.unit)} vs {fmt(b.median, b.unit)}", f"{ratio:.2f}{X}"
+
+    return check
+
+
+def _absolute(key: str, limit: float, at_most: bool) -> Check:
+    def check(figs: dict[str, Figure]) -> tuple[bool, str, str]:
+        a = figs[key]
+        met = a.median <= limit if at_most else a.median >= limit
+        return met, fmt(a.median, a.unit), f"{a.median / limit:.2f}{X} the limit"
+
+    return check
+
+
+TARGETS = [
+    Target(
+        "ping",
+        f"`ping` ≤ 1.3{X} the asyncio-both-ends ping-pong",
+        _relative("tether.ping", "floor.pingpong_asyncio", 1.3, True),
+    ),
+    Target(
+        "transfer_p2c",
+        "1 MiB parent → child ≥ 60% of raw pipe throughput",
+        _relative("tether.transfer_p2c", "floor.transfer_p2c", 0.6, False),
+    ),
+    Target(
+        "transfer_c2p",
+        "1 MiB child → parent ≥ 60% of raw pipe throughput",
+        _relative("tether.transfer_c2p", "floor.transfer_c2p", 0.6, False),
+    ),
+    Target(
+        "events",
+        "≥ 100,000 `agent/event` per second from one child",
+        _absolute("tether.events", 100_000, False),
+    ),
+    Target(
+        "dispose_polite",
+        f"polite dispose ≤ 5{X} a bare child's exit on EOF",
+        _relative("tether.dispose_polite", "floor.eof_exit", 5.0, True),
+    ),
+    Target(
+        "dispose_stubborn",
+        "stubborn dispose ≤ grace + 50 ms",
+        _absolute("tether.dispose_stubborn", 50.0, True),
+    ),
+    Target(
+        "crash",
+        "crash → result ≤ 5 ms",
+        _absolute("tether.crash_result", 5.0, True),
+    ),
+    Target(
+        "rss",
+        f"idle child RSS ≤ 3{X} a bare python child's",
+        _relative("tether.rss", "floor.rss_bare", 3.0, True),
+    ),
+]
+
+
+# --- rendering ----------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, str]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "CPU": f"{cpu}, {os.cpu_count()} logical CPUs",
+        "kernel": f"{platform.system()} {platform.release()}",
+        "Python": f"{platform.python_implementation()} {platform.python_version()}",
+        "packages": ", ".join(
+            f"{name} {_version(name)}" for name in ("anyio", "msgspec", "psutil", "jsonrpcserver")
+        ),
+    }
+
+
+def _version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "?"
+
+
+def _row(fig: Figure, figs: dict[str, Figure]) -> str:
+    cells = [
+        fig.title,
+        fmt(fig.median, fig.unit),
+        fmt(min(fig.samples), fig.unit),
+        fmt(max(fig.samples), fig.unit),
+        str(fig.n),
+    ]
+    if fig.floor is not None:
+        floor = figs[fig.floor]
+        cells += [fmt(floor.median, floor.unit), f"{fig.median / floor.median:.2f}{X}"]
+    else:
+        cells += ["", ""]
+    return "| " + " | ".join(cells) + " |"
+
+
+def notes() -> dict[str, str]:
+    """Sections of benchmarks/notes.md by heading: `## key` → its text."""
+    sections: dict[str, str] = {}
+    if not NOTES.exists():
+        return sections
+    key = ""
+    for line in NOTES.read_text().splitlines():
+        if line.startswith("## "):
+            key = line[3:].strip()
+            sections[key] = ""
+        elif key:
+            sections[key] += line + "\n"
+    return {k: v.strip() for k, v in sections.items()}
+
+
+def _table(out: list[str], figs: dict[str, Figure], prefix: str, head: str) -> None:
+    chosen = [f for f in figs.values() if f.key.startswith(prefix)]
+    out.append(f"| {head} | median | min | max | n | compared with | ratio |")
+    out.append("|---|---|---|---|---|---|---|")
+    out.extend(_row(f, figs) for f in chosen)
+    out.append("")
+    for f in chosen:
+        against = f" Compared with: {figs[f.floor].title}." if f.floor else ""
+        note = f" ({f.note})" if f.note else ""
+        out.append(f"- **{f.title}**: {f.timed}.{against}{note}")
+    out.append("")
+
+
+def render(res: Results, started: dt.datetime, seconds: float, load: Sequence[float]) -> str:
+    figs = res.figures
+    text = notes()
+    out: list[str] = []
+    add = out.append
+    add("# Performance")
+    add("")
+    add(
+        "Generated by `scripts/bench` (`python -m benchmarks.bench"
+        + (" --quick" if res.quick else "")
+        + "`): do not edit by hand, every run rewrites the figures. The analysis at the end is "
+        "kept in `benchmarks/notes.md`."
+    )
+    add("")
+    add(
+        "The machine is shared and noisy, so every tether figure stands next to a **floor "
+        "measured in the same run**, interleaved with it (round by round, so both see the same "
+        "load), and is read as a ratio to it. Each figure is a median with its min, max and "
+        "number of samples n. Times are `time.perf_counter_ns` unless said otherwise. A ratio "
+        "is always tether ÷ floor: for a time lower is better, for a throughput higher is. "
+        "Targets are judged on medians."
+    )
+    if res.quick:
+        add("")
+        add("**Quick mode: tiny sample counts, for the smoke test only. Not a measurement.**")
+    add("")
+    add("## Machine")
+    add("")
+    for k, v in machine().items():
+        add(f"- {k}: {v}")
+    add(f"- date: {started.strftime('%Y-%m-%d %H:%M UTC')}; the whole run took {seconds:.0f} s")
+    add(
+        f"- load average (1 min) at start {load[0]:.2f}, at end {load[1]:.2f} "
+        "(other work on the machine)"
+    )
+    add("")
+    add("## Targets")
+    add("")
+    add("| target | measured (medians) | ratio | |")
+    add("|---|---|---|---|")
+    missed = set()
+    for t in TARGETS:
+        met, measured, ratio = t.check(figs)
+        if not met:
+            missed.add(t.key)
+        add(f"| {t.text} | {measured} | {ratio} | {'met' if met else '**missed**'} |")
+    add("")
+    add("## Floors")
+    add("")
+    _table(out, figs, "floor.", "floor")
+    add("## tether")
+    add("")
+    _table(out, figs, "tether.", "figure")
+    add("## Context")
+    add("")
+    add("Not targets: figures that split the tether ones into their parts.")
+    add("")
+    _table(out, figs, "context.", "figure")
+    add("## Analysis")
+    add("")
+    if "intro" in text:
+        add(text["intro"])
+        add("")
+    for t in TARGETS:
+        if t.key in text:
+            state = "missed in this run" if t.key in missed else "met in this run"
+            add(f"### {t.text} ({state})")
+            add("")
+            add(text[t.key])
+            add("")
+    for key, title in (("spawn", "Cold spawn"), ("next", "What to look at next")):
+        if key in text:
+            add(f"### {title}")
+            add("")
+            add(text[key])
+            add("")
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,78 @@
+"""Smoke test of the benchmarks: `--quick` runs every figure and writes a complete report.
+
+No timing is asserted here (timings belong to `scripts/bench`, never to tests): only that each
+figure was measured and that the report names the machine, every target and every figure.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FIGURES = {
+    "floor.spawn_exit",
+    "floor.spawn_line",
+    "floor.eof_exit",
+    "floor.pingpong_blocking",
+    "floor.pingpong_asyncio",
+    "floor.transfer_p2c",
+    "floor.transfer_c2p",
+    "floor.flood_asyncio",
+    "floor.swarm",
+    "floor.rss_bare",
+    "floor.uss_bare",
+    "tether.spawn_ready",
+    "tether.ping",
+    "tether.transfer_p2c",
+    "tether.transfer_c2p",
+    "tether.model_complete",
+    "tether.events",
+    "tether.dispose_polite",
+    "tether.dispose_stubborn",
+    "tether.crash_result",
+    "tether.swarm",
+    "tether.swarm_rss",
+    "tether.rss",
+    "tether.uss",
+}
+
+TARGETS = ["ping", "1 MiB parent", "1 MiB child", "agent/event", "polite", "stubborn", "crash"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "performance.md"
+    raw = tmp_path / "samples.json"
+    argv = ["--quick", "--out", str(out), "--json", str(raw)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=220,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    samples = json.loads(raw.read_text())
+    missing = FIGURES - samples.keys()
+    assert not missing, f"figures not measured: {sorted(missing)}"
+    for key, fig in samples.items():
+        assert fig["samples"], f"{key} has no samples"
+    report = out.read_text()
+    for section in ("## Machine", "## Targets", "## Floors", "## tether", "## Context"):
+        assert section in report
+    for word in ("CPU:", "kernel:", "Python:", "date:"):
+        assert word in report
+    targets = report.split("## Targets", 1)[1].split("## Floors", 1)[0]
+    rows = [line for line in targets.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 1 + 8  # header + one row per target
+    for row in rows[1:]:
+        assert row.rstrip().endswith(("| met |", "| **missed** |")), row
+    for needle in TARGETS:
+        assert needle in targets, needle
