@@ -216,6 +216,7 @@ class LiveChild:
         if status is not None:
             self.observed.exit_code = status.exit_code
             self.observed.signal = status.signal
+            self.observed.cpu_seconds = status.cpu_seconds
         self.observed.rung = rung
         self.observed.stderr_tail = self.stderr.tail()
         self.disposed = DisposeReport(rung, time.monotonic() - started, survivors)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass, field
 
+from tether.parent.limits import parse_duration
 from tether.protocol.messages import Failure, FailureKind, Rung
 
 _CRASH_SIGNALS = {
@@ -52,6 +53,7 @@ class Observed:
     pids_max_hits: int = 0
     """Forks the child's cgroup refused at its process limit."""
     cpu_seconds: float = 0.0
+    """CPU time the child itself used (user + system, from its rusage when reaped)."""
     limits: dict[str, str] = field(default_factory=dict)
     """The limits in force, by name (`memory`, `cpu`, `processes`, `file_size`), as shown."""
 
@@ -63,6 +65,19 @@ def signal_name(sig: int) -> str:
         return f"signal {sig}"
 
 
+def _used_up_cpu(o: Observed) -> bool:
+    """Whether a SIGKILL is RLIMIT_CPU's hard limit: only if the child did use that much CPU.
+    Anyone else's SIGKILL (an operator, the kernel's OOM killer) is not a CPU limit."""
+    shown = o.limits.get("cpu")
+    if shown is None:
+        return False
+    try:
+        seconds = parse_duration(shown, "cpu")
+    except ValueError:
+        return False
+    return seconds is not None and o.cpu_seconds >= seconds
+
+
 def classify(o: Observed) -> tuple[FailureKind, str] | None:
     """The failure kind and its message, or `None` when nothing went wrong."""
     if o.spawn_error is not None:
@@ -72,7 +87,7 @@ def classify(o: Observed) -> tuple[FailureKind, str] | None:
     if o.oom_kills > 0:
         return "oom", f"the child ran out of memory (limit {o.limits.get('memory', '?')})"
     if o.signal == signal.SIGXCPU or (
-        o.signal == signal.SIGKILL and "cpu" in o.limits and o.rung not in ("sigterm", "sigkill")
+        o.signal == signal.SIGKILL and o.rung not in ("sigterm", "sigkill") and _used_up_cpu(o)
     ):
         return "cpu_limit", f"the child used up its CPU time (limit {o.limits.get('cpu', '?')})"
     # Shells report a child's death by signal as 128 + its number; Python ignores SIGXFSZ and

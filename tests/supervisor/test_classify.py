@@ -93,6 +93,15 @@ def test_a_signal_from_outside_that_is_not_a_crash_is_killed() -> None:
     assert kind(Observed(signal=SIGKILL, rung="exit")) == "killed"
 
 
+def test_a_sigkill_is_a_cpu_limit_only_when_the_child_used_up_its_cpu_time() -> None:
+    # RLIMIT_CPU ends in SIGKILL at the hard limit; an operator's or the OOM killer's does not.
+    spent = Observed(signal=SIGKILL, rung="none", limits={"cpu": "2s"}, cpu_seconds=3.01)
+    fresh = Observed(signal=SIGKILL, rung="none", limits={"cpu": "2s"}, cpu_seconds=0.05)
+    assert kind(spent) == "cpu_limit"
+    assert kind(fresh) == "killed"
+    assert kind(Observed(signal=int(signal.SIGXCPU), limits={"cpu": "2s"})) == "cpu_limit"
+
+
 def test_a_signal_the_ladder_sent_is_not_blamed_on_the_child() -> None:
     # Nothing else went wrong, yet it needed SIGTERM: it left without answering.
     assert classify(Observed(signal=SIGTERM, rung="sigterm")) == (

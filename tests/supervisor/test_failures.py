@@ -151,6 +151,18 @@ async def test_a_child_killed_by_sigabrt_is_crashed_never_exit_0(tmp_path: Path,
     assert "still alive" not in result.failure.stderr_tail
 
 
+async def test_a_sigkill_from_outside_is_killed_even_with_a_cpu_limit_set(
+    tmp_path: Path,
+) -> None:
+    # Not `cpu_limit`: the child used a fraction of its 30 s of CPU.
+    result, _ = await run_child(tmp_path, child("signal_self.py", "SIGKILL"), limits=Limits(cpu=30))
+
+    assert_failed(result, "killed")
+    assert result.failure is not None
+    assert result.failure.signal == "SIGKILL"
+    assert result.failure.limit is None
+
+
 # --- the child breaks the wire ----------------------------------------------------------------
 
 
