@@ -18,7 +18,7 @@ import anyio
 from msgspec import Struct, field
 
 from tether.child.peer import Peer
-from tether.child.tools import ToolRegistry
+from tether.child.tools import ToolInputError, ToolOutcome, ToolRegistry
 from tether.child.transport import PeerGone
 from tether.child.workspace import Workspace
 from tether.protocol import LocalProtocolError
@@ -99,10 +99,13 @@ class AgentContext:
         peer: Peer,
         parent_capabilities: ClientCapabilities,
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
+        runtime_tools: ToolRegistry | None = None,
     ) -> None:
         self.params = params
         self._workspace = workspace
         self.tools = tools
+        """The run's tool set: the definition's list, minus mutating tools in explore mode."""
+        self._runtime_tools = runtime_tools if runtime_tools is not None else tools
         self.progress = RunProgress()
         self._peer = peer
         self._parent = parent_capabilities
@@ -170,6 +173,43 @@ class AgentContext:
         self.progress.input_tokens += result.usage.input_tokens
         self.progress.output_tokens += result.usage.output_tokens
         return result
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolOutcome:
+        """Run one tool the way the runtime allows it, and never raise for what it does.
+
+        In explore mode a mutating tool is hard-denied here whatever the definition lists or
+        any policy would say (the parent is not even asked); in build mode a mutating tool
+        runs only after `tool/approve` allows it, and a denial comes back as the tool's error
+        result. Unknown tools, bad arguments and tool bugs are error results too.
+        """
+        tool = self.tools.get(name)
+        known = tool or self._runtime_tools.get(name)
+        if known is not None and known.mutates and self.read_only:
+            return ToolOutcome(
+                content=f"denied: {name} modifies the workspace and this run is read-only "
+                "(explore mode)",
+                is_error=True,
+            )
+        if tool is None:
+            available = ", ".join(self.tools.names())
+            return ToolOutcome(
+                content=f"unknown tool {name!r}; available tools: {available}", is_error=True
+            )
+        if tool.mutates:
+            verdict = await self.approve(name, arguments)
+            if not verdict.allow:
+                why = f": {verdict.reason}" if verdict.reason else ""
+                return ToolOutcome(content=f"denied by the parent{why}", is_error=True)
+        try:
+            async with self.heartbeats(f"tool:{name}"):
+                return await tool.run(self, dict(arguments))
+        except ToolInputError as exc:
+            return ToolOutcome(content=str(exc), is_error=True)
+        except Exception as exc:
+            # A tool bug must not kill the run: the model hears a short reason, the traceback
+            # goes to stderr.
+            log.error("tool %s failed", name, exc_info=exc)
+            return ToolOutcome(content=f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)
 
     async def approve(self, tool: str, arguments: Mapping[str, Any]) -> ToolApproveResult:
         if self.read_only:

@@ -6,17 +6,29 @@ condition holds (`"no_tool_calls"`: a turn that calls no tool ends the run with 
 answers a model turn with an error (`Failed(agent_error)`). Cancellation is not handled here: the
 runner's cancel scope interrupts whatever the loop awaits and reports the run as aborted.
 
-Later stages plug in here: compaction rewrites `self.messages` between turns, and the mode
-(explore/build) is already applied to the tool set the context carries.
+A definition's `tokenBudget` ends the run the same way once the input + output tokens used so
+far pass it: no further turn is started, and the run keeps its last text.
+
+Compaction: before each turn, when the transcript's estimated size (characters / 4) passes the
+definition's `compactionThreshold` (default `DEFAULT_COMPACTION_THRESHOLD`), everything but the
+system message, the original task and the latest assistant turn (with its tool results) is
+summarised through `model/complete` with `purpose: "compaction"` and the definition's
+`compactionModel`, replaced by one message holding the summary, and a `compaction` event says
+so. A failed compaction is logged and the run goes on uncompacted.
+
+Tools run through `AgentContext.call_tool`, which applies the mode (explore: mutating tools are
+hard-denied; build: they are approved by the parent first).
 """
 
 from __future__ import annotations
 
 import logging
 
+import msgspec
+
 from tether.child.agent import AgentContext, AgentOutcome, Failed, Finished
 from tether.child.peer import ConnectionClosed
-from tether.child.tools import Completion, ToolInputError, ToolOutcome
+from tether.child.tools import Completion, ToolOutcome
 from tether.protocol import ProtocolError, RemoteError
 from tether.protocol.messages import ChatMessage, ToolCall
 
@@ -25,6 +37,14 @@ log = logging.getLogger("tether.child")
 NO_TOOL_CALLS = "no_tool_calls"
 EVENT_PREVIEW_CHARS = 8000
 """Tool results are previewed, not copied, in events: the parent relays progress, not data."""
+DEFAULT_COMPACTION_THRESHOLD = 60_000
+CHARS_PER_TOKEN = 4
+COMPACTION_INSTRUCTIONS = (
+    "Summarise the conversation below for the agent that will continue it: what it was asked, "
+    "what it has done and found (files, commands, results), and what is left. Be concise and "
+    "keep every detail needed to finish the task."
+)
+SUMMARY_PREFIX = "Summary of the earlier part of this task (older turns were compacted):"
 NUDGE = (
     "Continue with the task. When it is done, call the `complete` tool with a summary and "
     "the paths of anything you produced."
@@ -34,13 +54,18 @@ NUDGE = (
 class AgentLoop:
     def __init__(self) -> None:
         self.messages: list[ChatMessage] = []
+        self._task: ChatMessage | None = None
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         definition = ctx.definition
         self.messages = self._opening(ctx)
         for iteration in range(1, definition.max_iterations + 1):
+            spent = _over_budget(ctx)
+            if spent is not None:
+                return spent
             ctx.progress.iteration_count = iteration
             await ctx.emit("step", {"iteration": iteration})
+            await self._compact_if_needed(ctx)
             try:
                 turn = await ctx.complete_model(self.messages)
             except (RemoteError, ProtocolError, ConnectionClosed) as exc:
@@ -77,6 +102,9 @@ class AgentLoop:
                     artifacts=completion.artifacts,
                     skipped=completion.skipped,
                 )
+        spent = _over_budget(ctx)
+        if spent is not None:
+            return spent
         return Failed(
             kind="budget_exhausted",
             message=f"the run used its {definition.max_iterations} iterations without completing",
@@ -88,8 +116,46 @@ class AgentLoop:
         if ctx.definition.instructions:
             opening.append(ChatMessage(role="system", content=ctx.definition.instructions))
         opening.extend(ctx.params.history)
-        opening.append(ChatMessage(role="user", content=ctx.params.prompt))
+        self._task = ChatMessage(role="user", content=ctx.params.prompt)
+        opening.append(self._task)
         return opening
+
+    async def _compact_if_needed(self, ctx: AgentContext) -> None:
+        threshold = ctx.definition.compaction_threshold or DEFAULT_COMPACTION_THRESHOLD
+        before = estimate_tokens(self.messages)
+        if before <= threshold:
+            return
+        last_turn = max(
+            (i for i, m in enumerate(self.messages) if m.role == "assistant"), default=None
+        )
+        if last_turn is None:
+            return
+        head = [m for m in self.messages[:last_turn] if m.role == "system" or m is self._task]
+        old = [m for m in self.messages[:last_turn] if not (m.role == "system" or m is self._task)]
+        if not old:
+            return
+        model = ctx.definition.compaction_model or ctx.definition.model
+        request = [
+            ChatMessage(role="system", content=COMPACTION_INSTRUCTIONS),
+            ChatMessage(role="user", content=render_transcript(old)),
+        ]
+        try:
+            result = await ctx.complete_model(request, tools=[], purpose="compaction", model=model)
+        except (RemoteError, ProtocolError, ConnectionClosed) as exc:
+            log.warning("run %s: compaction failed, going on without it: %s", ctx.run_id, exc)
+            return
+        summary = ChatMessage(role="user", content=f"{SUMMARY_PREFIX}\n{result.message.content}")
+        self.messages = [*head, summary, *self.messages[last_turn:]]
+        after = estimate_tokens(self.messages)
+        await ctx.emit(
+            "compaction",
+            {
+                "beforeTokens": before,
+                "afterTokens": after,
+                "summarizedMessages": len(old),
+                "model": model,
+            },
+        )
 
     async def _call_tools(self, ctx: AgentContext, calls: list[ToolCall]) -> Completion | None:
         """Run a turn's calls in order; every call gets a result message, even failed ones."""
@@ -103,7 +169,7 @@ class AgentLoop:
                     content="not run: the task was already completed", is_error=True
                 )
             else:
-                outcome = await self._call_tool(ctx, call)
+                outcome = await ctx.call_tool(call.name, call.arguments)
             if outcome.completion is not None:
                 completion = outcome.completion
             await ctx.emit(
@@ -120,23 +186,36 @@ class AgentLoop:
             self.messages.append(ChatMessage(role="tool", content=content, tool_call_id=call.id))
         return completion
 
-    async def _call_tool(self, ctx: AgentContext, call: ToolCall) -> ToolOutcome:
-        tool = ctx.tools.get(call.name)
-        if tool is None:
-            available = ", ".join(ctx.tools.names())
-            return ToolOutcome(
-                content=f"unknown tool {call.name!r}; available tools: {available}",
-                is_error=True,
-            )
-        try:
-            async with ctx.heartbeats(f"tool:{call.name}"):
-                return await tool.run(ctx, call.arguments)
-        except ToolInputError as exc:
-            return ToolOutcome(content=str(exc), is_error=True)
-        except Exception as exc:
-            # A tool bug must not kill the run: the model hears a short reason, the traceback
-            # goes to stderr.
-            log.error("tool %s failed", call.name, exc_info=exc)
-            return ToolOutcome(
-                content=f"{call.name} failed: {type(exc).__name__}: {exc}", is_error=True
-            )
+
+def _over_budget(ctx: AgentContext) -> Failed | None:
+    budget = ctx.definition.token_budget
+    used = ctx.progress.input_tokens + ctx.progress.output_tokens
+    if budget is None or used <= budget:
+        return None
+    return Failed(
+        kind="budget_exhausted",
+        message=f"the run used {used} tokens, past its token budget of {budget}",
+        summary=ctx.progress.last_text,
+    )
+
+
+def estimate_tokens(messages: list[ChatMessage]) -> int:
+    """A transcript's size in tokens, estimated as characters / 4 (tool calls included)."""
+    chars = 0
+    for m in messages:
+        chars += len(m.content)
+        for call in m.tool_calls:
+            chars += len(call.name) + len(msgspec.json.encode(call.arguments))
+    return chars // CHARS_PER_TOKEN
+
+
+def render_transcript(messages: list[ChatMessage]) -> str:
+    """Old turns as plain text for the compaction model."""
+    lines: list[str] = []
+    for m in messages:
+        if m.content:
+            lines.append(f"[{m.role}] {m.content}")
+        for call in m.tool_calls:
+            args = msgspec.json.encode(call.arguments).decode()
+            lines.append(f"[{m.role} calls {call.name}] {args}")
+    return "\n".join(lines)

@@ -85,6 +85,7 @@ class RunTable:
             tools=self._tools.select(definition.tools, read_only=definition.read_only),
             peer=self._peer,
             parent_capabilities=self.parent_capabilities,
+            runtime_tools=self._tools,
         )
         outcome: AgentOutcome | None = None
         with live.scope:

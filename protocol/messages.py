@@ -84,6 +84,10 @@ class AgentDefinition(Wire, frozen=True):
     instructions: str = ""
     read_only: bool = False
     token_budget: int | None = None
+    """The most input + output tokens the run may use; past it the run ends `budget_exhausted`."""
+    compaction_threshold: int | None = None
+    """Estimated transcript tokens (chars / 4) past which old turns are summarised; `None`:
+    the child's default (60 000)."""
 
 
 class ToolCall(Wire, frozen=True):
