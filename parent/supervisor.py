@@ -57,7 +57,7 @@ from tether.parent.models import ModelProvider, resolve_model
 from tether.parent.process import SpawnError, SpawnSpec
 from tether.parent.roles import resolve_agent
 from tether.parent.tree import signal_procs, tree_procs
-from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, ErrorCode, RemoteError
+from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, SUPPORTED_VERSIONS, ErrorCode, RemoteError
 from tether.protocol.messages import (
     PROTOCOL_VERSION,
     AgentCancelParams,
@@ -286,7 +286,12 @@ class RunHandle:
         except RemoteError as exc:
             observed.protocol_error = f"the child refused initialize: {exc.message}"
             return None
-        del init
+        if init.protocol_version not in SUPPORTED_VERSIONS:
+            observed.protocol_error = (
+                f"the child answered initialize with protocol version {init.protocol_version}; "
+                f"this parent speaks {', '.join(map(str, SUPPORTED_VERSIONS))}"
+            )
+            return None
         idle = self._limits.idle_seconds
         if idle is not None:
             tg.start_soon(self._watch_idle, child, idle)
