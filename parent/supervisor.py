@@ -186,6 +186,9 @@ class RunHandle:
 
     async def _spawn_and_drive(self, observed: Observed) -> tuple[RunResult | None, Observed]:
         cfg = self._config
+        # Everything up to the spawn is synchronous: a run cancelled before its task got here
+        # must stop at this checkpoint, not start a child only to take it down again.
+        await anyio.lowlevel.checkpoint()
         missing = _missing_command(cfg.command, self._env())
         if missing:
             observed.spawn_error = missing
