@@ -185,6 +185,18 @@ async def test_half_a_line_then_exit_is_a_truncated_protocol_failure(tmp_path: P
     assert elapsed < STARTUP + 1.0
 
 
+async def test_a_child_that_answers_initialize_with_another_protocol_version_is_protocol(
+    tmp_path: Path,
+) -> None:
+    result, elapsed = await run_child(tmp_path, child("wrong_version.py"))
+
+    assert_failed(result, "protocol")
+    assert "protocol version 99" in result.message
+    assert result.failure is not None
+    assert result.failure.rung in ("none", "exit")  # it left on the EOF lifeline
+    assert elapsed < STARTUP + 1.0
+
+
 def _peak_rss_kib() -> int:
     with open("/proc/self/status") as f:
         m = re.search(r"VmHWM:\s+(\d+)", f.read())
@@ -453,6 +465,38 @@ async def test_cancelling_the_callers_task_disposes_the_child_and_raises_nothing
         assert not sup._live and not sup._handles
 
     assert elapsed < 1.0 + LADDER
+
+
+async def test_cancelling_a_run_before_its_child_has_started_is_aborted(tmp_path: Path) -> None:
+    started: list[Event] = []
+    async with Supervisor(CONFIG) as sup:
+        handle = await sup.start(
+            "never", workspace=tmp_path, command=child("stubborn.py"), on_event=started.append
+        )
+        with anyio.fail_after(HANG):
+            result = await handle.cancel()
+
+    assert_failed(result, "cancelled")
+    assert not [ev for ev in started if isinstance(ev, RunStarted)]
+
+
+async def test_an_error_in_the_supervisor_block_disposes_its_children_and_propagates_as_itself(
+    tmp_path: Path,
+) -> None:
+    class Boom(Exception):
+        pass
+
+    handles: list[RunHandle] = []
+    started = time.monotonic()
+    with pytest.raises(Boom):
+        async with Supervisor(CONFIG) as sup:
+            handles.append(await _start_and_wait_running(sup, tmp_path, child("stubborn.py")))
+            raise Boom
+    assert handles[0].done
+    assert handles[0].pid is not None and not _running(handles[0].pid)
+    result = await handles[0].result()
+    assert_failed(result, "cancelled")
+    assert time.monotonic() - started < STARTUP + LADDER
 
 
 # --- well-behaved edge --------------------------------------------------------------------------
