@@ -4,6 +4,29 @@ The split keeps the loop replaceable: an `Agent` is anything with `async run(ctx
 is `loop.AgentLoop`; a "bring your own agent" implementation gets the same context, so it talks
 to the model, emits progress and asks for approval exactly the way the built-in loop does, and
 never touches the wire itself.
+
+Bring your own agent
+--------------------
+`python -I -m tether.child --agent SPEC` (or `TETHER_AGENT=SPEC` in the child's environment)
+hosts a user's agent instead of `AgentLoop`; SPEC is `package.module:callable` or
+`/path/to/file.py:callable` (see `agent_spec.py`). The contract:
+
+* the callable is called once per run with that run's `AgentRunParams` (prompt, definition,
+  workspace, history) and returns an `Agent`: any object with `async run(ctx) -> AgentOutcome`;
+* `run` receives this module's `AgentContext`: `ctx.params`, `ctx.definition`, `ctx.workspace`,
+  `ctx.read_only`, `ctx.tools` (the run's tool set); `await ctx.complete_model(messages)` for
+  a model turn through the parent (usage is counted for the result); `await
+  ctx.call_tool(name, arguments)` to run a tool with the mode and approval applied (returns a
+  `ToolOutcome`, never raises for what the tool does); `await ctx.emit(kind, data)` for
+  progress events; `ctx.heartbeats(...)` around anything slow; `ctx.progress.last_text` is the
+  summary used if the run fails or is cancelled;
+* it returns `Finished(summary=..., message=..., artifacts=..., skipped=...)` or
+  `Failed(kind=..., message=...)` (a `ToolOutcome.completion` from `complete` carries the
+  artifacts). Anything else, or an exception, ends the run as `agent_error`;
+* cancellation (`agent/cancel`, `shutdown`) arrives as anyio/asyncio cancellation at whatever
+  the agent awaits; it may clean up in `finally` (shielded if it must await), then must let the
+  cancellation propagate. The runtime reports the run as `aborted`. The `started` event and the
+  turn count are the runtime's; the agent emits everything else it wants the parent to see.
 """
 
 from __future__ import annotations

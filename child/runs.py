@@ -103,6 +103,14 @@ class RunTable:
                     },
                 )
                 outcome = await self._agent_factory(params).run(ctx)
+                if not isinstance(outcome, Finished | Failed):
+                    log.error("run %s: the agent returned %r", params.run_id, outcome)
+                    outcome = Failed(
+                        kind="agent_error",
+                        message=f"the agent returned a {type(outcome).__name__}, not a "
+                        "Finished or Failed outcome",
+                        summary=ctx.progress.last_text,
+                    )
             except Exception as exc:
                 log.error("run %s failed", params.run_id, exc_info=exc)
                 outcome = Failed(

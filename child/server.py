@@ -16,6 +16,7 @@ from anyio.abc import TaskGroup
 from tether.child.dispatch import Dispatcher
 from tether.child.fdguard import WireFds
 from tether.child.peer import Peer
+from tether.child.runs import AgentFactory
 from tether.child.session import EXIT_OK, EXIT_PROTOCOL, LONG_RUNNING, Session
 from tether.child.tools import ToolRegistry, default_tools
 from tether.child.transport import LineWriter, PeerGone, read_chunks, restore_blocking
@@ -40,11 +41,19 @@ BACKSTOP_SECONDS = 0.5
 """Once the child decides to stop, the process ends within this long, whatever still runs."""
 
 
-async def serve(wire: WireFds, *, tools: ToolRegistry | None = None) -> int:
-    """Speak the protocol on `wire` until exit, EOF or a fatal fault; return the exit status."""
+async def serve(
+    wire: WireFds,
+    *,
+    tools: ToolRegistry | None = None,
+    agent_factory: AgentFactory | None = None,
+) -> int:
+    """Speak the protocol on `wire` until exit, EOF or a fatal fault; return the exit status.
+    `agent_factory` replaces the built-in agent loop (see `agent.py`)."""
     writer = LineWriter(wire.write_fd)
     peer = Peer(writer)
-    session = Session(writer, peer, tools if tools is not None else default_tools())
+    session = Session(
+        writer, peer, tools if tools is not None else default_tools(), agent_factory=agent_factory
+    )
     server = _Server(session, writer, peer, Dispatcher(session.handlers(), session.gate))
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.read_loop, wire.read_fd, tg)

@@ -27,7 +27,8 @@ framing with status 2. Stopping cancels everything still running; `server` also 
 backstop that ends the process within a second even if something refuses to unwind.
 
 Runs live in `runs.RunTable`; what a run sees is `agent.AgentContext`; the built-in agent is
-`loop.AgentLoop`; its tools come from `tools.default_tools()`.
+`loop.AgentLoop` unless `--agent` / `TETHER_AGENT` names another (`agent_spec.py`); its tools
+come from `tools.default_tools()`.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import anyio
 
 from tether.child.errors import WireError, not_initialized
 from tether.child.peer import Peer
-from tether.child.runs import RunTable
+from tether.child.runs import AgentFactory, RunTable, default_agent
 from tether.child.tools import ToolRegistry
 from tether.child.transport import LineWriter
 from tether.protocol import PROTOCOL_VERSION, SUPPORTED_VERSIONS, ErrorCode
@@ -83,10 +84,17 @@ def _version() -> str:
 
 
 class Session:
-    def __init__(self, writer: LineWriter, peer: Peer, tools: ToolRegistry) -> None:
+    def __init__(
+        self,
+        writer: LineWriter,
+        peer: Peer,
+        tools: ToolRegistry,
+        *,
+        agent_factory: AgentFactory | None = None,
+    ) -> None:
         self._writer = writer
         self._tools = tools
-        self.runs = RunTable(peer, tools)
+        self.runs = RunTable(peer, tools, agent_factory=agent_factory or default_agent)
         self.initialized = False
         self.shutting_down = False
         self.exit_code: int | None = None
