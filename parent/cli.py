@@ -39,7 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one sub-agent in a child process")
     run.add_argument("prompt", help="the task for the sub-agent")
     run.add_argument("--model", help="model for the run, e.g. scripted:FILE")
-    run.add_argument("--agent", default="general", help=f"role: {', '.join(sorted(ROLES))}")
+    run.add_argument(
+        "--agent",
+        default="general",
+        help=f"a role ({', '.join(sorted(ROLES))}), or module:callable / file.py:callable "
+        "for your own agent implementation",
+    )
     run.add_argument("--workspace", default=".", help="directory the agent works in")
     run.add_argument("--timeout", help="wall-clock limit, e.g. 30 or 30s")
     run.add_argument("--idle-timeout", help="limit on silence from the child, e.g. 20s")

@@ -444,6 +444,8 @@ class Supervisor:
         prompt: str,
         *,
         agent: str | AgentDefinition = "general",
+        # a role name, an AgentDefinition, or "module:callable" / "file.py:callable" for your
+        # own agent implementation hosted by the child
         workspace: str | os.PathLike[str] = ".",
         model: str | ModelProvider | None = None,
         limits: Limits | None = None,
@@ -458,6 +460,12 @@ class Supervisor:
         usage (unknown agent, unreadable model script, bad limits), before spawning."""
         if self._tg is None:
             raise RuntimeError("use the Supervisor as `async with Supervisor() as sup:`")
+        impl: str | None = None
+        if isinstance(agent, str) and ":" in agent:
+            # Bring your own agent: the child hosts `module:callable` (or `file.py:callable`)
+            # with the same context as the built-in loop, under the same supervision.
+            impl = _agent_impl(agent, command)
+            agent = AgentDefinition(type="custom", description=f"custom agent {impl}")
         definition = resolve_agent(agent)
         provider = resolve_model(model) if isinstance(model, str) else model
         if provider is None and definition.model:
@@ -470,6 +478,8 @@ class Supervisor:
             if not command:
                 raise ValueError("command must not be empty")
             cfg = dataclasses.replace(cfg, command=tuple(command))
+        if impl is not None:
+            cfg = dataclasses.replace(cfg, command=(*cfg.command, "--agent", impl))
         rid = run_id or f"run-{os.getpid()}-{next(_run_ids)}"
         params = AgentRunParams(
             run_id=rid,
@@ -535,6 +545,24 @@ class Supervisor:
             procs = tree_procs(child.pid, child.marker)
             child.proc.send_signal(signal.SIGKILL)
             signal_procs(procs, signal.SIGKILL)
+
+
+def _agent_impl(spec: str, command: Sequence[str] | None) -> str:
+    """Check a `module:callable` or `path.py:callable` agent spec; file paths become absolute
+    because the child runs isolated (`-I`) and resolves nothing against our working directory."""
+    if command is not None:
+        raise ValueError("a custom agent runs in tether's own child; it cannot take a command")
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr.isidentifier():
+        raise ValueError(f"agent {spec!r}: expected module:callable or path/to/file.py:callable")
+    if target.endswith(".py"):
+        path = Path(target).resolve()
+        if not path.is_file():
+            raise ValueError(f"agent {spec!r}: no such file {str(path)!r}")
+        return f"{path}:{attr}"
+    if not all(part.isidentifier() for part in target.split(".")):
+        raise ValueError(f"agent {spec!r}: {target!r} is not a module name")
+    return spec
 
 
 def _missing_command(command: Sequence[str], env: Mapping[str, str]) -> str | None:
