@@ -289,6 +289,7 @@ function showEvent(ev) {
   else if (ev.kind === "tool_result") detail = `${d.name}${d.isError ? " (error)" : ""}: ${String(d.content || "").slice(0, 120)}`;
   else if (ev.kind === "heartbeat") detail = `waiting for ${d.waitingFor} (${d.elapsedSeconds}s)`;
   else if (ev.kind === "started") detail = `${d.agentType} with tools ${(d.tools || []).join(", ")}`;
+  detail = detail.replace(/\s+/g, " ");
   process.stderr.write(`event ${ev.runId} #${ev.seq} ${ev.kind} ${detail}`.trimEnd() + "\n");
 }
 
