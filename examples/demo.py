@@ -6,7 +6,9 @@ shown, failures included, and nothing is left running afterwards.
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,13 +24,24 @@ HERE = Path(__file__).resolve().parent
 
 async def main() -> int:
     show = _progress(sys.stderr)
+    # Work on a copy, so the demo leaves the repository as it found it.
+    scratch = Path(tempfile.mkdtemp(prefix="tether-demo-"))
+    workspace = scratch / "workspace"
+    shutil.copytree(HERE / "workspace", workspace)
+    try:
+        return await _cases(show, workspace)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+async def _cases(show: object, workspace: Path) -> int:
     async with Supervisor(ChildConfig()) as sup:
         cases = [
             (
-                "1. An explorer looks for TODOs and completes with its findings",
+                "1. An agent reads the workspace, writes a TODO report and completes with it",
                 dict(
-                    prompt="Find the TODO notes in this workspace and report them.",
-                    agent="explorer",
+                    prompt="Find the TODO notes in this workspace and write a report.",
+                    agent="general",
                     model=f"scripted:{HERE / 'explorer.json'}",
                 ),
             ),
@@ -60,11 +73,15 @@ async def main() -> int:
             print(f"\n{title}", flush=True)
             started = time.monotonic()
             result = await sup.run(
-                workspace=HERE / "workspace",
+                workspace=workspace,
                 on_event=show,  # type: ignore[arg-type]
                 **kwargs,  # type: ignore[arg-type]
             )
             print(render(result))
+            for artifact in result.artifacts:
+                if artifact.fs_type == "file":
+                    print(f"  --- {Path(artifact.path).name} ---")
+                    print("  " + Path(artifact.path).read_text().strip().replace("\n", "\n  "))
             print(f"({time.monotonic() - started:.2f}s)", flush=True)
     return 0
 
