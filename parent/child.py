@@ -286,8 +286,13 @@ class LiveChild:
         delay = 0.002
         while True:
             members = self._members()
+            # Once the child has exited (it is a zombie until `reap`), its children have been
+            # reparented: the walk by parentage would find nothing, so it is skipped.
+            gone = not self._alive()
             left = [
-                p for p in tree_procs(self.pid, self.marker, members=members) if p.pid != self.pid
+                p
+                for p in tree_procs(self.pid, self.marker, members=members, root_exited=gone)
+                if p.pid != self.pid
             ]
             if not left:
                 return []

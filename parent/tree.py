@@ -56,21 +56,32 @@ def _same_session_or_group(leader: int) -> set[int]:
 
 
 def tree_procs(
-    root: int, marker: str | None, *, thorough: bool = True, members: Iterable[int] = ()
+    root: int,
+    marker: str | None,
+    *,
+    thorough: bool = True,
+    members: Iterable[int] = (),
+    root_exited: bool = False,
 ) -> list[psutil.Process]:
     """The live (non-zombie) processes of `root`'s tree, root included while it lives.
 
     `thorough` adds the session/group and environment-marker scans over all of /proc. The
     returned psutil objects remember each process's start time, so signalling them later can
     never hit a recycled pid.
+
+    `root_exited` says the caller has seen the whole root process exit (`waitid`, not just a
+    zombie leader thread): the kernel reparented all its children when it did, so the walk by
+    parentage, itself a read of every /proc/*/stat, cannot find anything and is skipped. Its
+    former descendants are found by the other scans, as always once their parent is gone.
     """
     pids: set[int] = set()
-    try:
-        proc = psutil.Process(root)
-        pids.add(root)
-        pids.update(p.pid for p in proc.children(recursive=True))
-    except psutil.NoSuchProcess:
-        pass
+    if not root_exited:
+        try:
+            proc = psutil.Process(root)
+            pids.add(root)
+            pids.update(p.pid for p in proc.children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
     pids.update(members)  # the child's cgroup, when it has one: complete membership
     if thorough:
         pids |= _same_session_or_group(root)
