@@ -121,6 +121,7 @@ class RunHandle:
         self._config = config
         self._limits = limits
         self._model = model
+        self._providers: dict[str, ModelProvider | None] = {}
         self._approve = approve
         self._on_event = on_event
         self._done = anyio.Event()
@@ -324,13 +325,14 @@ class RunHandle:
     async def _on_request(self, method: str, params: Any) -> Any:
         if method == "model/complete":
             assert isinstance(params, ModelCompleteParams)
-            if self._model is None:
+            provider = self._provider_for(params.model)
+            if provider is None:
                 raise RemoteError(
                     ErrorCode.NO_MODEL,
                     "no model is configured for this run (pass model=..., or --model on the CLI)",
                 )
             try:
-                return await self._model.complete(params)
+                return await provider.complete(params)
             except RemoteError:
                 raise
             except Exception as exc:
@@ -346,6 +348,19 @@ class RunHandle:
                 got = await got
             return got
         raise RemoteError(ErrorCode.METHOD_NOT_FOUND, f"the parent does not serve {method!r}")
+
+    def _provider_for(self, name: str | None) -> ModelProvider | None:
+        """The run's provider, or another one when the child names a model string the parent
+        can build (a definition's `compactionModel`, say `openai:small-model`). Names that are
+        not model strings (`"gpt-4o"`) mean the run's own provider."""
+        if not name or ":" not in name:
+            return self._model
+        if name not in self._providers:
+            try:
+                self._providers[name] = resolve_model(name)
+            except ValueError:
+                self._providers[name] = self._model
+        return self._providers[name]
 
     def _on_notification(self, method: str, params: Any) -> None:
         if method == "agent/event" and isinstance(params, AgentEventParams):

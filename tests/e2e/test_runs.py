@@ -137,10 +137,14 @@ async def test_the_child_sees_a_scrubbed_environment(workspace: Path, monkeypatc
         with anyio.fail_after(10):
             while handle.pid is None:
                 await anyio.sleep(0.01)
-            # The trampoline execs the child in place: wait until the pid runs the child.
-            while b"_trampoline" in Path(f"/proc/{handle.pid}/cmdline").read_bytes():
+            # The trampoline execs the child in place: wait until the pid runs the child and
+            # its environment is readable (it reads empty while an exec is switching images).
+            while True:
+                cmdline = Path(f"/proc/{handle.pid}/cmdline").read_bytes()
+                raw = Path(f"/proc/{handle.pid}/environ").read_bytes()
+                if b"_trampoline" not in cmdline and b"tether.child" in cmdline and raw:
+                    break
                 await anyio.sleep(0.01)
-        raw = Path(f"/proc/{handle.pid}/environ").read_bytes()
         environ = dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
         assert os.getsid(handle.pid) == handle.pid
         assert os.getpgid(handle.pid) == handle.pid
@@ -153,3 +157,46 @@ async def test_the_child_sees_a_scrubbed_environment(workspace: Path, monkeypatc
     assert "PATH" in environ
     core = next(line for line in limits.splitlines() if line.startswith("Max core file size"))
     assert core.split()[4:6] == ["0", "0"]
+
+
+async def test_compaction_goes_to_the_definitions_compaction_model(workspace: Path) -> None:
+    summaries = workspace / "compact.json"
+    summaries.write_text('[{"text": "unused"}]')
+    long_text = "x" * 4000
+    script = f'[{{"text": "{long_text}"}}, {{"text": "{long_text}"}}, {{"text": "done"}}]'
+    seen: list[str] = []
+    async with Supervisor() as sup:
+        result = await sup.run(
+            "go",
+            workspace=workspace,
+            model=ScriptedModel.from_json(script),
+            agent=AgentDefinition(
+                type="general",
+                max_iterations=3,
+                stop_conditions=[],
+                compaction_model=f"scripted:{summaries}",
+                compaction_threshold=1500,
+            ),
+            on_event=lambda ev: (
+                seen.append(ev.data.get("model", ""))
+                if isinstance(ev, ChildEvent) and ev.kind == "compaction"
+                else None
+            ),
+        )
+    assert result.iteration_count == 3
+    assert seen and all(model == f"scripted:{summaries}" for model in seen)
+
+
+async def test_a_model_string_named_by_the_child_gets_its_own_provider(workspace: Path) -> None:
+    script = workspace / "other.json"
+    script.write_text('[{"text": "hi"}]')
+    own = ScriptedModel.from_json('[{"text": "mine"}]')
+    async with Supervisor() as sup:
+        handle = await sup.start("go", workspace=workspace, model=own)
+        other = handle._provider_for(f"scripted:{script}")
+        assert isinstance(other, ScriptedModel) and other.name == f"scripted:{script}"
+        assert handle._provider_for(None) is own
+        assert handle._provider_for("gpt-4o") is own  # a bare name means the run's provider
+        assert handle._provider_for("mystery:thing") is own
+        handle.abort()
+        await handle.result()
