@@ -13,7 +13,7 @@ _wire.request(1, "model/complete", {"runId": run_id, "messages": [{"role": "user
 while True:
     msg = _wire.recv()
     if msg is None:
-        sys.exit(0)
+        _wire.leave()
     if msg.get("id") == 1 and "method" not in msg:
         break
 if "error" in msg:

@@ -13,7 +13,7 @@ _wire.event(run_id, 1, "started")
 while True:
     msg = _wire.recv()
     if msg is None or msg.get("method") == "exit":
-        sys.exit(0)
+        _wire.leave()
     if msg.get("method") == "shutdown":
         _wire.reply(msg["id"], None)
     if msg.get("method") == "agent/cancel" and sys.argv[1] == "obey":

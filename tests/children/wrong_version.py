@@ -8,7 +8,7 @@ import _wire
 
 msg = _wire.recv()
 if msg is None:
-    sys.exit(0)
+    _wire.leave()
 _wire.reply(
     msg["id"],
     {"protocolVersion": 99, "serverInfo": {"name": "x", "version": "0"}, "pid": os.getpid()},

@@ -424,7 +424,7 @@ async def test_cancelling_a_child_that_obeys_agent_cancel_is_aborted(tmp_path: P
     assert result.message == "stopped on request"  # the child's own answer
     assert result.failure is not None
     assert result.failure.rung in ("none", "shutdown")  # it left politely
-    assert elapsed < CONFIG.cancel_grace + 1.0
+    assert elapsed < CONFIG.cancel_grace + LADDER
 
 
 async def test_cancelling_a_child_that_ignores_agent_cancel_cuts_it_after_the_cancel_grace(
