@@ -665,11 +665,17 @@ async def check_artifacts(w: Wire) -> None:
     result: RunResult = w.typed_result("agent/run", reply)
     if not result.success:
         raise CheckFailed(f"the run failed ({result.message!r}) instead of completing")
+    real_ws = os.path.realpath(ws)
     got = sorted((a.path, a.fs_type) for a in result.artifacts)
-    want = [("conformance.txt", "file"), ("sub", "directory")]
-    if got != want:
+    want = sorted(
+        (os.path.join(root, name), kind)
+        for root in {ws, real_ws}
+        for name, kind in (("conformance.txt", "file"), ("sub", "directory"))
+    )
+    if not got or not set(got) <= set(want) or len(got) != 2:
         raise CheckFailed(
-            f"complete({paths}) gave artifacts {got}, not {want} (paths relative to the workspace)"
+            f"complete({paths}) gave artifacts {got}, not the absolute paths of conformance.txt "
+            f"and sub/ under the workspace {real_ws}"
         )
     size = next(a.size for a in result.artifacts if a.fs_type == "file")
     if size != len(ARTIFACT_TEXT):
@@ -801,7 +807,7 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "artifacts",
         check_artifacts,
-        "complete's paths become artifacts (relative to the workspace) or skipped ones",
+        "complete's paths become artifacts (absolute, under the workspace) or skipped ones",
     ),
     Check("cancel", check_cancel, "agent/cancel makes the pending run answer aborted"),
     Check("byte-cap", check_byte_cap, "a line over maxMessageBytes gets MESSAGE_TOO_LARGE"),

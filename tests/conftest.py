@@ -1,4 +1,4 @@
-"""Shared fixtures: the anyio backend, and the reaper that fails any test leaving processes behind."""
+"""Shared fixtures: the anyio backend, and the reaper that fails a test leaving processes."""
 
 from __future__ import annotations
 

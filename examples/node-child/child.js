@@ -507,7 +507,7 @@ class Workspace {
     const st = fs.statSync(real);
     const fsType = lst.isSymbolicLink() ? "symlink" : st.isDirectory() ? "directory" : "file";
     return {
-      path: path.relative(this.root, lexical) || ".",
+      path: lexical,
       size: st.size,
       fsType,
       modifiedAt: st.mtime.toISOString(),

@@ -134,8 +134,7 @@ def describe(workspace: str, args: dict[str, Any]) -> tuple[list[Any], list[Any]
             skipped.append({"path": path, "reason": "does not exist"})
         else:
             kind = "directory" if os.path.isdir(real) else "file"
-            rel = os.path.relpath(real, root)
-            artifacts.append({"path": rel, "size": os.path.getsize(real), "fsType": kind})
+            artifacts.append({"path": real, "size": os.path.getsize(real), "fsType": kind})
     return artifacts, skipped
 
 

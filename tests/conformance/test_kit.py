@@ -28,28 +28,11 @@ BREAKS = {
 }
 
 
-# Checks tether's own child fails today, each a disagreement between child/ and the contract in
-# docs/protocol.md; the xfail below is strict, so it flips to a failure once the child is fixed.
-KNOWN_CHILD_FAILURES = ("artifacts",)
-
-
 @pytest.mark.anyio
 async def test_tethers_own_child_passes_every_check() -> None:
-    checks = [c for c in CHECK_NAMES if c not in KNOWN_CHILD_FAILURES]
-    report = await run_suite(TETHER_CHILD, only=checks)
+    report = await run_suite(TETHER_CHILD)
     assert report.failures() == {}
-    assert report.passed == len(checks)
-
-
-@pytest.mark.anyio
-@pytest.mark.xfail(
-    strict=True,
-    reason="known child bug: docs/protocol.md says an artifact's path is relative to the "
-    "workspace; tether's child (child/workspace.py, Workspace.describe) sends the absolute path",
-)
-async def test_tethers_own_child_reports_artifact_paths_relative_to_the_workspace() -> None:
-    report = await run_suite(TETHER_CHILD, only=["artifacts"])
-    assert report.failures() == {}
+    assert report.passed == len(CHECK_NAMES)
 
 
 @pytest.mark.anyio

@@ -66,7 +66,7 @@ async def test_the_supervisor_runs_the_node_child_to_completion_with_a_scripted_
     assert result.status == "completed"
     assert result.summary == "one TODO in notes/todo.txt"
     assert [(a.path, a.fs_type, a.size) for a in result.artifacts] == [
-        ("notes/todo.txt", "file", len("TODO: ship it\n"))
+        (str(workspace / "notes" / "todo.txt"), "file", len("TODO: ship it\n"))
     ]
     assert [(s.path, s.reason) for s in result.skipped] == [("nope.txt", "does not exist")]
     assert result.iteration_count == 3
