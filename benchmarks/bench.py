@@ -37,13 +37,14 @@ import msgspec
 import psutil
 
 from benchmarks.report import Figure, Results, render
+from tether.parent.cgroups import ChildCgroup
 from tether.parent.child import LiveChild
 from tether.parent.env import build_child_env
 from tether.parent.events import ChildEvent, Event
 from tether.parent.limits import DisposePolicy
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process import SpawnSpec
-from tether.parent.supervisor import DEFAULT_COMMAND, Supervisor
+from tether.parent.supervisor import DEFAULT_COMMAND, Supervisor, host
 from tether.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
     Decoder,
@@ -243,14 +244,21 @@ def _init_params() -> InitializeParams:
 async def tethered(
     argv: Sequence[str], *, policy: DisposePolicy | None = None
 ) -> AsyncIterator[LiveChild]:
-    """A live child driven the way `Supervisor` drives one: `LiveChild.open`, the stdout reader
-    and the stderr drain in a task group, and `dispose()` on the way out."""
+    """A live child driven the way `Supervisor` drives one: a cgroup of its own on a cgroup
+    tier, `LiveChild.open`, the stdout reader and the stderr drain in a task group, and
+    `dispose()` on the way out."""
+    tier = host()
+    cgroup = None
+    if tier.tier != "process-group":
+        name = f"{os.getpid()}-bench-{os.urandom(3).hex()}"
+        cgroup = ChildCgroup.create(tier, name, memory=None, pids=None)
     child = LiveChild.open(
         SpawnSpec(list(argv), build_child_env(os.environ)),
         on_request=_no_requests,
         on_notification=_ignore,
         max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES,
         ring_bytes=64 * 1024,
+        cgroup=cgroup,
     )
     async with anyio.create_task_group() as tg:
         tg.start_soon(child.read_stdout, tg)
@@ -305,8 +313,9 @@ def floor_spawn_round(s: Samples) -> None:
         s["floor.eof_exit"].append(ms(time.perf_counter_ns() - t1))
 
 
-async def spawn_group(res: Results, p: Plan) -> None:
+async def spawn_group(res: Results, p: Plan, workspace: str) -> None:
     s = Samples()
+    model = ScriptedModel.from_json(ONE_TURN)
     for rnd in range(p.spawns + 1):  # round 0 warms the page cache and is dropped
         floor_spawn_round(s)
         for key, argv in (
@@ -322,6 +331,12 @@ async def spawn_group(res: Results, p: Plan) -> None:
                 report = await child.dispose(DisposePolicy(), polite=True)
                 s[f"{key}.dispose_polite"].append(ms(time.perf_counter_ns() - t1))
                 s[f"{key}.rung"].append(float(report.rung == "shutdown"))
+        if rnd <= p.whole_runs:
+            async with Supervisor() as sup:
+                t0 = time.perf_counter_ns()
+                result = await sup.run("bench", model=model, workspace=workspace)
+                s["context.run_one"].append(ms(time.perf_counter_ns() - t0))
+            assert result.success, result.message
         if rnd == 0:
             s.clear()
 
@@ -360,9 +375,9 @@ async def spawn_group(res: Results, p: Plan) -> None:
             "cold spawn → ready (`initialize` answered)",
             "ms",
             s["tether.spawn_ready"],
-            "from just before `LiveChild.open` (the trampoline, then `python -I -m "
-            "tether.child`) to the typed `initialize` result in the parent; `LiveChild` is "
-            "driven the way `Supervisor` drives it",
+            "from just before the child's cgroup is created and `LiveChild.open` is called (the "
+            "trampoline, then `python -I -m tether.child`) to the typed `initialize` result in "
+            "the parent; `LiveChild` is driven the way `Supervisor` drives it",
             floor="floor.spawn_line",
         )
     )
@@ -402,6 +417,19 @@ async def spawn_group(res: Results, p: Plan) -> None:
             "as the polite dispose, with the minimal child (answers `shutdown`, exits on `exit` "
             "with `os._exit`)",
             floor="floor.eof_exit",
+        )
+    )
+
+    res.add(
+        Figure(
+            "context.run_one",
+            "one whole run: `Supervisor.run` of a one-turn `complete`",
+            "ms",
+            s["context.run_one"],
+            "spawn (with its cgroup), handshake, `agent/run`, one scripted `model/complete`, "
+            "the `complete` tool, the result, polite dispose; from the `run()` call to its "
+            f"return; one per round for the first {p.whole_runs} rounds",
+            floor="tether.spawn_ready",
         )
     )
 
@@ -723,7 +751,7 @@ async def flood_group(res: Results, p: Plan, workspace: str) -> None:
     )
 
 
-# --- absolute figures: stubborn dispose, crash, whole runs --------------------------------------
+# --- absolute figures: stubborn dispose, crash ----------------------------------------------------
 
 
 async def stubborn_and_crash(res: Results, p: Plan, workspace: str) -> None:
@@ -775,25 +803,6 @@ async def stubborn_and_crash(res: Results, p: Plan, workspace: str) -> None:
             "its `agent/run` is pending; to `time.monotonic_ns()` just after `await "
             "handle.result()` returns in the parent (CLOCK_MONOTONIC is system-wide)",
             note="failure kinds: " + ", ".join(sorted(set(kinds))),
-        )
-    )
-    model = ScriptedModel.from_json(ONE_TURN)
-    whole = []
-    async with Supervisor() as sup:
-        for _ in range(p.whole_runs):
-            t0 = time.perf_counter_ns()
-            result = await sup.run("bench", model=model, workspace=workspace)
-            whole.append(ms(time.perf_counter_ns() - t0))
-            assert result.success, result.message
-    res.add(
-        Figure(
-            "context.run_one",
-            "one whole run: `Supervisor.run` of a one-turn `complete`",
-            "ms",
-            whole,
-            "spawn, handshake, `agent/run`, one scripted `model/complete`, the `complete` tool, "
-            "the result, polite dispose; from the `run()` call to its return",
-            floor="tether.spawn_ready",
         )
     )
 
@@ -857,7 +866,7 @@ def floor_swarm(n: int) -> float:
     return (time.perf_counter_ns() - t0) / 1e9
 
 
-def tether_swarm(n: int) -> dict[str, float]:
+def tether_swarm(n: int) -> dict[str, Any]:
     out = subprocess.run(
         [PY, "-m", "benchmarks.swarm", "--children", str(n)],
         cwd=ROOT,
@@ -865,8 +874,9 @@ def tether_swarm(n: int) -> dict[str, float]:
         capture_output=True,
         text=True,
     )
-    got: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["ok"] == n, got
+    got: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    if got["ok"] != n:
+        raise RuntimeError(f"only {got['ok']} of {n} swarm runs succeeded: {got['failures']}")
     return got
 
 
@@ -925,11 +935,11 @@ def swarm_group(res: Results, p: Plan) -> None:
 async def measure(res: Results, p: Plan) -> None:
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as ws:
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-            ("spawn, ready, exit, dispose", lambda: spawn_group(res, p)),
+            ("spawn, ready, exit, dispose", lambda: spawn_group(res, p, ws)),
             ("round trips", lambda: ping_group(res, p, ws)),
             ("1 MiB messages", lambda: transfer_group(res, p)),
             ("agent/event flood", lambda: flood_group(res, p, ws)),
-            ("stubborn dispose, crash, whole runs", lambda: stubborn_and_crash(res, p, ws)),
+            ("stubborn dispose, crash", lambda: stubborn_and_crash(res, p, ws)),
             ("idle memory", lambda: memory_group(res, p)),
         ]
         for name, step in steps:

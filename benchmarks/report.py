@@ -143,6 +143,8 @@ def machine() -> dict[str, str]:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
+    from tether.parent.supervisor import host
+
     return {
         "CPU": f"{cpu}, {os.cpu_count()} logical CPUs",
         "kernel": f"{platform.system()} {platform.release()}",
@@ -150,6 +152,7 @@ def machine() -> dict[str, str]:
         "packages": ", ".join(
             f"{name} {_version(name)}" for name in ("anyio", "msgspec", "psutil", "jsonrpcserver")
         ),
+        "containment tier": host().tier,
     }
 
 

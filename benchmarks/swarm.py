@@ -2,10 +2,10 @@
 
 `python -m benchmarks.swarm --children 32` starts that many runs concurrently through one
 `Supervisor` (the real tether child, a one-turn scripted model that calls `complete`), waits
-for every result and leaves the supervisor, then prints one JSON object:
-`{"seconds", "ok", "rss_before_kib", "rss_peak_kib"}`. The time runs from just before the
-first `start()` to just after the `async with Supervisor()` block is left (every child spawned,
-run, disposed and reaped). Memory is read from /proc/self/status: VmRSS before the first start,
+for every result and leaves the supervisor, then prints one JSON object: `{"seconds", "ok",
+"failures", "rss_before_kib", "rss_peak_kib"}`. The time runs from just before the first
+`start()` to just after the `async with Supervisor()` block is left (every child spawned, run,
+disposed and reaped). Memory is read from /proc/self/status: VmRSS before the first start,
 VmHWM (the high-water mark of this process image, reset by exec) at the end; `ru_maxrss` would
 not do, because it survives exec and so starts at the RSS of whoever forked us.
 """
@@ -29,7 +29,7 @@ ONE_TURN = (
 )
 
 
-async def swarm(children: int, workspace: str) -> dict[str, float | int]:
+async def swarm(children: int, workspace: str) -> dict[str, object]:
     model = ScriptedModel.from_json(ONE_TURN)
     rss_before = _status_kib("VmRSS")
     t0 = time.perf_counter_ns()
@@ -42,6 +42,7 @@ async def swarm(children: int, workspace: str) -> dict[str, float | int]:
     return {
         "seconds": (t1 - t0) / 1e9,
         "ok": sum(r.success for r in results),
+        "failures": sorted({r.message for r in results if not r.success})[:3],
         "rss_before_kib": rss_before,
         "rss_peak_kib": _status_kib("VmHWM"),
     }
