@@ -39,6 +39,9 @@ from tether.protocol import (
 )
 from tether.protocol.methods import METHODS
 
+MAX_CONCURRENT_REQUESTS = 32
+"""Requests from the peer answered at once; more wait, unread, in the pipe."""
+
 RequestHandler = Callable[[str, Any], Awaitable[Any]]
 NotificationHandler = Callable[[str, Any], None]
 
@@ -93,6 +96,7 @@ class Endpoint:
         """Requests from the peer this side is still answering."""
         self.ended = anyio.Event()
         self.dropped_notifications = 0
+        self._request_slots = anyio.Semaphore(MAX_CONCURRENT_REQUESTS)
 
     @property
     def end(self) -> StreamEnd | None:
@@ -140,6 +144,10 @@ class Endpoint:
                     return self._finish(StreamEnd("output closed"))
                 for msg in self._decoder.feed(data):
                     self.last_message_at = self._last_activity_at = time.monotonic()
+                    if isinstance(msg, Request):
+                        # Backpressure: a peer that floods requests waits (its pipe fills)
+                        # instead of making this side start unbounded work.
+                        await self._request_slots.acquire()
                     end = self._route(msg, tg)
                     if end is not None:
                         return self._finish(end)
@@ -207,6 +215,7 @@ class Endpoint:
         finally:
             self._serving -= 1
             self._last_activity_at = time.monotonic()
+            self._request_slots.release()
 
     async def _answer_one(self, req: Request) -> None:
         spec = METHODS.get(req.method)

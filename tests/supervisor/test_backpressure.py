@@ -1,0 +1,45 @@
+"""A child cannot make the parent start unbounded work: its requests are served a few at once."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tether.parent.endpoint import MAX_CONCURRENT_REQUESTS
+from tether.parent.supervisor import Supervisor
+from tether.protocol.messages import ChatMessage, ModelCompleteParams, ModelCompleteResult
+
+CHILDREN = Path(__file__).resolve().parent.parent / "children"
+
+
+class CountingModel:
+    def __init__(self) -> None:
+        self.now = 0
+        self.peak = 0
+
+    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+        await anyio.sleep(0.002)
+        self.now -= 1
+        return ModelCompleteResult(message=ChatMessage(role="assistant", content="ok"))
+
+
+@pytest.mark.anyio
+async def test_a_flood_of_requests_is_answered_in_full_but_never_more_than_the_cap_at_once(
+    tmp_path: Path,
+) -> None:
+    model = CountingModel()
+    async with Supervisor() as sup:
+        result = await sup.run(
+            "go",
+            workspace=tmp_path,
+            model=model,
+            command=[sys.executable, "-I", str(CHILDREN / "request_flood.py")],
+        )
+    assert result.success, result
+    assert result.summary == "200 answers"
+    assert 1 < model.peak <= MAX_CONCURRENT_REQUESTS
