@@ -76,15 +76,30 @@ def _writable_dir(path: Path) -> bool:
     return True
 
 
-def detect() -> Host:
-    own = _own_cgroups()
+TIERS = ("cgroup2", "cgroup1", "process-group")
+"""Every containment tier, most complete first."""
+
+
+def _probe_v2(own: dict[str, str]) -> Host:
     unified_mount = ROOT if (ROOT / "cgroup.controllers").exists() else ROOT / "unified"
+    if "unified" not in own or not (unified_mount / "cgroup.controllers").exists():
+        return Host("cgroup2", why="no cgroup v2 hierarchy is mounted for this process")
     # cgroup v2 is complete only when it carries the controllers (pure v2 hosts).
-    if "unified" in own and (unified_mount / "cgroup.controllers").exists():
-        base = unified_mount / own["unified"].lstrip("/")
-        controllers = (unified_mount / "cgroup.controllers").read_text().split()
-        if {"memory", "pids"} <= set(controllers) and _writable_dir(base):
-            return Host("cgroup2", {"unified": base})
+    base = unified_mount / own["unified"].lstrip("/")
+    controllers = (unified_mount / "cgroup.controllers").read_text().split()
+    if not {"memory", "pids"} <= set(controllers):
+        have = " ".join(controllers) or "none"
+        return Host(
+            "cgroup2",
+            why=f"the cgroup v2 hierarchy at {unified_mount} has no memory and pids "
+            f"controllers (it has: {have}); they are bound to cgroup v1",
+        )
+    if not _writable_dir(base):
+        return Host("cgroup2", why=f"cannot create cgroups under {base} (not root, no delegation)")
+    return Host("cgroup2", {"unified": base})
+
+
+def _probe_v1(own: dict[str, str]) -> Host:
     parents: dict[str, Path] = {}
     for controller in ("memory", "pids", "freezer"):
         if controller not in own:
@@ -94,7 +109,42 @@ def detect() -> Host:
             parents[controller] = base
     if "freezer" in parents or "pids" in parents:
         return Host("cgroup1", parents)
-    return Host("process-group", {}, why="no writable cgroup hierarchy (not root, no delegation)")
+    return Host(
+        "cgroup1", why="no writable cgroup v1 freezer or pids hierarchy (not root, or not mounted)"
+    )
+
+
+def probe(tier: str) -> Host:
+    """What `tier` offers here; a tier that is not available has no parents and says `why`.
+    The process-group tier is always available."""
+    if tier == "cgroup2":
+        return _probe_v2(_own_cgroups())
+    if tier == "cgroup1":
+        return _probe_v1(_own_cgroups())
+    if tier == "process-group":
+        return Host("process-group")
+    raise ValueError(f"unknown containment tier {tier!r}; expected one of {', '.join(TIERS)}")
+
+
+def available(host: Host) -> bool:
+    return host.tier == "process-group" or bool(host.parents)
+
+
+def choose(probes: dict[str, Host]) -> Host:
+    """The most complete available tier among `probes` (tier → `probe(tier)`); when no cgroup
+    tier is available, the process-group tier, saying why in `why`."""
+    reasons = []
+    for tier in ("cgroup2", "cgroup1"):
+        got = probes.get(tier) or probe(tier)
+        if available(got):
+            return got
+        reasons.append(f"{tier}: {got.why}")
+    return Host("process-group", {}, why="; ".join(reasons))
+
+
+def detect() -> Host:
+    """The most complete tier this host offers (what `containment="auto"` picks)."""
+    return choose({})
 
 
 @dataclass

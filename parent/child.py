@@ -273,6 +273,9 @@ class LiveChild:
     def _signal_tree(self, sig: int) -> None:
         if sig == signal.SIGKILL and self.cgroup is not None:
             self.cgroup.kill()
+        self.proc.signal_group(sig)
+        if sig == signal.SIGTERM:
+            self.proc.signal_group(signal.SIGCONT)
         procs = tree_procs(self.pid, self.marker, thorough=True, members=self._members())
         # The child itself is signalled through its pidfd, the rest by verified psutil handles.
         self.proc.send_signal(sig)
@@ -298,6 +301,7 @@ class LiveChild:
                 return []
             if self.cgroup is not None:
                 self.cgroup.kill()
+            self.proc.signal_group(signal.SIGKILL)
             signal_procs(left, signal.SIGKILL)
             if time.monotonic() >= deadline:
                 return [p.pid for p in left if _alive(p)]

@@ -84,7 +84,10 @@ def classify(o: Observed) -> tuple[FailureKind, str] | None:
         return "spawn_failed", o.spawn_error
     if o.cancelled:
         return "cancelled", "the run was cancelled by the parent"
-    if o.oom_kills > 0:
+    # Without a memory cgroup the limit is RLIMIT_DATA: a Python child's allocation fails and
+    # it dies of MemoryError rather than being killed.
+    rlimit_oom = "memory" in o.limits and not o.answered and "MemoryError" in o.stderr_tail
+    if o.oom_kills > 0 or rlimit_oom:
         return "oom", f"the child ran out of memory (limit {o.limits.get('memory', '?')})"
     if o.signal == signal.SIGXCPU or (
         o.signal == signal.SIGKILL and o.rung not in ("sigterm", "sigkill") and _used_up_cpu(o)
@@ -92,14 +95,18 @@ def classify(o: Observed) -> tuple[FailureKind, str] | None:
         return "cpu_limit", f"the child used up its CPU time (limit {o.limits.get('cpu', '?')})"
     # Shells report a child's death by signal as 128 + its number; Python ignores SIGXFSZ and
     # fails with EFBIG ("File too large") instead.
-    efbig = "file_size" in o.limits and not o.answered and (
-        "File too large" in o.stderr_tail or o.exit_code == 128 + signal.SIGXFSZ
+    efbig = (
+        "file_size" in o.limits
+        and not o.answered
+        and ("File too large" in o.stderr_tail or o.exit_code == 128 + signal.SIGXFSZ)
     )
     if o.signal == signal.SIGXFSZ or efbig:
         return "fsize_limit", (
             f"the child wrote past its file size limit ({o.limits.get('file_size', '?')})"
         )
-    if o.pids_max_hits > 0 and not o.answered:
+    # Without a pids cgroup the limit is RLIMIT_NPROC: fork fails with EAGAIN.
+    eagain = "processes" in o.limits and "Resource temporarily unavailable" in o.stderr_tail
+    if (o.pids_max_hits > 0 or eagain) and not o.answered:
         return "tasks_limit", (
             f"the child hit its process limit ({o.limits.get('processes', '?')}) and failed"
         )

@@ -207,6 +207,17 @@ class ChildProcess:
         except ProcessLookupError:
             pass
 
+    def signal_group(self, sig: int) -> None:
+        """Signal the child's whole process group at once (one `kill(-pgid)`, so a process that
+        forks and exits as fast as it can is caught too). Only until the child is reaped: while
+        its zombie lives, its pid, which is also the group id, cannot be reused."""
+        if self.status is not None:
+            return
+        try:
+            os.killpg(self.pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def close_pipes(self) -> None:
         self.stdin.close()
         self.stdout.close()

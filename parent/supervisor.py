@@ -45,7 +45,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from tether.parent.cgroups import ChildCgroup, Host, detect, sweep_stale
+from tether.parent.cgroups import TIERS, ChildCgroup, Host, available, choose, probe, sweep_stale
 from tether.parent.child import LiveChild
 from tether.parent.classify import Observed, classify, failure_of
 from tether.parent.endpoint import ConnectionClosed
@@ -99,6 +99,9 @@ class ChildConfig:
     stderr_ring_bytes: int = 64 * 1024
     cancel_grace: float = 2.0
     """After `agent/cancel`, how long the child has to answer `aborted` itself."""
+    containment: str = "auto"
+    """The containment tier: `auto` (the most complete this host offers), `cgroup2`, `cgroup1`
+    or `process-group`. A tier this host does not offer is refused at `start()`."""
 
 
 class RunHandle:
@@ -111,6 +114,7 @@ class RunHandle:
         params: AgentRunParams,
         config: ChildConfig,
         limits: Limits,
+        containment: Host,
         model: ModelProvider | None,
         approve: ApprovePolicy | None,
         on_event: EventCallback | None,
@@ -120,6 +124,8 @@ class RunHandle:
         self._params = params
         self._config = config
         self._limits = limits
+        self.host = containment
+        """The containment tier this run's child is under."""
         self._model = model
         self._providers: dict[str, ModelProvider | None] = {}
         self._approve = approve
@@ -194,7 +200,7 @@ class RunHandle:
         if missing:
             observed.spawn_error = missing
             return None, observed
-        host = self._sup.host
+        host = self.host
         try:
             cgroup = (
                 ChildCgroup.create(
@@ -389,9 +395,7 @@ class RunHandle:
                         kind=kind, rung=observed.rung, stderr_tail=observed.stderr_tail
                     ),
                 )
-            return msgspec.structs.replace(
-                answer, run_id=self.run_id, containment=self._sup.host.tier
-            )
+            return msgspec.structs.replace(answer, run_id=self.run_id, containment=self.host.tier)
         got = classify(observed)
         failure = failure_of(observed)
         assert got is not None and failure is not None  # unanswered always classifies
@@ -405,7 +409,7 @@ class RunHandle:
             message=message,
             failure=failure,
             run_id=self.run_id,
-            containment=self._sup.host.tier,
+            containment=self.host.tier,
         )
 
 
@@ -420,6 +424,8 @@ class Supervisor:
         self._subscribers: list[EventCallback] = []
         self._keeper: Keeper | None = None
         self.host = host()
+        """What `containment="auto"` picks on this host; each run names its own tier
+        (`RunHandle.host`, `RunResult.containment`)."""
         _registry.add(self)
 
     async def __aenter__(self) -> Supervisor:
@@ -503,7 +509,10 @@ class Supervisor:
             description=description,
             workspace=str(ws),
         )
-        handle = RunHandle(self, rid, params, cfg, limits or Limits(), provider, approve, on_event)
+        tier = host(cfg.containment)
+        handle = RunHandle(
+            self, rid, params, cfg, limits or Limits(), tier, provider, approve, on_event
+        )
         self._handles.add(handle)
         self._tg.start_soon(self._run_handle, handle)
         return handle
@@ -602,17 +611,26 @@ def _version() -> str:
         return "0"
 
 
-_host: Host | None = None
+_hosts: dict[str, Host] = {}
 
 
-def host() -> Host:
-    """What this host offers for containment, detected once per process; the first call also
-    sweeps cgroups left behind by supervisors that were killed."""
-    global _host
-    if _host is None:
-        _host = detect()
-        sweep_stale(_host)
-    return _host
+def host(containment: str = "auto") -> Host:
+    """The containment tier `containment` names (`auto`: the most complete this host offers),
+    detected once per process; the first call also sweeps cgroups left behind by supervisors
+    that were killed. Raises `ValueError` for an unknown tier or one this host does not offer."""
+    if not _hosts:
+        probes = {tier: probe(tier) for tier in TIERS}
+        for got in probes.values():
+            if got.parents:
+                sweep_stale(got)
+        _hosts.update(probes)
+        _hosts["auto"] = choose(probes)
+    if containment not in _hosts:
+        raise ValueError(f"containment {containment!r}: expected auto or one of {', '.join(TIERS)}")
+    got = _hosts[containment]
+    if not available(got):
+        raise ValueError(f"containment {containment!r} is not available on this host: {got.why}")
+    return got
 
 
 _registry: weakref.WeakSet[Supervisor] = weakref.WeakSet()
