@@ -113,16 +113,18 @@ class LiveChild:
         max_message_bytes: int,
         ring_bytes: int,
         cgroup: ChildCgroup | None = None,
+        launch: Callable[[dict[str, str]], list[str]] | None = None,
     ) -> LiveChild:
         """Spawn the child (into `cgroup`, when given); raises `SpawnError` when it cannot
-        start."""
+        start. `launch`, given the child's final environment, returns the argv to exec instead
+        of `spec.argv` (a launcher's prefix around it)."""
         marker = new_tree_marker()
         env = dict(spec.env)
         env[TREE_ENV] = marker
         try:
             proc = ChildProcess.spawn(
                 SpawnSpec(
-                    spec.argv,
+                    launch(env) if launch is not None else spec.argv,
                     env,
                     spec.cwd,
                     spec.rlimits,

@@ -52,6 +52,7 @@ from tether.parent.endpoint import ConnectionClosed
 from tether.parent.env import build_child_env
 from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.keeper import Keeper
+from tether.parent.launchers import LaunchContext, Launcher, Local, resolve_launcher
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models import ModelProvider, resolve_model
 from tether.parent.process import SpawnError, SpawnSpec
@@ -102,6 +103,9 @@ class ChildConfig:
     containment: str = "auto"
     """The containment tier: `auto` (the most complete this host offers), `cgroup2`, `cgroup1`
     or `process-group`. A tier this host does not offer is refused at `start()`."""
+    launcher: str | Launcher = "local"
+    """An argv prefix the command runs under (`local`, `bwrap`, `ssh:HOST`, `docker:IMAGE`,
+    ..., or a `Launcher`); see `launchers.py` for what each provides."""
 
 
 class RunHandle:
@@ -196,7 +200,12 @@ class RunHandle:
         # Everything up to the spawn is synchronous: a run cancelled before its task got here
         # must stop at this checkpoint, not start a child only to take it down again.
         await anyio.lowlevel.checkpoint()
-        missing = _missing_command(cfg.command, self._env())
+        launcher = resolve_launcher(cfg.launcher)
+        missing = None
+        if launcher.program is not None:
+            missing = _missing_command([launcher.program], self._env(), "the launcher")
+        if missing is None and not launcher.provides.eof_teardown_only:
+            missing = _missing_command(cfg.command, self._env())
         if missing:
             observed.spawn_error = missing
             return None, observed
@@ -231,6 +240,7 @@ class RunHandle:
                 max_message_bytes=cfg.max_message_bytes,
                 ring_bytes=cfg.stderr_ring_bytes,
                 cgroup=cgroup,
+                launch=None if isinstance(launcher, Local) else self._launch(launcher),
             )
         except SpawnError as exc:
             observed.spawn_error = str(exc)
@@ -377,6 +387,20 @@ class RunHandle:
 
     # --- helpers ------------------------------------------------------------------------------
 
+    def _launch(self, launcher: Launcher) -> Callable[[dict[str, str]], list[str]]:
+        def argv(env: dict[str, str]) -> list[str]:
+            return launcher.argv(
+                LaunchContext(
+                    command=list(self._config.command),
+                    env=env,
+                    explicit_env=dict(self._config.env),
+                    workspace=self._params.workspace,
+                    limits=self._limits,
+                )
+            )
+
+        return argv
+
     def _env(self) -> dict[str, str]:
         return build_child_env(
             os.environ, pass_through=self._config.pass_env, explicit=self._config.env
@@ -510,6 +534,7 @@ class Supervisor:
             workspace=str(ws),
         )
         tier = host(cfg.containment)
+        resolve_launcher(cfg.launcher)  # an unknown launcher is bad usage
         handle = RunHandle(
             self, rid, params, cfg, limits or Limits(), tier, provider, approve, on_event
         )
@@ -589,8 +614,11 @@ def _agent_impl(spec: str, command: Sequence[str] | None) -> str:
     return spec
 
 
-def _missing_command(command: Sequence[str], env: Mapping[str, str]) -> str | None:
+def _missing_command(command: Sequence[str], env: Mapping[str, str], what: str = "") -> str | None:
     exe = command[0]
+    if what:
+        exe_missing = _missing_command(command, env)
+        return f"{exe_missing} ({what})" if exe_missing else None
     if os.sep in exe:
         if not os.path.exists(exe):
             return f"cannot start {exe!r}: no such file"
