@@ -50,11 +50,24 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--idle-timeout", help="limit on silence from the child, e.g. 20s")
     run.add_argument("--memory", help="memory limit, e.g. 512M")
     run.add_argument("--command", help="drive this command instead of the Python child")
+    run.add_argument(
+        "--launcher",
+        default="local",
+        help="run the child under a launcher: local, bwrap, bwrap-net, prlimit, setpriv, "
+        "ssh:HOST, docker:IMAGE, kubectl:IMAGE",
+    )
+    run.add_argument(
+        "--containment",
+        default="auto",
+        help="containment tier: auto, cgroup2, cgroup1 or process-group (see tether doctor)",
+    )
     run.add_argument("--description", default="", help="short label for the run")
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     sub.add_parser("schema", help="print the wire protocol's JSON Schema")
+    doctor = sub.add_parser("doctor", help="what this host can enforce, and how")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     conformance.add_arguments(
         sub.add_parser("conformance", help="check that a child command speaks the protocol")
     )
@@ -124,7 +137,8 @@ async def _run(args: argparse.Namespace) -> RunResult:
     command = shlex.split(args.command) if args.command is not None else None
     if command == []:
         raise UsageError("tether run: --command must not be empty")
-    async with Supervisor(ChildConfig()) as sup:
+    config = ChildConfig(launcher=args.launcher, containment=args.containment)
+    async with Supervisor(config) as sup:
         handle = await sup.start(
             args.prompt,
             agent=args.agent,
@@ -145,6 +159,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             from tether.protocol.schema import render as render_schema
 
             sys.stdout.write(render_schema())
+            return 0
+        if args.cmd == "doctor":
+            from tether.parent import doctor
+
+            got = doctor.report()
+            if args.json:
+                sys.stdout.write(msgspec.json.format(msgspec.json.encode(got)).decode() + "\n")
+            else:
+                print(doctor.render(got))
             return 0
         if args.cmd == "conformance":
             return conformance.main(args)

@@ -1,0 +1,146 @@
+"""`tether doctor`: what this host offers for containment, and what enforces each limit."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tether.parent.cgroups import ROOT, TIERS, available, probe
+from tether.parent.keeper import KEEPER
+
+
+def _bwrap() -> dict[str, Any]:
+    path = shutil.which("bwrap")
+    if path is None:
+        return {"installed": False, "works": False, "why": "not installed (Debian: bubblewrap)"}
+    try:
+        got = subprocess.run(
+            [path, "--unshare-net", "--ro-bind", "/", "/", "true"],
+            capture_output=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"installed": True, "path": path, "works": False, "why": str(exc)}
+    if got.returncode != 0:
+        why = got.stderr.decode(errors="replace").strip() or f"exit status {got.returncode}"
+        return {
+            "installed": True,
+            "path": path,
+            "works": False,
+            "why": f"cannot create namespaces (user namespaces unavailable?): {why}",
+        }
+    return {"installed": True, "path": path, "works": True}
+
+
+def _landlock() -> dict[str, Any]:
+    lsm = Path("/sys/kernel/security/lsm")
+    try:
+        modules = lsm.read_text().strip().split(",")
+    except OSError:
+        return {"available": False, "why": f"{lsm} is not readable (securityfs not mounted)"}
+    return {"available": "landlock" in modules, "lsm": modules}
+
+
+def _pidfd() -> dict[str, Any]:
+    try:
+        fd = os.pidfd_open(os.getpid())
+    except (AttributeError, OSError) as exc:
+        return {"available": False, "why": str(exc)}
+    os.close(fd)
+    return {"available": True}
+
+
+def _subreaper() -> dict[str, Any]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_get_child_subreaper = 37
+    flag = ctypes.c_int(0)
+    if libc.prctl(pr_get_child_subreaper, ctypes.byref(flag), 0, 0, 0) != 0:
+        return {"available": False, "why": os.strerror(ctypes.get_errno())}
+    return {"available": True, "this_process": bool(flag.value)}
+
+
+def _cgroups() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for tier in ("cgroup2", "cgroup1"):
+        got = probe(tier)
+        out[tier] = {
+            "available": available(got),
+            "where": {k: str(v) for k, v in got.parents.items()},
+            **({"why": got.why} if got.why else {}),
+        }
+    unified = ROOT / "cgroup.controllers"
+    unified = unified if unified.exists() else ROOT / "unified" / "cgroup.controllers"
+    if unified.exists():
+        out["cgroup2"]["mount"] = str(unified.parent)
+        out["cgroup2"]["controllers"] = unified.read_text().split()
+    return out
+
+
+def report() -> dict[str, Any]:
+    tiers = {t: probe(t) for t in TIERS}
+    auto = next(h for t, h in tiers.items() if available(h))
+    cg = auto.tier != "process-group"
+    passed_over = [f"{t}: {h.why}" for t, h in tiers.items() if not available(h)]
+    why = "the most complete tier available" + (
+        f"; passed over {'; '.join(passed_over)}" if passed_over else ""
+    )
+    root = os.geteuid() == 0
+    mem = auto.enforces("memory") if cg else False
+    pids = auto.enforces("pids") if cg else False
+    nproc = "RLIMIT_NPROC (per user" + (", and not applied to root)" if root else ")")
+    limits = {
+        "memory": f"the child's cgroup ({auto.tier}: whole tree, oom kill)"
+        if mem
+        else "RLIMIT_DATA (per process: a Python child gets MemoryError)",
+        "cpu": "RLIMIT_CPU (per process: SIGXCPU at the soft limit, SIGKILL at the hard)",
+        "wall": "the supervisor's deadline, then the dispose ladder",
+        "idle": "the supervisor's idle watchdog",
+        "processes": f"the child's cgroup ({auto.tier} pids.max: whole tree)" if pids else nproc,
+        "open_files": "RLIMIT_NOFILE (per process)",
+        "file_size": "RLIMIT_FSIZE (per process: SIGXFSZ, or EFBIG in Python)",
+    }
+    return {
+        "python": sys.version.split()[0],
+        "root": root,
+        "cgroups": _cgroups(),
+        "tiers": {t: available(h) for t, h in tiers.items()},
+        "auto": {"tier": auto.tier, "why": why},
+        "bwrap": _bwrap(),
+        "landlock": _landlock(),
+        "pidfd": _pidfd(),
+        "subreaper": _subreaper(),
+        "keeper": {"available": KEEPER.exists(), "script": str(KEEPER)},
+        "limits": limits,
+    }
+
+
+def render(r: dict[str, Any]) -> str:
+    lines = [f"tether doctor (python {r['python']}, {'root' if r['root'] else 'not root'})"]
+    lines.append(f"containment: auto picks {r['auto']['tier']} — {r['auto']['why']}")
+    for tier, info in r["cgroups"].items():
+        state = "available" if info["available"] else "not available"
+        where = ", ".join(f"{k} at {v}" for k, v in info["where"].items())
+        lines.append(f"  {tier}: {state}" + (f" ({where})" if where else ""))
+        if info.get("why"):
+            lines.append(f"    why: {info['why']}")
+    lines.append("  process-group: always available (session/group + tree walk + tree marker)")
+    b = r["bwrap"]
+    lines.append(
+        "bwrap: "
+        + ("works" if b["works"] else ("installed, " if b["installed"] else ""))
+        + ("" if b["works"] else f"does not work: {b['why']}")
+    )
+    ll = r["landlock"]
+    lines.append("landlock: " + ("available" if ll["available"] else f"no ({ll.get('why', '')})"))
+    lines.append("pidfd: " + ("yes" if r["pidfd"]["available"] else "no"))
+    lines.append("subreaper: " + ("yes" if r["subreaper"]["available"] else "no"))
+    lines.append("keeper: " + ("yes" if r["keeper"]["available"] else "missing"))
+    lines.append("limits, and what enforces each here:")
+    for name, how in r["limits"].items():
+        lines.append(f"  {name}: {how}")
+    return "\n".join(lines)
