@@ -39,6 +39,7 @@ import psutil
 from benchmarks.report import Figure, Results, render
 from tether.parent.cgroups import ChildCgroup
 from tether.parent.child import LiveChild
+from tether.parent.endpoint import ConnectionClosed
 from tether.parent.env import build_child_env
 from tether.parent.events import ChildEvent, Event
 from tether.parent.limits import DisposePolicy
@@ -270,6 +271,16 @@ async def tethered(
             tg.cancel_scope.cancel()
 
 
+async def initialize(child: LiveChild) -> None:
+    """The handshake; a child that dies instead of answering is an error that shows its stderr."""
+    try:
+        await child.request("initialize", _init_params())
+    except ConnectionClosed as exc:
+        await anyio.sleep(0.1)
+        tail = child.stderr.tail(2000)
+        raise RuntimeError(f"the child ended before answering initialize ({exc}): {tail}") from exc
+
+
 async def tether_pings(child: LiveChild, n: int, params: Any = None) -> list[float]:
     params = Empty() if params is None else params
     times: list[float] = []
@@ -324,7 +335,7 @@ async def spawn_group(res: Results, p: Plan, workspace: str) -> None:
         ):
             t0 = time.perf_counter_ns()
             async with tethered(argv) as child:
-                await child.request("initialize", _init_params())
+                await initialize(child)
                 s[f"{key}.spawn_ready"].append(ms(time.perf_counter_ns() - t0))
                 await anyio.sleep(0.02)
                 t1 = time.perf_counter_ns()
@@ -456,8 +467,8 @@ async def ping_group(res: Results, p: Plan, workspace: str) -> None:
         await aio.stdout.readline()
         aio_tether.stdin.write(json.dumps(hello).encode() + b"\n")
         await aio_tether.stdout.readline()
-        await tether.request("initialize", _init_params())
-        await minimal.request("initialize", _init_params())
+        await initialize(tether)
+        await initialize(minimal)
         for rnd in range(p.rounds + 1):  # round 0 warms every peer up and is dropped
             n = warm if rnd == 0 else per
             got = {
@@ -584,8 +595,8 @@ async def transfer_group(res: Results, p: Plan) -> None:
         c2p = await stack.enter_async_context(tethered(child_script("proto.py", "bigpong", MIB)))
         for proc in raw.values():
             _readline(_fds(proc)[1])
-        await p2c.request("initialize", _init_params())
-        await c2p.request("initialize", _init_params())
+        await initialize(p2c)
+        await initialize(c2p)
         for rnd in range(p.transfers + 2):  # two warm-up rounds, dropped
             got = {
                 "floor.transfer_p2c": raw_transfer(raw["p2c"], "p2c", blob),
@@ -754,11 +765,21 @@ async def flood_group(res: Results, p: Plan, workspace: str) -> None:
 # --- absolute figures: stubborn dispose, crash ----------------------------------------------------
 
 
+def floor_crash() -> float:
+    with popen(child_script("floor_crash.py")) as proc:
+        w, r = _fds(proc)
+        _readline(r)
+        os.write(w, b"go\n")
+        died = int(_readline(r).split()[1])
+        proc.wait()
+        return ms(time.monotonic_ns() - died)
+
+
 async def stubborn_and_crash(res: Results, p: Plan, workspace: str) -> None:
     overshoot, rungs = [], []
     for _ in range(p.stubborn):
         async with tethered(child_script("proto.py", "stubborn"), policy=STUBBORN_POLICY) as child:
-            await child.request("initialize", _init_params())
+            await initialize(child)
             t0 = time.perf_counter_ns()
             report = await child.dispose(STUBBORN_POLICY, polite=True)
             overshoot.append(ms(time.perf_counter_ns() - t0) - STUBBORN_GRACE * 1e3)
@@ -777,8 +798,9 @@ async def stubborn_and_crash(res: Results, p: Plan, workspace: str) -> None:
             note="rungs reached: " + ", ".join(sorted(set(rungs))),
         )
     )
-    times, kinds = [], []
+    times, floor, kinds = [], [], []
     for _ in range(p.crashes):
+        floor.append(floor_crash())
         async with Supervisor() as sup:
             handle = await sup.start(
                 "bench", workspace=workspace, command=child_script("proto.py", "crash")
@@ -795,13 +817,25 @@ async def stubborn_and_crash(res: Results, p: Plan, workspace: str) -> None:
         times.append(ms(t1 - died))
     res.add(
         Figure(
+            "floor.crash_exit",
+            "bare `python -I` child, SIGSEGV → its exit seen by the parent",
+            "ms",
+            floor,
+            "`floor_crash.py` writes `time.monotonic_ns()` to its stdout and SIGSEGVs itself; "
+            "to `time.monotonic_ns()` just after the parent's `wait()` returns",
+        )
+    )
+    res.add(
+        Figure(
             "tether.crash_result",
             "crash (SIGSEGV) → RunResult in the parent",
             "ms",
             times,
             "`proto.py crash` writes `time.monotonic_ns()` to stderr and SIGSEGVs itself while "
             "its `agent/run` is pending; to `time.monotonic_ns()` just after `await "
-            "handle.result()` returns in the parent (CLOCK_MONOTONIC is system-wide)",
+            "handle.result()` returns in the parent (CLOCK_MONOTONIC is system-wide); each "
+            "sample follows one of the floor's",
+            floor="floor.crash_exit",
             note="failure kinds: " + ", ".join(sorted(set(kinds))),
         )
     )
@@ -826,7 +860,7 @@ async def memory_group(res: Results, p: Plan) -> None:
             s[f"{key}.rss"].append(rss)
             s[f"{key}.uss"].append(uss)
         async with tethered(TETHER_CHILD) as child:
-            await child.request("initialize", _init_params())
+            await initialize(child)
             await anyio.sleep(0.2)
             rss, uss = _memory(child.pid)
         s["tether.rss"].append(rss)

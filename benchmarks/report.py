@@ -226,8 +226,8 @@ def render(res: Results, started: dt.datetime, seconds: float, load: Sequence[fl
         "measured in the same run**, interleaved with it (round by round, so both see the same "
         "load), and is read as a ratio to it. Each figure is a median with its min, max and "
         "number of samples n. Times are `time.perf_counter_ns` unless said otherwise. A ratio "
-        "is always tether ÷ floor: for a time lower is better, for a throughput higher is. "
-        "Targets are judged on medians."
+        "is always this row's median ÷ the median it is compared with (tether ÷ floor): for a "
+        "time lower is better, for a throughput higher is. Targets are judged on medians."
     )
     if res.quick:
         add("")

@@ -27,6 +27,7 @@ FIGURES = {
     "floor.swarm",
     "floor.rss_bare",
     "floor.uss_bare",
+    "floor.crash_exit",
     "tether.spawn_ready",
     "tether.ping",
     "tether.transfer_p2c",
