@@ -161,9 +161,7 @@ async def test_a_fork_loop_is_gone_after_dispose(tmp_path: Path, tier: str) -> N
     )
     async with Supervisor(on(tier)) as sup:
         started = time.monotonic()
-        result = await sup.run(
-            "go", workspace=tmp_path, command=py(code), limits=Limits(wall="1s")
-        )
+        result = await sup.run("go", workspace=tmp_path, command=py(code), limits=Limits(wall="1s"))
     assert result.failure is not None and result.failure.kind == "timeout", result
     assert result.failure.rung == "sigkill"
     assert result.containment == tier
