@@ -49,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", help="wall-clock limit, e.g. 30 or 30s")
     run.add_argument("--idle-timeout", help="limit on silence from the child, e.g. 20s")
     run.add_argument("--memory", help="memory limit, e.g. 512M")
+    run.add_argument("--cpu", help="CPU time limit, e.g. 30s")
+    run.add_argument("--processes", type=int, help="limit on processes/threads at once")
+    run.add_argument("--open-files", type=int, help="limit on open file descriptors")
+    run.add_argument("--file-size", help="largest file the child may write, e.g. 100M")
     run.add_argument("--command", help="drive this command instead of the Python child")
     run.add_argument(
         "--launcher",
@@ -133,7 +137,15 @@ def render(result: RunResult) -> str:
 
 
 async def _run(args: argparse.Namespace) -> RunResult:
-    limits = Limits(wall=args.timeout, idle=args.idle_timeout, memory=args.memory)
+    limits = Limits(
+        wall=args.timeout,
+        idle=args.idle_timeout,
+        memory=args.memory,
+        cpu=args.cpu,
+        processes=args.processes,
+        open_files=args.open_files,
+        file_size=args.file_size,
+    )
     command = shlex.split(args.command) if args.command is not None else None
     if command == []:
         raise UsageError("tether run: --command must not be empty")

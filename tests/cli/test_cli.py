@@ -83,6 +83,10 @@ def test_a_command_that_does_not_exist_is_a_spawn_failure_not_a_crash(tmp_path: 
     ("args", "complaint"),
     [
         (["run", "hi", "--timeout", "soon"], "wall"),
+        (["run", "hi", "--memory", "lots"], "memory"),
+        (["run", "hi", "--cpu", "-1"], "cpu"),
+        (["run", "hi", "--processes", "0"], "processes"),
+        (["run", "hi", "--file-size", "big"], "file_size"),
         (["run", "hi", "--model", "scripted:/no/such/file.json"], "cannot read model script"),
         (["run", "hi", "--model", "mystery:thing"], "unknown model"),
         (["run", "hi", "--agent", "wizard"], "unknown agent"),
@@ -107,3 +111,27 @@ def test_schema_prints_the_checked_in_protocol_schema() -> None:
     assert got.returncode == 0
     assert got.stdout == render()
     assert json.loads(got.stdout)["protocolVersion"] == 1
+
+
+def test_limits_given_on_the_command_line_reach_the_child(tmp_path: Path) -> None:
+    probe = "print(open('/proc/self/limits').read(), file=__import__('sys').stderr); exit(9)"
+    got = tether(
+        "run",
+        "hi",
+        "--workspace",
+        str(tmp_path),
+        "--json",
+        "--cpu",
+        "7s",
+        "--open-files",
+        "77",
+        "--file-size",
+        "1M",
+        "--command",
+        f'{sys.executable} -I -c "{probe}"',
+    )
+    tail = json.loads(got.stdout)["failure"]["stderrTail"]
+    rows = {ln[:26].strip(): ln[26:].split()[:2] for ln in tail.splitlines()[1:] if ln.strip()}
+    assert rows["Max cpu time"] == ["7", "8"]
+    assert rows["Max open files"] == ["77", "77"]
+    assert rows["Max file size"] == [str(1 << 20)] * 2
