@@ -38,6 +38,14 @@ class Figure:
     def median(self) -> float:
         return statistics.median(self.samples)
 
+    @property
+    def spread(self) -> float:
+        """Upper over lower quartile: how steady the samples were (1.0 is perfectly steady)."""
+        if len(self.samples) < 4:
+            return 1.0
+        q1, _, q3 = statistics.quantiles(self.samples, n=4)
+        return q3 / q1 if q1 > 0 else float("inf")
+
 
 @dataclass
 class Results:
@@ -70,12 +78,27 @@ class Target:
     check: Check
 
 
+UNSTEADY = 2.0
+"""A figure whose upper quartile is this many times its lower one was measured on a machine
+too busy to trust a ratio to it; the target row says so."""
+
+
 def _relative(key: str, floor: str, limit: float, at_most: bool) -> Check:
     def check(figs: dict[str, Figure]) -> tuple[bool, str, str]:
         a, b = figs[key], figs[floor]
         ratio = a.median / b.median
         met = ratio <= limit if at_most else ratio >= limit
-        return met, f"{fmt(a.median, a.unit)} vs {fmt(b.median, b.unit)}", f"{ratio:.2f}{X}"
+        measured = f"{fmt(a.median, a.unit)} vs {fmt(b.median, b.unit)}"
+        unsteady = [f for f in (a, b) if f.spread > UNSTEADY]
+        if unsteady:
+            measured += (
+                " (unsteady: "
+                + ", ".join(
+                    f"{'floor' if f is b else 'tether'} q3/q1 = {f.spread:.1f}" for f in unsteady
+                )
+                + "; rerun on a quieter machine)"
+            )
+        return met, measured, f"{ratio:.2f}{X}"
 
     return check
 
@@ -227,7 +250,10 @@ def render(res: Results, started: dt.datetime, seconds: float, load: Sequence[fl
         "load), and is read as a ratio to it. Each figure is a median with its min, max and "
         "number of samples n. Times are `time.perf_counter_ns` unless said otherwise. A ratio "
         "is always this row's median ÷ the median it is compared with (tether ÷ floor): for a "
-        "time lower is better, for a throughput higher is. Targets are judged on medians."
+        "time lower is better, for a throughput higher is. Targets are judged on medians; a "
+        "target row says *unsteady* when the upper quartile of a figure it compares is more "
+        f"than {UNSTEADY:.0f}{X} the lower one: the machine was too busy for that ratio to mean "
+        "much."
     )
     if res.quick:
         add("")
