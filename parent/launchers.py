@@ -16,6 +16,7 @@ child's cgroup on this host. What a launcher adds on top is in its `Provides`:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -111,13 +112,12 @@ class Bwrap(Launcher):
     def _read_only_paths(self, ctx: LaunchContext) -> list[str]:
         """The Python prefixes, import path, tether's own folders, absolute paths named in the
         command, and `read_only`, outside the system directories already bound."""
-        import tether.child
-        import tether.protocol
-
         paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, *self.read_only]
-        for mod in (tether.child, tether.protocol):
-            if mod.__file__:
-                paths.append(str(Path(mod.__file__).resolve().parent))
+        for name in ("tether.child", "tether.protocol"):
+            # Located, not imported: the parent never loads the child's code.
+            spec = importlib.util.find_spec(name)
+            if spec is not None and spec.origin:
+                paths.append(str(Path(spec.origin).resolve().parent))
         paths += [a for a in ctx.command if a.startswith("/")]
         out = []
         for raw in paths:
