@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import email.utils
 import functools
+import itertools
 import json
+import os
 import re
 import ssl
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
@@ -25,6 +27,7 @@ import httpx
 
 from tether.parent.models.retry import RetryPolicy
 from tether.protocol import ErrorCode, RemoteError
+from tether.protocol.messages import ModelCompleteParams, ModelCompleteResult
 
 RETRY_STATUSES: frozenset[int] = frozenset({408, 409, 429})
 """Retried besides every 5xx."""
@@ -207,3 +210,86 @@ def split_model_spec(scheme: str, rest: str) -> tuple[str, str | None]:
             f"the {scheme} model needs a name: {scheme}:MODEL or {scheme}:MODEL@BASE_URL"
         )
     return model, base
+
+
+def usage_count(usage: Any, key: str) -> int:
+    """A token count from an API's usage object; anything but a non-negative int counts 0."""
+    value = usage.get(key) if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+class HttpModel:
+    """What the HTTP providers share: configuration, the model string, and one POST per turn.
+
+    A subclass names its scheme and environment variables, builds the request body and the
+    headers, and parses the reply.
+    """
+
+    SCHEME: str
+    DEFAULT_BASE_URL: str
+    BASE_URL_ENV: str
+    API_KEY_ENV: str
+    DEFAULT_MAX_TOKENS: int | None = None
+    PATH: str
+    """Appended to the base URL."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        if not model:
+            raise ValueError(f"the {self.SCHEME} model needs a name: {self.SCHEME}:MODEL")
+        self.model = model
+        self.base_url = check_base_url(self.SCHEME, base_url or self.DEFAULT_BASE_URL)
+        self._api_key = api_key or None
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self.max_tokens = max_tokens if max_tokens is not None else self.DEFAULT_MAX_TOKENS
+        self.temperature = temperature
+        self._client = client
+        self._ids = itertools.count(1)
+
+    @classmethod
+    def from_spec(cls, rest: str, env: Mapping[str, str] | None = None) -> Self:
+        """Build from the part after `SCHEME:` (`MODEL` or `MODEL@BASE_URL`)."""
+        environ = os.environ if env is None else env
+        model, base = split_model_spec(cls.SCHEME, rest)
+        return cls(
+            model,
+            base_url=base or environ.get(cls.BASE_URL_ENV) or cls.DEFAULT_BASE_URL,
+            api_key=environ.get(cls.API_KEY_ENV),
+        )
+
+    def __repr__(self) -> str:
+        # Never the key.
+        return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
+
+    def request_body(self, params: ModelCompleteParams) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def headers(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def parse_reply(self, reply: Any) -> ModelCompleteResult:
+        raise NotImplementedError
+
+    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+        reply = await post_json(
+            provider=self.SCHEME,
+            url=f"{self.base_url}{self.PATH}",
+            headers=self.headers(),
+            body=self.request_body(params),
+            request_timeout=self.timeout,
+            retry=self.retry,
+            secrets=(self._api_key,) if self._api_key else (),
+            client=self._client,
+        )
+        return self.parse_reply(reply)

@@ -15,22 +15,10 @@ Input usage counts cache writes and reads too (`input_tokens` + `cache_creation_
 
 from __future__ import annotations
 
-import itertools
-import os
-from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
-from tether.parent.models._http import (
-    DEFAULT_TIMEOUT,
-    check_base_url,
-    model_error,
-    post_json,
-    split_model_spec,
-)
+from tether.parent.models._http import HttpModel, model_error, usage_count
 from tether.parent.models.openai import RAW_ARGUMENTS_KEY
-from tether.parent.models.retry import RetryPolicy
 from tether.protocol.messages import (
     ChatMessage,
     ModelCompleteParams,
@@ -55,46 +43,15 @@ _STOP: dict[str, StopReason] = {
 }
 
 
-class AnthropicModel:
+class AnthropicModel(HttpModel):
     """One model behind the Anthropic Messages API (`/v1/messages`)."""
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
-        temperature: float | None = None,
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        if not model:
-            raise ValueError("the anthropic model needs a name: anthropic:MODEL")
-        self.model = model
-        self.base_url = check_base_url("anthropic", base_url or DEFAULT_BASE_URL)
-        self._api_key = api_key or None
-        self.timeout = timeout
-        self.retry = retry or RetryPolicy()
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self._client = client
-        self._ids = itertools.count(1)
-
-    @classmethod
-    def from_spec(cls, rest: str, env: Mapping[str, str] | None = None) -> AnthropicModel:
-        """Build from the part after `anthropic:` (`MODEL` or `MODEL@BASE_URL`)."""
-        environ = os.environ if env is None else env
-        model, base = split_model_spec("anthropic", rest)
-        return cls(
-            model,
-            base_url=base or environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL,
-            api_key=environ.get("ANTHROPIC_API_KEY"),
-        )
-
-    def __repr__(self) -> str:
-        return f"AnthropicModel({self.model!r}, base_url={self.base_url!r})"
+    SCHEME = "anthropic"
+    DEFAULT_BASE_URL = DEFAULT_BASE_URL
+    BASE_URL_ENV = "ANTHROPIC_BASE_URL"
+    API_KEY_ENV = "ANTHROPIC_API_KEY"
+    DEFAULT_MAX_TOKENS = DEFAULT_MAX_TOKENS
+    PATH = "/v1/messages"
 
     # --- request ------------------------------------------------------------------------------
 
@@ -113,21 +70,11 @@ class AnthropicModel:
             body["temperature"] = self.temperature
         return body
 
-    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+    def headers(self) -> dict[str, str]:
         headers = {"anthropic-version": API_VERSION}
         if self._api_key:
             headers["x-api-key"] = self._api_key
-        reply = await post_json(
-            provider="anthropic",
-            url=f"{self.base_url}/v1/messages",
-            headers=headers,
-            body=self.request_body(params),
-            request_timeout=self.timeout,
-            retry=self.retry,
-            secrets=(self._api_key,) if self._api_key else (),
-            client=self._client,
-        )
-        return self.parse_reply(reply)
+        return headers
 
     # --- reply --------------------------------------------------------------------------------
 
@@ -155,10 +102,10 @@ class AnthropicModel:
         return ModelCompleteResult(
             message=ChatMessage(role="assistant", content="".join(texts), tool_calls=calls),
             usage=Usage(
-                input_tokens=_int(usage, "input_tokens")
-                + _int(usage, "cache_creation_input_tokens")
-                + _int(usage, "cache_read_input_tokens"),
-                output_tokens=_int(usage, "output_tokens"),
+                input_tokens=usage_count(usage, "input_tokens")
+                + usage_count(usage, "cache_creation_input_tokens")
+                + usage_count(usage, "cache_read_input_tokens"),
+                output_tokens=usage_count(usage, "output_tokens"),
             ),
             stop_reason=stop,
         )
@@ -213,8 +160,3 @@ def _tool_out(t: ToolSpec) -> dict[str, Any]:
     schema = dict(t.input_schema) if t.input_schema else {"type": "object", "properties": {}}
     schema.setdefault("type", "object")
     return {"name": t.name, "description": t.description, "input_schema": schema}
-
-
-def _int(usage: Any, key: str) -> int:
-    value = usage.get(key) if isinstance(usage, dict) else None
-    return value if isinstance(value, int) and value >= 0 else 0

@@ -14,22 +14,10 @@ the transcript.
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
-from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
-from tether.parent.models._http import (
-    DEFAULT_TIMEOUT,
-    check_base_url,
-    model_error,
-    post_json,
-    split_model_spec,
-)
-from tether.parent.models.retry import RetryPolicy
+from tether.parent.models._http import HttpModel, model_error, usage_count
 from tether.protocol.messages import (
     ChatMessage,
     ModelCompleteParams,
@@ -53,46 +41,14 @@ _FINISH: dict[str, StopReason] = {
 }
 
 
-class OpenAIModel:
+class OpenAIModel(HttpModel):
     """One model behind an OpenAI-compatible `/chat/completions` endpoint."""
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        if not model:
-            raise ValueError("the openai model needs a name: openai:MODEL")
-        self.model = model
-        self.base_url = check_base_url("openai", base_url or DEFAULT_BASE_URL)
-        self._api_key = api_key or None
-        self.timeout = timeout
-        self.retry = retry or RetryPolicy()
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self._client = client
-        self._ids = itertools.count(1)
-
-    @classmethod
-    def from_spec(cls, rest: str, env: Mapping[str, str] | None = None) -> OpenAIModel:
-        """Build from the part after `openai:` (`MODEL` or `MODEL@BASE_URL`)."""
-        environ = os.environ if env is None else env
-        model, base = split_model_spec("openai", rest)
-        return cls(
-            model,
-            base_url=base or environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
-            api_key=environ.get("OPENAI_API_KEY"),
-        )
-
-    def __repr__(self) -> str:
-        return f"OpenAIModel({self.model!r}, base_url={self.base_url!r})"
+    SCHEME = "openai"
+    DEFAULT_BASE_URL = DEFAULT_BASE_URL
+    BASE_URL_ENV = "OPENAI_BASE_URL"
+    API_KEY_ENV = "OPENAI_API_KEY"
+    PATH = "/chat/completions"
 
     # --- request ------------------------------------------------------------------------------
 
@@ -109,19 +65,8 @@ class OpenAIModel:
             body["temperature"] = self.temperature
         return body
 
-    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
-        headers = {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        reply = await post_json(
-            provider="openai",
-            url=f"{self.base_url}/chat/completions",
-            headers=headers,
-            body=self.request_body(params),
-            request_timeout=self.timeout,
-            retry=self.retry,
-            secrets=(self._api_key,) if self._api_key else (),
-            client=self._client,
-        )
-        return self.parse_reply(reply)
+    def headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
     # --- reply --------------------------------------------------------------------------------
 
@@ -152,8 +97,8 @@ class OpenAIModel:
         return ModelCompleteResult(
             message=ChatMessage(role="assistant", content=content, tool_calls=calls),
             usage=Usage(
-                input_tokens=_int(usage, "prompt_tokens"),
-                output_tokens=_int(usage, "completion_tokens"),
+                input_tokens=usage_count(usage, "prompt_tokens"),
+                output_tokens=usage_count(usage, "completion_tokens"),
             ),
             stop_reason=stop,
         )
@@ -225,8 +170,3 @@ def _text_of(content: Any) -> str:
             p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
         )
     return ""
-
-
-def _int(usage: Any, key: str) -> int:
-    value = usage.get(key) if isinstance(usage, dict) else None
-    return value if isinstance(value, int) and value >= 0 else 0
