@@ -55,6 +55,7 @@ from tether.parent.keeper import Keeper
 from tether.parent.launchers import LaunchContext, Launcher, Local, resolve_launcher
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models import ModelProvider, resolve_model
+from tether.parent.pool import Pooled, WarmPool
 from tether.parent.process import SpawnError, SpawnSpec
 from tether.parent.roles import resolve_agent
 from tether.parent.tree import signal_procs, tree_procs
@@ -106,6 +107,118 @@ class ChildConfig:
     launcher: str | Launcher = "local"
     """An argv prefix the command runs under (`local`, `bwrap`, `ssh:HOST`, `docker:IMAGE`,
     ..., or a `Launcher`); see `launchers.py` for what each provides."""
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """Keep `size` initialized children ready for runs (`Supervisor(pool=PoolSpec(2))`).
+
+    A run whose settings match the pool's (the child config's command, environment, containment,
+    launcher and message cap, and the limits a child is spawned under: memory, cpu, processes,
+    open files, file size) takes a ready child, its handshake already done; any other run
+    spawns cold. Wall and idle limits are the run's own and start when it takes the child.
+    A child serves one run only. Only the local launcher can be pooled (other launchers build
+    their argv around the run's workspace)."""
+
+    size: int
+    limits: Limits = field(default_factory=Limits)
+    config: ChildConfig | None = None
+    """The children's config; `None`: the supervisor's."""
+
+
+def _pool_key(cfg: ChildConfig, limits: Limits, tier: Host) -> tuple[Any, ...]:
+    """What a child is spawned with; runs that agree on it can share a pool."""
+    return (
+        tuple(cfg.command),
+        tuple(cfg.pass_env),
+        tuple(sorted(cfg.env.items())),
+        tier.tier,
+        cfg.launcher if isinstance(cfg.launcher, str) else id(cfg.launcher),
+        cfg.max_message_bytes,
+        cfg.stderr_ring_bytes,
+        dataclasses.replace(limits, wall=None, idle=None),
+    )
+
+
+def _env_of(cfg: ChildConfig) -> dict[str, str]:
+    return build_child_env(os.environ, pass_through=cfg.pass_env, explicit=cfg.env)
+
+
+def _open_child(
+    cfg: ChildConfig,
+    limits: Limits,
+    host: Host,
+    tag: str,
+    *,
+    on_request: Callable[[str, Any], Awaitable[Any]],
+    on_notification: Callable[[str, Any], None],
+    launch: Callable[[dict[str, str]], list[str]] | None = None,
+) -> LiveChild:
+    """Spawn one child the way every child is spawned: its own cgroup (on a cgroup tier), the
+    scrubbed environment, rlimits through the trampoline. Raises `SpawnError`."""
+    try:
+        cgroup = (
+            ChildCgroup.create(
+                host,
+                f"{os.getpid()}-{tag}-{os.urandom(3).hex()}",
+                memory=limits.memory_bytes,
+                pids=limits.processes,
+            )
+            if host.tier != "process-group"
+            else None
+        )
+    except OSError as exc:
+        raise SpawnError(f"cannot create the child's cgroup: {exc.strerror or exc}") from exc
+    return LiveChild.open(
+        SpawnSpec(
+            list(cfg.command),
+            _env_of(cfg),
+            cwd=None,
+            rlimits=limits.rlimits(
+                memory_in_cgroup=cgroup is not None and host.enforces("memory"),
+                pids_in_cgroup=cgroup is not None and host.enforces("pids"),
+            ),
+        ),
+        on_request=on_request,
+        on_notification=on_notification,
+        max_message_bytes=cfg.max_message_bytes,
+        ring_bytes=cfg.stderr_ring_bytes,
+        cgroup=cgroup,
+        launch=launch,
+    )
+
+
+async def _handshake(child: LiveChild, cfg: ChildConfig) -> bool:
+    """`initialize`, within the handshake timeout; whether the child is ready for a run. What
+    went wrong is recorded in `child.observed`."""
+    observed = child.observed
+    hs = cfg.handshake_timeout
+    try:
+        with anyio.fail_after(hs):
+            init: InitializeResult = await child.request(
+                "initialize",
+                InitializeParams(
+                    protocol_version=PROTOCOL_VERSION,
+                    client_info=PeerInfo(name="tether-supervisor", version=_version()),
+                    capabilities=ClientCapabilities(),
+                    max_message_bytes=cfg.max_message_bytes,
+                ),
+            )
+    except TimeoutError:
+        observed.handshake = hs
+        return False
+    except ConnectionClosed:
+        return False
+    except RemoteError as exc:
+        observed.protocol_error = f"the child refused initialize: {exc.message}"
+        return False
+    if init.protocol_version not in SUPPORTED_VERSIONS:
+        observed.protocol_error = (
+            f"the child answered initialize with protocol version {init.protocol_version}; "
+            f"this parent speaks {', '.join(map(str, SUPPORTED_VERSIONS))}"
+        )
+        return False
+    return True
 
 
 class RunHandle:
@@ -209,37 +322,19 @@ class RunHandle:
         if missing:
             observed.spawn_error = missing
             return None, observed
-        host = self.host
+        pool = self._sup._pool
+        if pool is not None and isinstance(launcher, Local):
+            pooled = pool.acquire(_pool_key(cfg, self._limits, self.host), self._env())
+            if pooled is not None:
+                return await self._drive_pooled(pooled)
         try:
-            cgroup = (
-                ChildCgroup.create(
-                    host,
-                    f"{os.getpid()}-{self.run_id.rsplit('-', 1)[-1]}-{os.urandom(3).hex()}",
-                    memory=self._limits.memory_bytes,
-                    pids=self._limits.processes,
-                )
-                if host.tier != "process-group"
-                else None
-            )
-        except OSError as exc:
-            observed.spawn_error = f"cannot create the child's cgroup: {exc.strerror or exc}"
-            return None, observed
-        try:
-            child = LiveChild.open(
-                SpawnSpec(
-                    list(cfg.command),
-                    self._env(),
-                    cwd=None,
-                    rlimits=self._limits.rlimits(
-                        memory_in_cgroup=cgroup is not None and host.enforces("memory"),
-                        pids_in_cgroup=cgroup is not None and host.enforces("pids"),
-                    ),
-                ),
+            child = _open_child(
+                cfg,
+                self._limits,
+                self.host,
+                self.run_id.rsplit("-", 1)[-1],
                 on_request=self._on_request,
                 on_notification=self._on_notification,
-                max_message_bytes=cfg.max_message_bytes,
-                ring_bytes=cfg.stderr_ring_bytes,
-                cgroup=cgroup,
                 launch=None if isinstance(launcher, Local) else self._launch(launcher),
             )
         except SpawnError as exc:
@@ -249,72 +344,74 @@ class RunHandle:
         self.pid = child.pid
         observed = child.observed
         observed.limits = self._limits.shown()
-        self._sup._live[child.pid] = child
-        if self._sup._keeper is not None:
-            self._sup._keeper.watch(child.pid)
+        self._sup._register(child)
         answer: RunResult | None = None
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(child.read_stdout, tg)
                 tg.start_soon(child.drain_stderr)
                 tg.start_soon(child.watch_exit)
-                self._sup._publish(
-                    RunStarted(self.run_id, child.pid, tuple(cfg.command)), self._on_event
-                )
-                wall = self._limits.wall_seconds
-                with anyio.CancelScope() as drive:
-                    self._drive_scope = drive
-                    with anyio.move_on_after(wall if wall is not None else math.inf) as clock:
-                        answer = await self._drive(child, tg)
-                    if clock.cancelled_caught and wall is not None and answer is None:
-                        observed.deadline = wall
-                self._drive_scope = None
-                # A child that answered gets the polite `shutdown` rung; one that was cut off
-                # (deadline, idle, cancel, broken wire) starts at the EOF lifeline.
-                await child.dispose(cfg.dispose, polite=observed.answered)
+                answer = await self._supervise(child, tg, handshake=True)
                 tg.cancel_scope.cancel()
         finally:
             # Cancellation of the caller lands here too: the child must still go, shielded.
             await child.dispose(cfg.dispose, polite=observed.answered)
-            self._sup._live.pop(child.pid, None)
-            if self._sup._keeper is not None:
-                self._sup._keeper.forget(child.pid)
+            self._sup._unregister(child)
             exec_error = child.spawn_failure()
             if exec_error and answer is None:
                 observed.spawn_error = f"cannot start {cfg.command[0]!r}: {exec_error}"
         return answer, observed
 
-    async def _drive(self, child: LiveChild, tg: TaskGroup) -> RunResult | None:
+    async def _drive_pooled(self, pooled: Pooled) -> tuple[RunResult | None, Observed]:
+        """A run in a child the pool started and initialized; the pool runs its reader, stderr
+        drain and exit watch, this run drives and disposes it, then releases it."""
+        child = pooled.child
+        pooled.bind(self._on_request, self._on_notification)
+        self._child = child
+        self.pid = child.pid
         observed = child.observed
-        hs = self._config.handshake_timeout
+        observed.limits = self._limits.shown()
+        answer: RunResult | None = None
         try:
-            with anyio.fail_after(hs):
-                init: InitializeResult = await child.request(
-                    "initialize",
-                    InitializeParams(
-                        protocol_version=PROTOCOL_VERSION,
-                        client_info=PeerInfo(name="tether-supervisor", version=_version()),
-                        capabilities=ClientCapabilities(),
-                        max_message_bytes=self._config.max_message_bytes,
-                    ),
-                )
-        except TimeoutError:
-            observed.handshake = hs
-            return None
-        except ConnectionClosed:
-            return None
-        except RemoteError as exc:
-            observed.protocol_error = f"the child refused initialize: {exc.message}"
-            return None
-        if init.protocol_version not in SUPPORTED_VERSIONS:
-            observed.protocol_error = (
-                f"the child answered initialize with protocol version {init.protocol_version}; "
-                f"this parent speaks {', '.join(map(str, SUPPORTED_VERSIONS))}"
-            )
+            async with anyio.create_task_group() as tg:
+                answer = await self._supervise(child, tg, handshake=False)
+                tg.cancel_scope.cancel()
+        finally:
+            await child.dispose(self._config.dispose, polite=observed.answered)
+            pooled.release()
+        return answer, observed
+
+    async def _supervise(
+        self, child: LiveChild, tg: TaskGroup, *, handshake: bool
+    ) -> RunResult | None:
+        """Drive one run under the wall clock (from here: a pooled child's clock starts when
+        the run takes it), then dispose of the child."""
+        cfg = self._config
+        observed = child.observed
+        self._sup._publish(RunStarted(self.run_id, child.pid, tuple(cfg.command)), self._on_event)
+        answer: RunResult | None = None
+        wall = self._limits.wall_seconds
+        with anyio.CancelScope() as drive:
+            self._drive_scope = drive
+            with anyio.move_on_after(wall if wall is not None else math.inf) as clock:
+                answer = await self._drive(child, tg, handshake=handshake)
+            if clock.cancelled_caught and wall is not None and answer is None:
+                observed.deadline = wall
+        self._drive_scope = None
+        # A child that answered gets the polite `shutdown` rung; one that was cut off
+        # (deadline, idle, cancel, broken wire) starts at the EOF lifeline.
+        await child.dispose(cfg.dispose, polite=observed.answered)
+        return answer
+
+    async def _drive(
+        self, child: LiveChild, tg: TaskGroup, *, handshake: bool = True
+    ) -> RunResult | None:
+        observed = child.observed
+        if handshake and not await _handshake(child, self._config):
             return None
         idle = self._limits.idle_seconds
         if idle is not None:
-            tg.start_soon(self._watch_idle, child, idle)
+            tg.start_soon(self._watch_idle, child, idle, time.monotonic())
         try:
             answer: RunResult = await child.request("agent/run", self._params)
         except ConnectionClosed:
@@ -326,9 +423,10 @@ class RunHandle:
         observed.answered = True
         return answer
 
-    async def _watch_idle(self, child: LiveChild, idle: float) -> None:
+    async def _watch_idle(self, child: LiveChild, idle: float, since: float) -> None:
         while True:
-            quiet = child.endpoint.quiet_for()
+            # A pooled child was quiet in the pool before this run: count from the run's start.
+            quiet = min(child.endpoint.quiet_for(), time.monotonic() - since)
             if quiet >= idle:
                 child.observed.idle = idle
                 if self._drive_scope is not None:
@@ -402,9 +500,7 @@ class RunHandle:
         return argv
 
     def _env(self) -> dict[str, str]:
-        return build_child_env(
-            os.environ, pass_through=self._config.pass_env, explicit=self._config.env
-        )
+        return _env_of(self._config)
 
     def _build(self, observed: Observed, answer: RunResult | None, seconds: float) -> RunResult:
         del seconds
@@ -440,8 +536,10 @@ class RunHandle:
 class Supervisor:
     """Owns children and their teardown. Use as `async with Supervisor() as sup:`."""
 
-    def __init__(self, config: ChildConfig | None = None) -> None:
+    def __init__(self, config: ChildConfig | None = None, *, pool: PoolSpec | None = None) -> None:
         self.config = config or ChildConfig()
+        self._pool_spec = pool
+        self._pool: WarmPool | None = None
         self._tg: TaskGroup | None = None
         self._live: dict[int, LiveChild] = {}
         self._handles: set[RunHandle] = set()
@@ -450,12 +548,67 @@ class Supervisor:
         self.host = host()
         """What `containment="auto"` picks on this host; each run names its own tier
         (`RunHandle.host`, `RunResult.containment`)."""
+        if pool is not None:
+            cfg = pool.config or self.config
+            if not isinstance(resolve_launcher(cfg.launcher), Local):
+                raise ValueError("a pool holds local children only (launcher='local')")
+            self._pool = self._make_pool(pool.size, cfg, pool.limits, host(cfg.containment))
         _registry.add(self)
+
+    def _make_pool(self, size: int, cfg: ChildConfig, limits: Limits, tier: Host) -> WarmPool:
+        def open_child(
+            on_request: Callable[[str, Any], Awaitable[Any]],
+            on_notification: Callable[[str, Any], None],
+        ) -> LiveChild:
+            missing = _missing_command(cfg.command, _env_of(cfg))
+            if missing:
+                raise SpawnError(missing)
+            child = _open_child(
+                cfg,
+                limits,
+                tier,
+                "pool",
+                on_request=on_request,
+                on_notification=on_notification,
+            )
+            child.observed.limits = limits.shown()
+            return child
+
+        async def handshake(child: LiveChild) -> bool:
+            return await _handshake(child, cfg)
+
+        return WarmPool(
+            size,
+            _pool_key(cfg, limits, tier),
+            env=lambda: _env_of(cfg),
+            open=open_child,
+            handshake=handshake,
+            register=self._register,
+            unregister=self._unregister,
+            dispose=cfg.dispose,
+        )
+
+    @property
+    def pool(self) -> WarmPool | None:
+        """The warm pool, if this supervisor keeps one."""
+        return self._pool
+
+    def _register(self, child: LiveChild) -> None:
+        self._live[child.pid] = child
+        if self._keeper is not None:
+            self._keeper.watch(child.pid)
+
+    def _unregister(self, child: LiveChild) -> None:
+        self._live.pop(child.pid, None)
+        if self._keeper is not None:
+            self._keeper.forget(child.pid)
 
     async def __aenter__(self) -> Supervisor:
         self._keeper = Keeper.start()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        if self._pool is not None:
+            self._pool.start(self._tg)
         return self
 
     async def __aexit__(
@@ -470,6 +623,8 @@ class Supervisor:
                 handle.abort()
             for handle in list(self._handles):
                 await handle._done.wait()
+            if self._pool is not None:
+                self._pool.close()  # idle children go down the ladder; the group waits for it
         # Every run is done, so the group has nothing left to wait for. An exception from the
         # body propagates as itself rather than wrapped in an ExceptionGroup.
         tg, self._tg = self._tg, None
