@@ -70,13 +70,19 @@ class FdReader:
             os.close(self._fd)
 
 
-class FdWriter:
-    __slots__ = ("_closed", "_fd", "_lock")
+FINISH_SECONDS = 2.0
+"""Once a message's first byte is out, how long the rest may take (the reader must keep reading)
+before the writer gives up and closes the pipe rather than leave half a line on the wire."""
 
-    def __init__(self, fd: int) -> None:
+
+class FdWriter:
+    __slots__ = ("_closed", "_fd", "_finish_seconds", "_lock")
+
+    def __init__(self, fd: int, *, finish_seconds: float = FINISH_SECONDS) -> None:
         os.set_blocking(fd, False)
         self._fd = fd
         self._closed = False
+        self._finish_seconds = finish_seconds
         self._lock = anyio.Lock()
 
     @property
@@ -84,24 +90,49 @@ class FdWriter:
         return self._closed
 
     async def write_all(self, data: bytes) -> None:
-        """Write every byte, whole messages never interleaved with another writer's."""
+        """Write every byte, whole messages never interleaved with another writer's.
+
+        Cancellation is honoured only until the first byte is out. From then on the message is
+        finished, shielded, because half a line would corrupt the stream for every later
+        message; if the reader does not take the rest within `finish_seconds` (a stuck child
+        with a full pipe) the pipe is closed and `PipeClosed` raised, never a hang.
+        """
         async with self._lock:
             view = memoryview(data)
             while view:
-                if self._closed:
-                    raise PipeClosed("the pipe was closed")
-                try:
-                    n = os.write(self._fd, view)
-                except BlockingIOError:
-                    n = 0
-                except (BrokenPipeError, ConnectionResetError) as exc:
-                    raise PipeClosed("the reader of the pipe is gone") from exc
-                view = view[n:]
-                if view:
-                    try:
-                        await anyio.wait_writable(self._fd)
-                    except (anyio.ClosedResourceError, OSError) as exc:
-                        raise PipeClosed("the pipe was closed") from exc
+                view = view[self._write_some(view) :]
+                if len(view) < len(data):
+                    break  # the first byte is out: what is left must follow, whatever happens
+                await self._writable()
+            if not view:
+                return
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(self._finish_seconds):
+                    while view:
+                        await self._writable()
+                        view = view[self._write_some(view) :]
+            if view:
+                self.close()
+                raise PipeClosed(
+                    f"the reader took no more of a message for {self._finish_seconds:g} s; "
+                    "the pipe was closed rather than left with half a line"
+                )
+
+    def _write_some(self, view: memoryview) -> int:
+        if self._closed:
+            raise PipeClosed("the pipe was closed")
+        try:
+            return os.write(self._fd, view)
+        except BlockingIOError:
+            return 0
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise PipeClosed("the reader of the pipe is gone") from exc
+
+    async def _writable(self) -> None:
+        try:
+            await anyio.wait_writable(self._fd)
+        except (anyio.ClosedResourceError, OSError) as exc:
+            raise PipeClosed("the pipe was closed") from exc
 
     def close(self) -> None:
         if not self._closed:
