@@ -6,6 +6,8 @@ own agent instead of the built-in loop; see `agent_spec.py`. A SPEC that cannot 
 the child with status 3 before it answers anything, the reason on stderr.
 """
 
+from __future__ import annotations
+
 # The wire moves to private fds before anything else is imported or run: from here on a stray
 # print() or a subprocess writing to fd 1 lands on stderr, never in the protocol stream.
 from tether.child.fdguard import claim_wire
@@ -17,12 +19,16 @@ import functools  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
 import anyio  # noqa: E402
 
-from tether.child.agent_spec import ENV_VAR, AgentSpecError, load_agent_factory  # noqa: E402
-from tether.child.runs import AgentFactory  # noqa: E402
 from tether.child.server import serve  # noqa: E402
+
+if TYPE_CHECKING:
+    from tether.child.runs import AgentFactory
+
+ENV_VAR = "TETHER_AGENT"  # agent_spec.ENV_VAR; that module loads only when an agent is named
 
 EXIT_BAD_AGENT = 3
 
@@ -39,6 +45,8 @@ def _agent_factory(argv: list[str]) -> AgentFactory | None:
     spec = args.agent or os.environ.get(ENV_VAR) or None
     if spec is None:
         return None
+    from tether.child.agent_spec import AgentSpecError, load_agent_factory
+
     try:
         return load_agent_factory(spec)
     except AgentSpecError as exc:

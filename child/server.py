@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskGroup
@@ -16,9 +17,7 @@ from anyio.abc import TaskGroup
 from tether.child.dispatch import Dispatcher
 from tether.child.fdguard import WireFds
 from tether.child.peer import Peer
-from tether.child.runs import AgentFactory
 from tether.child.session import EXIT_OK, EXIT_PROTOCOL, LONG_RUNNING, Session
-from tether.child.tools import ToolRegistry, default_tools
 from tether.child.transport import LineWriter, PeerGone, read_chunks, restore_blocking
 from tether.protocol import (
     Decoder,
@@ -34,6 +33,10 @@ from tether.protocol import (
     StreamFault,
     encode_error,
 )
+
+if TYPE_CHECKING:
+    from tether.child.runs import AgentFactory
+    from tether.child.tools import ToolRegistry
 
 log = logging.getLogger("tether.child")
 
@@ -51,9 +54,7 @@ async def serve(
     `agent_factory` replaces the built-in agent loop (see `agent.py`)."""
     writer = LineWriter(wire.write_fd)
     peer = Peer(writer)
-    session = Session(
-        writer, peer, tools if tools is not None else default_tools(), agent_factory=agent_factory
-    )
+    session = Session(writer, peer, tools, agent_factory=agent_factory)
     server = _Server(session, writer, peer, Dispatcher(session.handlers(), session.gate))
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.read_loop, wire.read_fd, tg)
@@ -116,6 +117,8 @@ class _Server:
         line = await self._dispatcher.handle(msg)
         if line is not None and isinstance(msg, Request):
             await self._send(line, msg.id)
+            if msg.method == "initialize" and self._session.initialized:
+                self._session.warm_up()
 
     async def _send(self, line: bytes, rid: RequestId | None) -> None:
         try:

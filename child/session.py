@@ -33,18 +33,18 @@ come from `tools.default_tools()`.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import threading
 from collections.abc import Awaitable, Callable
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from tether.child.errors import WireError, not_initialized
 from tether.child.peer import Peer
-from tether.child.runs import AgentFactory, RunTable, default_agent
-from tether.child.tools import ToolRegistry
 from tether.child.transport import LineWriter
 from tether.protocol import PROTOCOL_VERSION, SUPPORTED_VERSIONS, ErrorCode
 from tether.protocol.messages import (
@@ -60,6 +60,12 @@ from tether.protocol.messages import (
     UnsupportedVersionData,
 )
 
+if TYPE_CHECKING:
+    # The agent machinery (runs, agent, loop, tools, workspace) is not needed to answer
+    # `initialize`: it loads in the background once that answer is out, or at the first run.
+    from tether.child.runs import AgentFactory, RunTable
+    from tether.child.tools import ToolRegistry
+
 log = logging.getLogger("tether.child")
 
 Handler = Callable[[Any], Awaitable[Any]]
@@ -74,6 +80,19 @@ SHUTDOWN_GRACE_SECONDS = 5.0
 LONG_RUNNING = frozenset({"agent/run", "agent/message"})
 """Methods whose response waits for a run; they get a task so the reader keeps serving."""
 _BEFORE_INITIALIZE = frozenset({"initialize", "exit"})
+DEFAULT_TOOL_NAMES = (
+    "read_file",
+    "list_dir",
+    "glob",
+    "grep",
+    "write_file",
+    "edit_file",
+    "bash",
+    "complete",
+)
+"""`tools.default_tools().names()`, known without importing the tools (a test keeps them equal)."""
+AGENT_MODULES = ("tether.child.runs",)
+"""What the first run needs and `initialize` does not: loaded by `warm_up()`."""
 
 
 def _version() -> str:
@@ -88,18 +107,49 @@ class Session:
         self,
         writer: LineWriter,
         peer: Peer,
-        tools: ToolRegistry,
+        tools: ToolRegistry | None = None,
         *,
         agent_factory: AgentFactory | None = None,
     ) -> None:
+        """`tools`: `None` for the default set, built (with the run table) at the first run."""
         self._writer = writer
+        self._peer = peer
         self._tools = tools
-        self.runs = RunTable(peer, tools, agent_factory=agent_factory or default_agent)
+        self._agent_factory = agent_factory
+        self._runs: RunTable | None = None
+        self._parent_capabilities: Any = None
         self.initialized = False
         self.shutting_down = False
         self.exit_code: int | None = None
         """Set once the child must stop; `stopped` fires at the same moment."""
         self.stopped = anyio.Event()
+
+    @property
+    def runs(self) -> RunTable:
+        """The run table, created (and the agent machinery imported) on first use."""
+        if self._runs is None:
+            from tether.child.runs import RunTable, default_agent
+            from tether.child.tools import default_tools
+
+            tools = self._tools if self._tools is not None else default_tools()
+            self._tools = tools
+            self._runs = RunTable(
+                self._peer, tools, agent_factory=self._agent_factory or default_agent
+            )
+            if self._parent_capabilities is not None:
+                self._runs.parent_capabilities = self._parent_capabilities
+        return self._runs
+
+    def warm_up(self) -> None:
+        """Import the agent machinery in a background thread (after `initialize` is answered,
+        so the handshake never waits for it and the first run rarely does)."""
+        if self._runs is None:
+
+            def load() -> None:
+                for name in AGENT_MODULES:
+                    importlib.import_module(name)
+
+            threading.Thread(target=load, name="tether-warm-up", daemon=True).start()
 
     def stop(self, code: int) -> None:
         if self.exit_code is None:
@@ -137,14 +187,18 @@ class Session:
         if params.max_message_bytes < 1:
             raise WireError(ErrorCode.INVALID_PARAMS, "maxMessageBytes must be positive")
         self._writer.max_message_bytes = params.max_message_bytes
-        self.runs.parent_capabilities = params.capabilities
+        self._parent_capabilities = params.capabilities
+        if self._runs is not None:
+            self._runs.parent_capabilities = params.capabilities
         self.initialized = True
         return InitializeResult(
             protocol_version=PROTOCOL_VERSION,
             server_info=PeerInfo(name=SERVER_NAME, version=_version()),
             pid=os.getpid(),
             capabilities=ServerCapabilities(
-                agent_run=True, agent_message=False, tools=self._tools.names()
+                agent_run=True,
+                agent_message=False,
+                tools=self._tools.names() if self._tools is not None else list(DEFAULT_TOOL_NAMES),
             ),
         )
 
@@ -155,8 +209,10 @@ class Session:
         self.shutting_down = True
         # Bounded: shutdown is handled inline by the reader, and a run that will not unwind
         # (a tool stuck in a syscall) must not keep the reader from seeing `exit` or EOF.
+        if self._runs is None:
+            return  # no run ever started
         with anyio.move_on_after(SHUTDOWN_GRACE_SECONDS) as waited:
-            await self.runs.cancel_all("the child is shutting down")
+            await self._runs.cancel_all("the child is shutting down")
         if waited.cancelled_caught:
             log.warning("answering shutdown while runs are still unwinding")
 
@@ -175,7 +231,7 @@ class Session:
 
     async def agent_message(self, params: AgentMessageParams) -> RunResult:
         self._refuse_if_shutting_down()
-        if self.runs.is_live(params.run_id):
+        if self._runs is not None and self._runs.is_live(params.run_id):
             raise WireError(ErrorCode.RUN_BUSY, f"run {params.run_id!r} is still running")
         raise WireError(
             ErrorCode.UNKNOWN_RUN,
@@ -185,4 +241,5 @@ class Session:
 
     async def agent_cancel(self, params: AgentCancelParams) -> None:
         # An unknown id is not an error: the run may have ended while the cancel was in flight.
-        self.runs.cancel(params.run_id, params.reason)
+        if self._runs is not None:
+            self._runs.cancel(params.run_id, params.reason)
