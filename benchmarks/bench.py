@@ -42,10 +42,17 @@ from tether.parent.child import LiveChild
 from tether.parent.endpoint import ConnectionClosed
 from tether.parent.env import build_child_env
 from tether.parent.events import ChildEvent, Event
-from tether.parent.limits import DisposePolicy
+from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process import SpawnSpec
-from tether.parent.supervisor import DEFAULT_COMMAND, Supervisor, host
+from tether.parent.supervisor import (
+    DEFAULT_COMMAND,
+    PoolSpec,
+    Supervisor,
+    _env_of,
+    _pool_key,
+    host,
+)
 from tether.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
     Decoder,
@@ -103,6 +110,7 @@ class Plan:
     swarm_children: int = 32
     swarm_runs: int = 3
     rss: int = 3
+    pooled: int = 20
 
     @classmethod
     def make(cls, quick: bool) -> Plan:
@@ -123,6 +131,7 @@ class Plan:
             swarm_children=4,
             swarm_runs=1,
             rss=2,
+            pooled=2,
         )
 
 
@@ -441,6 +450,41 @@ async def spawn_group(res: Results, p: Plan, workspace: str) -> None:
             "the `complete` tool, the result, polite dispose; from the `run()` call to its "
             f"return; one per round for the first {p.whole_runs} rounds",
             floor="tether.spawn_ready",
+        )
+    )
+
+
+# --- group: the warm pool -----------------------------------------------------------------------
+
+
+async def pool_group(res: Results, p: Plan) -> None:
+    """acquire → ready: what a run that matches the pool pays before `agent/run` can go out."""
+    s = Samples()
+    async with Supervisor(pool=PoolSpec(1)) as sup:
+        pool = sup.pool
+        assert pool is not None
+        cfg, limits = sup.config, Limits()
+        for _ in range(p.pooled + 1):
+            with anyio.fail_after(30):
+                await pool.wait_ready()
+            t0 = time.perf_counter_ns()
+            pooled = pool.acquire(_pool_key(cfg, limits, sup.host), _env_of(cfg))
+            took = time.perf_counter_ns() - t0
+            assert pooled is not None
+            s["tether.pool_acquire"].append(took / 1e3)
+            await pooled.child.dispose(DisposePolicy(), polite=True)
+            pooled.release()
+    del s["tether.pool_acquire"][0]
+    res.add(
+        Figure(
+            "tether.pool_acquire",
+            "warm pool: acquire → ready",
+            "µs",
+            s["tether.pool_acquire"],
+            "`Supervisor(pool=PoolSpec(1))`: what a matching run does before its `agent/run` "
+            "can go out: the pool key, the child's environment built again and compared, the "
+            "liveness check (`waitid` WNOWAIT) and the hand-over of an initialized child; each "
+            "sample waits for the pool to refill first (a child serves one run)",
         )
     )
 
@@ -975,6 +1019,7 @@ async def measure(res: Results, p: Plan) -> None:
             ("agent/event flood", lambda: flood_group(res, p, ws)),
             ("stubborn dispose, crash", lambda: stubborn_and_crash(res, p, ws)),
             ("idle memory", lambda: memory_group(res, p)),
+            ("warm pool", lambda: pool_group(res, p)),
         ]
         for name, step in steps:
             print(f"== {name}", flush=True)

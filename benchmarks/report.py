@@ -149,6 +149,11 @@ TARGETS = [
         _absolute("tether.crash_result", 5.0, True),
     ),
     Target(
+        "pool_acquire",
+        "warm pool: acquire → ready ≤ 1 ms",
+        _absolute("tether.pool_acquire", 1000.0, True),
+    ),
+    Target(
         "rss",
         f"idle child RSS ≤ 3{X} a bare python child's",
         _relative("tether.rss", "floor.rss_bare", 3.0, True),

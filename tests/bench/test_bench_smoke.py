@@ -41,9 +41,19 @@ FIGURES = {
     "tether.swarm_rss",
     "tether.rss",
     "tether.uss",
+    "tether.pool_acquire",
 }
 
-TARGETS = ["ping", "1 MiB parent", "1 MiB child", "agent/event", "polite", "stubborn", "crash"]
+TARGETS = [
+    "ping",
+    "1 MiB parent",
+    "1 MiB child",
+    "agent/event",
+    "polite",
+    "stubborn",
+    "crash",
+    "acquire",
+]
 
 
 @pytest.mark.slow
@@ -72,7 +82,7 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
         assert word in report
     targets = report.split("## Targets", 1)[1].split("## Floors", 1)[0]
     rows = [line for line in targets.splitlines() if line.startswith("| ") and "---" not in line]
-    assert len(rows) == 1 + 8  # header + one row per target
+    assert len(rows) == 1 + 9  # header + one row per target
     for row in rows[1:]:
         assert row.rstrip().endswith(("| met |", "| **missed** |")), row
     for needle in TARGETS:
