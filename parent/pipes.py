@@ -83,7 +83,8 @@ class FdWriter:
         self._fd = fd
         self._closed = False
         self._finish_seconds = finish_seconds
-        self._lock = anyio.Lock()
+        # No checkpoint when uncontended: one event-loop turn less per message.
+        self._lock = anyio.Lock(fast_acquire=True)
 
     @property
     def closed(self) -> bool:
