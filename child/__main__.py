@@ -14,56 +14,14 @@ from tether.child.fdguard import claim_wire
 
 _WIRE = claim_wire()
 
-import argparse  # noqa: E402
-import functools  # noqa: E402
-import logging  # noqa: E402
-import os  # noqa: E402
 import sys  # noqa: E402
-from typing import TYPE_CHECKING  # noqa: E402
 
-import anyio  # noqa: E402
-
-from tether.child.server import serve  # noqa: E402
-
-if TYPE_CHECKING:
-    from tether.child.runs import AgentFactory
-
-ENV_VAR = "TETHER_AGENT"  # agent_spec.ENV_VAR; that module loads only when an agent is named
-
-EXIT_BAD_AGENT = 3
-
-
-def _agent_factory(argv: list[str]) -> AgentFactory | None:
-    parser = argparse.ArgumentParser(prog="python -I -m tether.child")
-    parser.add_argument(
-        "--agent",
-        metavar="SPEC",
-        help=f"host this agent ('pkg.module:callable' or '/path/file.py:callable'; "
-        f"default: ${ENV_VAR}, else the built-in loop)",
-    )
-    args = parser.parse_args(argv)
-    spec = args.agent or os.environ.get(ENV_VAR) or None
-    if spec is None:
-        return None
-    from tether.child.agent_spec import AgentSpecError, load_agent_factory
-
-    try:
-        return load_agent_factory(spec)
-    except AgentSpecError as exc:
-        print(f"tether-child: {exc}", file=sys.stderr)
-        sys.stderr.flush()
-        os._exit(EXIT_BAD_AGENT)
+from tether.child.entry import EXIT_BAD_AGENT as EXIT_BAD_AGENT  # noqa: E402
+from tether.child.entry import run  # noqa: E402
 
 
 def main() -> None:
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.INFO, format="tether-child: %(levelname)s %(message)s"
-    )
-    factory = _agent_factory(sys.argv[1:])
-    code = anyio.run(functools.partial(serve, _WIRE, agent_factory=factory), backend="asyncio")
-    sys.stderr.flush()
-    # os._exit: worker threads (a tool blocked in a syscall) must not hold the process open.
-    os._exit(code)
+    run(_WIRE, sys.argv[1:])
 
 
 if __name__ == "__main__":

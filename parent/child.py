@@ -114,15 +114,18 @@ class LiveChild:
         ring_bytes: int,
         cgroup: ChildCgroup | None = None,
         launch: Callable[[dict[str, str]], list[str]] | None = None,
+        spawn: Callable[[SpawnSpec], ChildProcess] | None = None,
     ) -> LiveChild:
         """Spawn the child (into `cgroup`, when given); raises `SpawnError` when it cannot
         start. `launch`, given the child's final environment, returns the argv to exec instead
-        of `spec.argv` (a launcher's prefix around it)."""
+        of `spec.argv` (a launcher's prefix around it). `spawn` starts the process instead of
+        `ChildProcess.spawn` (the zygote's fork), from the same spec: environment with the tree
+        marker, rlimits, cgroup files."""
         marker = new_tree_marker()
         env = dict(spec.env)
         env[TREE_ENV] = marker
         try:
-            proc = ChildProcess.spawn(
+            proc = (spawn or ChildProcess.spawn)(
                 SpawnSpec(
                     launch(env) if launch is not None else spec.argv,
                     env,
@@ -215,6 +218,8 @@ class LiveChild:
                 self.observed.pids_max_hits = self.cgroup.pids_max_hits()
                 if not self.cgroup.remove():
                     survivors = sorted(set(survivors) | self.cgroup.members())
+        if self.proc.lost is not None:
+            self.observed.lost = self.proc.lost
         if status is not None:
             self.observed.exit_code = status.exit_code
             self.observed.signal = status.signal

@@ -56,6 +56,9 @@ class Observed:
     """CPU time the child itself used (user + system, from its rusage when reaped)."""
     limits: dict[str, str] = field(default_factory=dict)
     """The limits in force, by name (`memory`, `cpu`, `processes`, `file_size`), as shown."""
+    lost: str | None = None
+    """Why the child's exit status is unknown, when something outside it took it down (the
+    zygote that forked it died)."""
 
 
 def signal_name(sig: int) -> str:
@@ -84,6 +87,8 @@ def classify(o: Observed) -> tuple[FailureKind, str] | None:
         return "spawn_failed", o.spawn_error
     if o.cancelled:
         return "cancelled", "the run was cancelled by the parent"
+    if o.lost is not None and not o.answered:
+        return "killed", o.lost
     # Without a memory cgroup the limit is RLIMIT_DATA: a Python child's allocation fails and
     # it dies of MemoryError rather than being killed.
     rlimit_oom = "memory" in o.limits and not o.answered and "MemoryError" in o.stderr_tail

@@ -96,6 +96,7 @@ class WarmPool:
         register: Callable[[LiveChild], None],
         unregister: Callable[[LiveChild], None],
         dispose: DisposePolicy,
+        prepare: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"a pool needs at least one child, got size={size}")
@@ -103,6 +104,7 @@ class WarmPool:
         self.key = key
         self._env = env
         self._open = open
+        self._prepare = prepare
         self._handshake = handshake
         self._register = register
         self._unregister = unregister
@@ -202,6 +204,8 @@ class WarmPool:
                 holder[0].route_notification(method, params)
 
             try:
+                if self._prepare is not None:
+                    await self._prepare()  # what `open` needs first (the zygote, started)
                 child = self._open(on_request, on_notification)
             except SpawnError as exc:
                 self.last_error = str(exc)

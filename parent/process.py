@@ -42,6 +42,8 @@ class SpawnSpec:
     pdeathsig: bool = True
     cgroup_procs: list[str] = field(default_factory=list)
     """`cgroup.procs` files the trampoline joins before anything else."""
+    pass_fds: tuple[int, ...] = ()
+    """Descriptors the child inherits beyond its stdio (the zygote's control socket)."""
 
 
 @dataclass
@@ -75,11 +77,21 @@ def _pidfd_open(pid: int) -> int | None:
 class ChildProcess:
     """One spawned child: its pid, pidfd, three pipe ends and, once reaped, its exit status."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], stdin: int, stdout: int, stderr: int):
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes] | None,
+        stdin: int,
+        stdout: int,
+        stderr: int,
+        *,
+        pid: int | None = None,
+    ):
         self._popen = popen
-        self.pid = popen.pid
-        self.pgid = popen.pid  # start_new_session: the child leads its own session and group
+        self.pid = popen.pid if popen is not None else pid if pid is not None else -1
+        self.pgid = self.pid  # the child leads its own session and group
         self.pidfd = _pidfd_open(self.pid)
+        self.lost: str | None = None
+        """Why the exit status is unknown, when it is and the reason is known."""
         self.stdin = FdWriter(stdin)
         self.stdout = FdReader(stdout)
         self.stderr = FdReader(stderr)
@@ -111,6 +123,7 @@ class ChildProcess:
                 env=spec.env,
                 cwd=spec.cwd,
                 close_fds=True,
+                pass_fds=spec.pass_fds,
                 start_new_session=True,
             )
         except OSError as exc:
@@ -155,7 +168,8 @@ class ChildProcess:
 
     def _set_status(self, status: ExitStatus) -> None:
         self.status = status
-        self._popen.returncode = status.returncode  # Popen must not try to reap it again
+        if self._popen is not None:
+            self._popen.returncode = status.returncode  # Popen must not try to reap it again
         if self.pidfd is not None:
             anyio.notify_closing(self.pidfd)
             os.close(self.pidfd)

@@ -56,9 +56,11 @@ from tether.parent.launchers import LaunchContext, Launcher, Local, resolve_laun
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models import ModelProvider, resolve_model
 from tether.parent.pool import Pooled, WarmPool
-from tether.parent.process import SpawnError, SpawnSpec
+from tether.parent.process import ChildProcess, SpawnError, SpawnSpec
 from tether.parent.roles import resolve_agent
 from tether.parent.tree import signal_procs, tree_procs
+from tether.parent.zygote import Zygote
+from tether.parent.zygote import supported as zygote_supported
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, SUPPORTED_VERSIONS, ErrorCode, RemoteError
 from tether.protocol.messages import (
     PROTOCOL_VERSION,
@@ -107,6 +109,11 @@ class ChildConfig:
     launcher: str | Launcher = "local"
     """An argv prefix the command runs under (`local`, `bwrap`, `ssh:HOST`, `docker:IMAGE`,
     ..., or a `Launcher`); see `launchers.py` for what each provides."""
+    spawner: str = "exec"
+    """How a child process starts: `exec` (a fresh interpreter through the trampoline) or
+    `zygote` (forked from a per-supervisor process that already imported the child runtime,
+    with the same containment; see `zygote.py`). `zygote` serves only the default command
+    (`python -I -m tether.child`, optionally with a custom agent) and the local launcher."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +143,7 @@ def _pool_key(cfg: ChildConfig, limits: Limits, tier: Host) -> tuple[Any, ...]:
         cfg.launcher if isinstance(cfg.launcher, str) else id(cfg.launcher),
         cfg.max_message_bytes,
         cfg.stderr_ring_bytes,
+        cfg.spawner,
         dataclasses.replace(limits, wall=None, idle=None),
     )
 
@@ -153,9 +161,11 @@ def _open_child(
     on_request: Callable[[str, Any], Awaitable[Any]],
     on_notification: Callable[[str, Any], None],
     launch: Callable[[dict[str, str]], list[str]] | None = None,
+    spawn: Callable[[SpawnSpec], ChildProcess] | None = None,
 ) -> LiveChild:
     """Spawn one child the way every child is spawned: its own cgroup (on a cgroup tier), the
-    scrubbed environment, rlimits through the trampoline. Raises `SpawnError`."""
+    scrubbed environment, rlimits through the trampoline (or the zygote's fork, `spawn`).
+    Raises `SpawnError`."""
     try:
         cgroup = (
             ChildCgroup.create(
@@ -185,6 +195,7 @@ def _open_child(
         ring_bytes=cfg.stderr_ring_bytes,
         cgroup=cgroup,
         launch=launch,
+        spawn=spawn,
     )
 
 
@@ -328,6 +339,8 @@ class RunHandle:
             if pooled is not None:
                 return await self._drive_pooled(pooled)
         try:
+            if cfg.spawner == "zygote":
+                await self._sup._zygote_ready()
             child = _open_child(
                 cfg,
                 self._limits,
@@ -336,6 +349,7 @@ class RunHandle:
                 on_request=self._on_request,
                 on_notification=self._on_notification,
                 launch=None if isinstance(launcher, Local) else self._launch(launcher),
+                spawn=self._sup._spawner(cfg),
             )
         except SpawnError as exc:
             observed.spawn_error = str(exc)
@@ -545,6 +559,8 @@ class Supervisor:
         self._handles: set[RunHandle] = set()
         self._subscribers: list[EventCallback] = []
         self._keeper: Keeper | None = None
+        self._zygote: Zygote | None = None
+        self._zygote_lock = anyio.Lock()
         self.host = host()
         """What `containment="auto"` picks on this host; each run names its own tier
         (`RunHandle.host`, `RunResult.containment`)."""
@@ -552,6 +568,7 @@ class Supervisor:
             cfg = pool.config or self.config
             if not isinstance(resolve_launcher(cfg.launcher), Local):
                 raise ValueError("a pool holds local children only (launcher='local')")
+            _check_spawner(cfg)
             self._pool = self._make_pool(pool.size, cfg, pool.limits, host(cfg.containment))
         _registry.add(self)
 
@@ -570,6 +587,7 @@ class Supervisor:
                 "pool",
                 on_request=on_request,
                 on_notification=on_notification,
+                spawn=self._spawner(cfg),
             )
             child.observed.limits = limits.shown()
             return child
@@ -577,16 +595,62 @@ class Supervisor:
         async def handshake(child: LiveChild) -> bool:
             return await _handshake(child, cfg)
 
+        async def prepare() -> None:
+            if cfg.spawner == "zygote":
+                await self._zygote_ready()
+
         return WarmPool(
             size,
             _pool_key(cfg, limits, tier),
             env=lambda: _env_of(cfg),
             open=open_child,
+            prepare=prepare,
             handshake=handshake,
             register=self._register,
             unregister=self._unregister,
             dispose=cfg.dispose,
         )
+
+    # --- the zygote ---------------------------------------------------------------------------
+
+    async def _zygote_ready(self) -> Zygote:
+        """The supervisor's zygote, started on first use and again after it died; raises
+        `SpawnError` when it cannot start."""
+        async with self._zygote_lock:
+            old = self._zygote
+            if old is not None and old.usable:
+                return old
+            self._zygote = None
+            if old is not None:
+                await self._close_zygote(old)
+            zygote = await Zygote.start(build_child_env(os.environ))
+            self._zygote = zygote
+            if self._keeper is not None:
+                self._keeper.watch(zygote.pid)
+            return zygote
+
+    async def _close_zygote(self, zygote: Zygote) -> None:
+        await zygote.aclose()
+        if self._keeper is not None:
+            self._keeper.forget(zygote.pid)
+
+    def _spawner(self, cfg: ChildConfig) -> Callable[[SpawnSpec], ChildProcess] | None:
+        if cfg.spawner != "zygote":
+            return None
+
+        def spawn(spec: SpawnSpec) -> ChildProcess:
+            zygote = self._zygote
+            if zygote is None:
+                raise SpawnError("the zygote is not running")
+            extras = spec.argv[len(DEFAULT_COMMAND) :]
+            return zygote.spawn(dataclasses.replace(spec, argv=extras))
+
+        return spawn
+
+    @property
+    def zygote_pid(self) -> int | None:
+        """The pid of this supervisor's zygote while one runs (`spawner="zygote"`)."""
+        return self._zygote.pid if self._zygote is not None else None
 
     @property
     def pool(self) -> WarmPool | None:
@@ -631,6 +695,10 @@ class Supervisor:
         try:
             await tg.__aexit__(None, None, None)
         finally:
+            zygote, self._zygote = self._zygote, None
+            if zygote is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._close_zygote(zygote)
             keeper, self._keeper = self._keeper, None
             if keeper is not None:
                 with anyio.CancelScope(shield=True):
@@ -690,6 +758,7 @@ class Supervisor:
         )
         tier = host(cfg.containment)
         resolve_launcher(cfg.launcher)  # an unknown launcher is bad usage
+        _check_spawner(cfg)
         handle = RunHandle(
             self, rid, params, cfg, limits or Limits(), tier, provider, approve, on_event
         )
@@ -749,6 +818,8 @@ class Supervisor:
             procs = tree_procs(child.pid, child.marker)
             child.proc.send_signal(signal.SIGKILL)
             signal_procs(procs, signal.SIGKILL)
+        if self._zygote is not None:
+            self._zygote.proc.send_signal(signal.SIGKILL)
 
 
 def _agent_impl(spec: str, command: Sequence[str] | None) -> str:
@@ -767,6 +838,24 @@ def _agent_impl(spec: str, command: Sequence[str] | None) -> str:
     if not all(part.isidentifier() for part in target.split(".")):
         raise ValueError(f"agent {spec!r}: {target!r} is not a module name")
     return spec
+
+
+def _check_spawner(cfg: ChildConfig) -> None:
+    """Refuse a spawner the config cannot use (bad usage, before anything is spawned)."""
+    if cfg.spawner == "exec":
+        return
+    if cfg.spawner != "zygote":
+        raise ValueError(f"spawner {cfg.spawner!r}: expected 'exec' or 'zygote'")
+    if tuple(cfg.command[: len(DEFAULT_COMMAND)]) != DEFAULT_COMMAND:
+        raise ValueError(
+            "spawner='zygote' forks tether's own child runtime: it serves only the default "
+            f"command ({' '.join(DEFAULT_COMMAND)}), not {' '.join(cfg.command)!r}"
+        )
+    if not isinstance(resolve_launcher(cfg.launcher), Local):
+        raise ValueError("spawner='zygote' forks local children only (launcher='local')")
+    why = zygote_supported()
+    if why is not None:
+        raise ValueError(f"spawner='zygote' is not available on this host: {why}")
 
 
 def _missing_command(command: Sequence[str], env: Mapping[str, str], what: str = "") -> str | None:

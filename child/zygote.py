@@ -1,0 +1,206 @@
+"""The zygote: the child runtime imported once, forked into a fresh child per request.
+
+Run as `python -I -m tether.child.zygote FD` by the supervisor (through its trampoline, so the
+zygote has its own session, PR_SET_PDEATHSIG tied to the supervisor, and the keeper's watch).
+FD is one end of a `SOCK_SEQPACKET` unix socket pair; one message per datagram, JSON:
+
+    zygote → parent  {"ready": PID, "envBytes": N}    once, when the imports are done
+    parent → zygote  {"op": "spawn", "env": {...}, "rlimits": {NAME: [soft, hard]},
+                      "cgroupProcs": [path, ...], "cwd": DIR, "argv": [extra, ...]}
+                     with three fds (SCM_RIGHTS): the child's stdin, stdout, stderr
+    zygote → parent  {"pid": PID} or {"error": TEXT}
+    parent → zygote  {"op": "reap", "pid": PID}
+    zygote → parent  {"pid": PID, "returncode": RC, "utime": S, "stime": S, "maxrss": KB}
+                     or {"error": TEXT}
+
+End of input (the supervisor closed its end, or died) ends the zygote; children still running
+then die of their PR_SET_PDEATHSIG.
+
+The zygote is single-threaded and runs no event loop (a fork copies only the calling thread, so
+a lock held by another thread would stay locked in the child forever). It never reaps on its
+own: SIGCHLD keeps its default disposition, and a child stays a zombie, its pid (also its
+session and group id) held, until the supervisor has swept the child's tree and asks `reap`.
+
+In the forked child, before any child code runs (the order of `_trampoline.py`): the pipe ends
+go to fds 0/1/2 and every other fd is closed (the control socket included); it joins its
+cgroups; `setsid()`; PR_SET_PDEATHSIG=SIGKILL, then exits if the zygote is no longer its parent;
+rlimits (core dumps always off); signal dispositions and mask as a freshly started interpreter
+has them; the environment replaced entirely, both libc's and the block `/proc/PID/environ`
+shows (the zygote was started with a padding variable so the block has room); the working
+directory; then the wire is claimed (`fdguard`) and the child runtime's main runs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import os
+import resource
+import signal
+import socket
+import sys
+from typing import Any
+
+# Everything a child runs, imported once here and shared copy-on-write with every child.
+import anyio._backends._asyncio  # noqa: F401 - anyio.run would import it in every child
+
+import tether.child.agent
+import tether.child.dispatch
+import tether.child.loop
+import tether.child.runs
+import tether.child.tools
+import tether.child.workspace  # noqa: F401
+from tether.child import entry, fdguard
+
+PARENT_GONE = 125
+SETUP_FAILED = 126
+MAX_MESSAGE = 1 << 20
+PAD_ENV = "TETHER_ZYGOTE_ENV_AREA"
+"""A variable the supervisor pads the zygote's environment with: its block is what a child's
+`/proc/PID/environ` shows once rewritten, so it must be large enough for any child's."""
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _environ_area() -> tuple[int, int]:
+    """Start and end address of this process's environment block (what /proc/PID/environ
+    reads): fields 50 and 51 of /proc/self/stat."""
+    with open("/proc/self/stat", "rb") as f:
+        stat = f.read()
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return int(fields[50 - 3]), int(fields[51 - 3])
+
+
+def _replace_environment(env: dict[str, str]) -> None:
+    block = b"".join(os.fsencode(k) + b"=" + os.fsencode(v) + b"\0" for k, v in env.items())
+    start, end = _environ_area()
+    if len(block) > end - start:
+        raise OSError(f"the environment ({len(block)} bytes) exceeds the zygote's area")
+    # libc's environment first: afterwards nothing points into the old block any more.
+    os.environ.clear()
+    if _libc.clearenv() != 0:
+        raise OSError(ctypes.get_errno(), "clearenv failed")
+    os.environ.update(env)  # setenv copies each value
+    ctypes.memmove(start, block + b"\0" * (end - start - len(block)), end - start)
+
+
+def _reset_signals() -> None:
+    """Dispositions and mask as a fresh interpreter has them: everything default except what
+    Python itself sets up at start (SIGPIPE and SIGXFSZ ignored, SIGINT raising
+    KeyboardInterrupt), exactly as a cold-started child has after exec."""
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def _become_child(request: dict[str, Any], fds: list[int], zygote: int) -> None:
+    """Set up the forked child and run the child runtime in it; never returns."""
+    try:
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        for procs in request.get("cgroupProcs", []):
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+        os.setsid()
+        if _libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != zygote:
+            os._exit(PARENT_GONE)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        for name, (soft, hard) in request.get("rlimits", {}).items():
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+        _reset_signals()
+        _replace_environment(request["env"])
+        os.chdir(request.get("cwd") or "/")
+        argv = list(request.get("argv", []))
+        sys.argv = ["tether.child", *argv]
+        gc.unfreeze()
+    except BaseException as exc:
+        try:
+            os.write(2, f"tether-zygote: child setup failed: {exc}\n".encode())
+        finally:
+            os._exit(SETUP_FAILED)
+    try:
+        entry.run(fdguard.claim_wire(), argv)
+    finally:
+        os._exit(1)
+
+
+def _reap(pid: int) -> dict[str, Any]:
+    try:
+        _, status, usage = os.wait4(pid, 0)
+    except ChildProcessError:
+        return {"error": f"{pid} is not a child of the zygote"}
+    return {
+        "pid": pid,
+        "returncode": os.waitstatus_to_exitcode(status),
+        "utime": usage.ru_utime,
+        "stime": usage.ru_stime,
+        "maxrss": usage.ru_maxrss,
+    }
+
+
+def serve(sock: socket.socket) -> None:
+    me = os.getpid()
+    start, end = _environ_area()
+    sock.send(json.dumps({"ready": me, "envBytes": end - start}).encode())
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
+        except (ConnectionError, OSError):
+            return
+        if not data:
+            return
+        try:
+            request = json.loads(data)
+            op = request["op"]
+        except (ValueError, KeyError, TypeError):
+            for fd in fds:
+                os.close(fd)
+            sock.send(b'{"error": "malformed request"}')
+            continue
+        if op == "spawn":
+            reply: dict[str, Any]
+            if len(fds) != 3:
+                reply = {"error": f"a spawn needs 3 fds, got {len(fds)}"}
+            else:
+                try:
+                    pid = os.fork()
+                except OSError as exc:
+                    reply = {"error": f"fork failed: {exc.strerror or exc}"}
+                else:
+                    if pid == 0:
+                        _become_child(request, fds, me)
+                    reply = {"pid": pid}
+            for fd in fds:
+                os.close(fd)
+        elif op == "reap":
+            reply = _reap(int(request["pid"]))
+        else:
+            reply = {"error": f"unknown op {op!r}"}
+        try:
+            sock.send(json.dumps(reply).encode())
+        except OSError:
+            return
+
+
+def main() -> None:
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # never auto-reap: children stay zombies
+    gc.collect()
+    gc.freeze()  # keep the imported objects' pages shared with the children
+    serve(sock)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""The supervisor's side of the zygote (`ChildConfig(spawner="zygote")`): children forked from
+a process that already imported the child runtime, instead of a fresh interpreter each.
+
+Theory of operation
+-------------------
+`Zygote.start()` runs `python -I -m tether.child.zygote FD` through the same trampoline as
+every child (`ChildProcess.spawn`): its own session, PR_SET_PDEATHSIG tied to the supervisor's
+thread, a tree marker, and the scrubbed environment (plus a padding variable that reserves the
+environment block every forked child rewrites; see `tether/child/zygote.py`). FD is one end of
+a `SOCK_SEQPACKET` socket pair; the supervisor keeps the other end (close-on-exec: cold
+children never inherit it).
+
+`Zygote.spawn(spec)` sends the child's pipe ends (SCM_RIGHTS), environment, rlimits, cgroup
+files, working directory and argv extras, and gets the pid back; the forked child does the
+trampoline's work itself before any child code runs. Calls are synchronous round trips on the
+event loop's thread (like `Popen`, which also waits for its child's exec): a fork of the zygote
+takes about a millisecond, every call has a deadline, and a zygote that dies answers at once
+(end of stream), so the call fails with that reason.
+
+A zygote-forked child is not the supervisor's child, so `ZygoteProcess` differs from
+`ChildProcess` only where that matters: exit is seen through `pidfd_open(pid)` (which works for
+any process), and `reap()` asks the zygote to `wait4` the pid and report the status and rusage.
+The zygote never reaps on its own, so the child stays a zombie — its pid, session and group id
+held — until the supervisor has swept the tree, exactly as a cold child. Signals go through the
+pidfd. If the zygote dies, its children die of their PR_SET_PDEATHSIG; their status is lost
+and `ZygoteProcess.lost` says why, which the run's result reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+from typing import Any
+
+import anyio
+
+from tether.parent.child import new_tree_marker
+from tether.parent.env import TREE_ENV
+from tether.parent.process import ChildProcess, ExitStatus, SpawnError, SpawnSpec
+
+ZYGOTE_MODULE = "tether.child.zygote"
+PAD_ENV = "TETHER_ZYGOTE_ENV_AREA"
+"""Same name as in `tether.child.zygote`: reserves the environment block children rewrite."""
+ENV_AREA_MIN = 16 * 1024
+READY_SECONDS = 15.0
+"""How long the zygote may take to import the child runtime and say it is ready."""
+REPLY_SECONDS = 5.0
+"""How long one spawn or reap may take to be answered."""
+MAX_MESSAGE = 1 << 20
+ZYGOTE_LOST = "the zygote that forked this child died, taking the child with it"
+
+
+def supported() -> str | None:
+    """Why the zygote cannot be used on this host, or `None` when it can."""
+    if not hasattr(os, "pidfd_open") or not hasattr(socket, "send_fds"):
+        return "the zygote needs pidfd_open and SCM_RIGHTS (Linux, Python 3.9+)"
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError as exc:
+        return f"the zygote needs pidfd_open: {exc.strerror or exc}"
+    return None
+
+
+def _block_bytes(env: dict[str, str]) -> int:
+    return sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 for k, v in env.items())
+
+
+class Zygote:
+    """One running zygote: its process (a `ChildProcess`) and the supervisor's socket end."""
+
+    def __init__(self, proc: ChildProcess, sock: socket.socket) -> None:
+        self.proc = proc
+        self._sock = sock
+        self.env_bytes = 0
+        """Room in a child's environment block (the zygote reports it when ready)."""
+        self.broken: str | None = None
+        """Why this zygote can no longer be used; `None` while it can."""
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def usable(self) -> bool:
+        return self.broken is None and not self.proc.exited()
+
+    # --- start --------------------------------------------------------------------------------
+
+    @classmethod
+    def launch(cls, env: dict[str, str]) -> Zygote:
+        """Start the zygote process (it is not ready until `ready()`); raises `SpawnError`."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = dict(env)
+        env[TREE_ENV] = new_tree_marker()
+        env[PAD_ENV] = "x" * max(ENV_AREA_MIN, 4 * _block_bytes(env))
+        try:
+            proc = ChildProcess.spawn(
+                SpawnSpec(
+                    [sys.executable, "-I", "-m", ZYGOTE_MODULE, str(theirs.fileno())],
+                    env,
+                    pass_fds=(theirs.fileno(),),
+                )
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.settimeout(REPLY_SECONDS)
+        return cls(proc, ours)
+
+    @classmethod
+    async def start(cls, env: dict[str, str], ready_seconds: float = READY_SECONDS) -> Zygote:
+        """Start a zygote and wait (without blocking the event loop) until it is ready."""
+        zygote = cls.launch(env)
+        try:
+            with anyio.move_on_after(ready_seconds):
+                await anyio.wait_readable(zygote._sock.fileno())
+            zygote._take_ready()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await zygote.aclose()
+            raise
+        return zygote
+
+    def _take_ready(self) -> None:
+        self._sock.setblocking(False)
+        try:
+            data = self._sock.recv(MAX_MESSAGE)
+        except BlockingIOError:
+            data = None
+        except OSError:
+            data = b""
+        finally:
+            self._sock.settimeout(REPLY_SECONDS)
+        if not data:
+            why = "did not become ready in time" if data is None else "exited before it was ready"
+            raise SpawnError(f"the zygote {why}{self._last_words()}")
+        self.env_bytes = int(json.loads(data)["envBytes"])
+
+    def _last_words(self) -> str:
+        try:
+            words = os.read(self.proc.stderr._fd, 4096).decode(errors="replace").strip()
+        except OSError:
+            return ""
+        return f": {words.splitlines()[-1][:300]}" if words else ""
+
+    # --- requests -----------------------------------------------------------------------------
+
+    def _ask(self, message: dict[str, Any], fds: list[int] | None = None) -> dict[str, Any]:
+        if not self.usable:
+            raise SpawnError(self.broken or "the zygote has exited")
+        data = json.dumps(message).encode()
+        try:
+            if fds:
+                socket.send_fds(self._sock, [data], fds)
+            else:
+                self._sock.send(data)
+            reply = self._sock.recv(MAX_MESSAGE)
+        except TimeoutError:
+            self._break(f"the zygote did not answer within {REPLY_SECONDS:g}s")
+            self.proc.send_signal(signal.SIGKILL)  # no late answer may be taken for another
+            raise SpawnError(self.broken or "") from None
+        except OSError as exc:
+            reply = b""
+            self._break(f"the zygote is gone ({exc.strerror or exc})")
+        if not reply:
+            self._break("the zygote died")
+            raise SpawnError(self.broken or "")
+        got: dict[str, Any] = json.loads(reply)
+        return got
+
+    def _break(self, why: str) -> None:
+        if self.broken is None:
+            self.broken = why
+
+    def spawn(self, spec: SpawnSpec) -> ZygoteProcess:
+        """Fork a child with `spec` (its argv: the extras after `python -I -m tether.child`).
+        Must run on the event loop's thread; raises `SpawnError`."""
+        needed = _block_bytes(spec.env) + 1
+        if needed > self.env_bytes:
+            raise SpawnError(
+                f"the child's environment ({needed} bytes) does not fit the zygote's "
+                f"({self.env_bytes} bytes); use spawner='exec' for this run"
+            )
+        in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        request = {
+            "op": "spawn",
+            "env": spec.env,
+            "rlimits": spec.rlimits,
+            "cgroupProcs": spec.cgroup_procs,
+            "cwd": spec.cwd or os.getcwd(),
+            "argv": spec.argv,
+        }
+        try:
+            reply = self._ask(request, [in_r, out_w, err_w])
+            if "pid" not in reply:
+                raise SpawnError(f"the zygote could not fork: {reply.get('error', reply)}")
+        except BaseException:
+            for fd in (in_w, out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+        return ZygoteProcess(self, int(reply["pid"]), in_w, out_r, err_r)
+
+    def reap(self, pid: int) -> ExitStatus | None:
+        """Have the zygote reap its exited child `pid`; `None` if the status is lost."""
+        try:
+            reply = self._ask({"op": "reap", "pid": pid})
+        except SpawnError:
+            return None
+        if "returncode" not in reply:
+            return None
+        usage = resource.struct_rusage(
+            (float(reply["utime"]), float(reply["stime"]), int(reply["maxrss"])) + (0,) * 13
+        )
+        return ExitStatus(int(reply["returncode"]), usage)
+
+    # --- close --------------------------------------------------------------------------------
+
+    async def aclose(self, grace: float = 1.0) -> None:
+        """End the zygote: end of input, then SIGKILL if it does not exit within `grace`."""
+        with anyio.CancelScope(shield=True):
+            self._break("the zygote was closed")
+            self._sock.close()
+            self.proc.stdin.close()
+            if not await self.proc.wait_for(grace):
+                self.proc.send_signal(signal.SIGKILL)
+                self.proc.signal_group(signal.SIGKILL)
+                await self.proc.wait_for(grace)
+            self.proc.reap()
+            self.proc.close_pipes()
+
+
+class ZygoteProcess(ChildProcess):
+    """A child the zygote forked: the `ChildProcess` interface, for a process that is not ours."""
+
+    def __init__(self, zygote: Zygote, pid: int, stdin: int, stdout: int, stderr: int) -> None:
+        # The zygote does not reap it before we ask, so the pid cannot have been reused yet.
+        super().__init__(None, stdin, stdout, stderr, pid=pid)
+        self.zygote = zygote
+
+    def exited(self) -> bool:
+        if self.status is not None:
+            return True
+        if self.pidfd is None:
+            return True  # the pid was gone before we could watch it
+        return bool(select.select([self.pidfd], [], [], 0)[0])
+
+    def reap(self) -> ExitStatus | None:
+        if self.status is not None:
+            return self.status
+        if not self.exited():
+            return None
+        status = self.zygote.reap(self.pid)
+        if status is None:
+            self.lost = ZYGOTE_LOST
+            status = ExitStatus(returncode=-int(signal.SIGKILL), rusage=None)
+        self._set_status(status)
+        return self.status

@@ -1,0 +1,315 @@
+"""`ChildConfig(spawner="zygote")`: children forked from a pre-imported runtime get every
+guarantee a cold spawn gives (environment, limits, cgroup, session, signals, exit status,
+teardown), and nothing outlives the supervisor."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+
+from tether.parent.env import TREE_ENV, build_child_env
+from tether.parent.events import ChildEvent, Event
+from tether.parent.limits import DisposePolicy, Limits
+from tether.parent.models.scripted import ScriptedModel
+from tether.parent.supervisor import ChildConfig, PoolSpec, RunHandle, Supervisor
+
+pytestmark = pytest.mark.anyio
+
+HERE = Path(__file__).parent
+ACT = f"{HERE / 'agents.py'}:act"
+FAST = DisposePolicy(shutdown=0.3, eof=0.3, term=0.3, kill=1.0)
+ZYGOTE = ChildConfig(spawner="zygote", dispose=FAST)
+COLD = ChildConfig(dispose=FAST)
+DEADLINE = 10.0
+COMPLETE = """{"turns": [{"text": "Done.", "toolCalls": [{"name": "complete",
+  "arguments": {"summary": "found it", "paths": ["notes.txt"]}}]}]}"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(
+        os.fsdecode(item).split("=", 1) for item in raw.split(b"\0") if item and b"=" in item
+    )
+
+
+def _status_field(pid: int, name: str) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{name}:"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError(f"no {name} in /proc/{pid}/status")
+
+
+async def _start_and_wait_for_report(
+    sup: Supervisor, prompt: str, **kwargs: Any
+) -> tuple[RunHandle, dict[str, Any]]:
+    reports: list[dict[str, Any]] = []
+
+    def on_event(ev: Event) -> None:
+        if isinstance(ev, ChildEvent) and ev.kind == "report":
+            reports.append(ev.data)
+
+    handle = await sup.start(prompt, agent=ACT, workspace=HERE, on_event=on_event, **kwargs)
+    with anyio.fail_after(DEADLINE):
+        while not reports:
+            assert not handle.done, await handle.result()
+            await anyio.sleep(0.01)
+    return handle, reports[0]
+
+
+async def test_a_scripted_run_through_the_zygote_completes_in_a_child_the_zygote_forked(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "notes.txt").write_text("TODO\n")
+    async with Supervisor(ZYGOTE) as sup:
+        pids: list[int] = []
+        sup.subscribe(lambda ev: pids.append(ev.pid) if hasattr(ev, "pid") else None)
+        with anyio.fail_after(DEADLINE):
+            result = await sup.run(
+                "find the notes", workspace=tmp_path, model=ScriptedModel.from_json(COMPLETE)
+            )
+        assert result.success, result
+        assert result.summary == "found it"
+        assert [a.path for a in result.artifacts] == [str(tmp_path / "notes.txt")]
+        zygote = sup.zygote_pid
+        assert zygote is not None
+        assert _status_field(zygote, "Threads") == "1", "the zygote stays single-threaded"
+        assert pids and pids[0] != zygote
+    assert not _alive(zygote), "closing the supervisor ends its zygote"
+
+
+async def test_a_zygote_child_has_exactly_the_scrubbed_environment_its_limits_session_and_cgroup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ZYGOTE_CANARY_API_KEY", "canary-secret")
+    monkeypatch.setenv("ZYGOTE_CANARY_PLAIN", "canary-plain")
+    limits = Limits(memory="768M", open_files=123, file_size="5M", wall="20s")
+    async with Supervisor(ZYGOTE) as sup:
+        handle, report = await _start_and_wait_for_report(sup, "hold", limits=limits)
+        pid = report["pid"]
+        assert handle.pid == pid
+        zygote = sup.zygote_pid
+        assert zygote is not None and psutil.Process(pid).ppid() == zygote
+
+        expected = build_child_env(os.environ)
+        seen = _environ(pid)
+        marker = seen.pop(TREE_ENV)
+        assert marker.startswith(f"{os.getpid()}-")
+        assert seen == expected, "what /proc/PID/environ shows is the scrubbed environment"
+        assert {k: v for k, v in report["environ"].items() if k != TREE_ENV} == expected
+        for who in (pid, zygote):
+            raw = Path(f"/proc/{who}/environ").read_bytes()
+            assert b"canary-secret" not in raw and b"canary-plain" not in raw
+
+        proc_limits = Path(f"/proc/{pid}/limits").read_text()
+        assert _limit(proc_limits, "Max core file size") == ("0", "0")
+        assert _limit(proc_limits, "Max open files") == ("123", "123")
+        assert _limit(proc_limits, "Max file size") == (str(5 << 20), str(5 << 20))
+        assert os.getsid(pid) == pid and os.getpgid(pid) == pid
+
+        child = handle._child
+        assert child is not None
+        if handle.host.tier == "process-group":
+            assert child.cgroup is None
+        else:
+            assert child.cgroup is not None
+            cgroups = Path(f"/proc/{pid}/cgroup").read_text()
+            for d in child.cgroup.dirs.values():
+                assert f"/{d.name}\n" in cgroups, (d, cgroups)
+            assert pid in child.cgroup.members()
+        result = await handle.cancel()
+    assert result.status == "aborted"
+    assert result.failure is not None and result.failure.kind == "cancelled"
+
+
+def _limit(text: str, name: str) -> tuple[str, str]:
+    for line in text.splitlines():
+        if line.startswith(name):
+            soft, hard = line[len(name) :].split()[:2]
+            return soft, hard
+    raise AssertionError(f"no {name!r} in {text}")
+
+
+async def test_a_zygote_child_starts_with_the_signal_dispositions_and_mask_of_a_cold_child() -> (
+    None
+):
+    async with Supervisor(COLD) as sup:
+        cold, cold_report = await _start_and_wait_for_report(sup, "hold")
+        forked, forked_report = await _start_and_wait_for_report(sup, "hold", config=ZYGOTE)
+        for field in ("SigIgn", "SigCgt", "SigBlk"):
+            assert _status_field(forked_report["pid"], field) == _status_field(
+                cold_report["pid"], field
+            ), field
+        cold.abort()
+        forked.abort()
+
+
+@pytest.mark.parametrize(
+    ("prompt", "kind", "exit_code", "sig"),
+    [
+        ("segv", "crashed", None, "SIGSEGV"),
+        ("exit 7", "exit_nonzero", 7, None),
+    ],
+)
+async def test_a_zygote_childs_exit_status_comes_through_the_zygote(
+    prompt: str, kind: str, exit_code: int | None, sig: str | None
+) -> None:
+    async with Supervisor(ZYGOTE) as sup:
+        with anyio.fail_after(DEADLINE):
+            result = await sup.run(prompt, agent=ACT, workspace=HERE)
+    assert result.failure is not None, result
+    assert result.failure.kind == kind, result
+    assert result.failure.exit_code == exit_code
+    assert result.failure.signal == sig
+
+
+async def test_a_stubborn_zygote_child_is_killed_at_the_sigkill_rung() -> None:
+    async with Supervisor(ZYGOTE) as sup:
+        handle, report = await _start_and_wait_for_report(sup, "stubborn", limits=Limits(wall=1))
+        with anyio.fail_after(DEADLINE):
+            result = await handle.result()
+    assert result.failure is not None and result.failure.kind == "timeout", result
+    assert result.failure.rung == "sigkill"
+    assert not _alive(report["pid"])
+
+
+async def test_a_grandchild_that_left_the_session_is_swept_with_its_zygote_child() -> None:
+    async with Supervisor(ZYGOTE) as sup:
+        handle, report = await _start_and_wait_for_report(sup, "grandchild")
+        assert _alive(report["grandchild"])
+        assert _environ(report["grandchild"])[TREE_ENV] == _environ(report["pid"])[TREE_ENV]
+        handle.abort()
+        with anyio.fail_after(DEADLINE):
+            result = await handle.result()
+        assert result.failure is not None and result.failure.kind == "cancelled"
+        assert not _alive(report["grandchild"]) and not _alive(report["pid"])
+
+
+async def test_the_zygote_dying_mid_run_fails_the_run_and_the_next_run_gets_a_new_zygote() -> None:
+    async with Supervisor(ZYGOTE) as sup:
+        handle, report = await _start_and_wait_for_report(sup, "grandchild")
+        zygote = sup.zygote_pid
+        assert zygote is not None
+        os.kill(zygote, signal.SIGKILL)
+        with anyio.fail_after(DEADLINE):
+            result = await handle.result()
+        assert result.failure is not None and result.failure.kind == "killed", result
+        assert "zygote" in result.message
+        assert not _alive(report["pid"]) and not _alive(report["grandchild"])
+
+        with anyio.fail_after(DEADLINE):
+            again = await sup.run("finish", agent=ACT, workspace=HERE)
+        assert again.success, again
+        assert sup.zygote_pid not in (None, zygote)
+
+
+async def test_a_warm_pool_can_keep_zygote_children(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("TODO\n")
+    async with Supervisor(ZYGOTE, pool=PoolSpec(1)) as sup:
+        pool = sup.pool
+        assert pool is not None
+        with anyio.fail_after(DEADLINE):
+            await pool.wait_ready()
+        (ready,) = pool.ready_pids
+        assert psutil.Process(ready).ppid() == sup.zygote_pid
+        with anyio.fail_after(DEADLINE):
+            result = await sup.run(
+                "notes", workspace=tmp_path, model=ScriptedModel.from_json(COMPLETE)
+            )
+        assert result.success, result
+        assert pool.handed_out == 1
+
+
+@pytest.mark.parametrize(
+    ("config", "complaint"),
+    [
+        (ChildConfig(spawner="zygote", command=[sys.executable, "-c", "pass"]), "default"),
+        (ChildConfig(spawner="vfork"), "expected 'exec' or 'zygote'"),
+        (ChildConfig(spawner="zygote", launcher="bwrap"), "local"),
+    ],
+)
+async def test_a_zygote_config_it_cannot_serve_is_refused_at_start(
+    config: ChildConfig, complaint: str
+) -> None:
+    async with Supervisor() as sup:
+        with pytest.raises(ValueError, match=complaint):
+            await sup.start("x", workspace=HERE, config=config)
+        assert sup.zygote_pid is None
+
+
+def _read_line(proc: subprocess.Popen[bytes], deadline: float) -> bytes:
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    buf = b""
+    while b"\n" not in buf:
+        left = deadline - time.monotonic()
+        if left <= 0 or proc.poll() is not None:
+            break
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            buf += chunk
+    return buf
+
+
+def test_a_sigkilled_supervisor_takes_its_zygote_children_and_grandchildren_down_within_2s(
+    tmp_path: Path,
+) -> None:
+    errors = tmp_path / "host-stderr.txt"
+    with errors.open("wb") as err:
+        parent = subprocess.Popen(
+            [sys.executable, "-I", str(HERE / "zygote_host.py")],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
+    tracked: list[psutil.Process] = []
+    try:
+        line = _read_line(parent, time.monotonic() + DEADLINE)
+        assert line, f"the host never reported: {errors.read_text()}"
+        pids = json.loads(line)
+        tracked = psutil.Process(parent.pid).children(recursive=True)
+        known = {p.pid for p in tracked}
+        assert {pids["zygote"], pids["child"]} <= known
+        tracked.append(psutil.Process(pids["grandchild"]))
+        assert all(_alive(p.pid) for p in tracked)
+
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=DEADLINE)
+        killed_at = time.monotonic()
+        left = [p for p in tracked if _alive(p.pid)]
+        while left and time.monotonic() - killed_at < 2.0:
+            time.sleep(0.02)
+            left = [p for p in tracked if _alive(p.pid)]
+        assert not left, "outlived the supervisor: " + "; ".join(
+            f"{p.pid} {p.cmdline()!r}" for p in left if _alive(p.pid)
+        )
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(timeout=DEADLINE)
+        if parent.stdout is not None:
+            parent.stdout.close()
+        for p in tracked:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
