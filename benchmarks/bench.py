@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -44,15 +45,17 @@ from tether.parent.env import build_child_env
 from tether.parent.events import ChildEvent, Event
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.process import SpawnSpec
+from tether.parent.process import ChildProcess, SpawnSpec
 from tether.parent.supervisor import (
     DEFAULT_COMMAND,
+    ChildConfig,
     PoolSpec,
     Supervisor,
     _env_of,
     _pool_key,
     host,
 )
+from tether.parent.zygote import Zygote
 from tether.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
     Decoder,
@@ -252,11 +255,12 @@ def _init_params() -> InitializeParams:
 
 @contextlib.asynccontextmanager
 async def tethered(
-    argv: Sequence[str], *, policy: DisposePolicy | None = None
+    argv: Sequence[str], *, policy: DisposePolicy | None = None, zygote: Zygote | None = None
 ) -> AsyncIterator[LiveChild]:
     """A live child driven the way `Supervisor` drives one: a cgroup of its own on a cgroup
-    tier, `LiveChild.open`, the stdout reader and the stderr drain in a task group, and
-    `dispose()` on the way out."""
+    tier, `LiveChild.open` (forked by `zygote` when given, as `spawner="zygote"` does), the
+    stdout reader, the stderr drain and the exit watch in a task group, and `dispose()` on the
+    way out."""
     tier = host()
     cgroup = None
     if tier.tier != "process-group":
@@ -269,6 +273,7 @@ async def tethered(
         max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES,
         ring_bytes=64 * 1024,
         cgroup=cgroup,
+        spawn=_zygote_spawn(zygote) if zygote is not None else None,
     )
     async with anyio.create_task_group() as tg:
         tg.start_soon(child.read_stdout, tg)
@@ -278,6 +283,13 @@ async def tethered(
         finally:
             await child.dispose(policy or DisposePolicy(), polite=True)
             tg.cancel_scope.cancel()
+
+
+def _zygote_spawn(zygote: Zygote) -> Callable[[SpawnSpec], ChildProcess]:
+    def spawn(spec: SpawnSpec) -> ChildProcess:
+        return zygote.spawn(dataclasses.replace(spec, argv=[]))
+
+    return spawn
 
 
 async def initialize(child: LiveChild) -> None:
@@ -336,14 +348,27 @@ def floor_spawn_round(s: Samples) -> None:
 async def spawn_group(res: Results, p: Plan, workspace: str) -> None:
     s = Samples()
     model = ScriptedModel.from_json(ONE_TURN)
+    zygote = await Zygote.start(build_child_env(os.environ))
+    try:
+        async with Supervisor(ChildConfig(spawner="zygote")) as zsup:
+            await _spawn_rounds(s, p, workspace, model, zygote, zsup)
+    finally:
+        await zygote.aclose()
+    _spawn_figures(res, p, s)
+
+
+async def _spawn_rounds(
+    s: Samples, p: Plan, workspace: str, model: Any, zygote: Zygote, zsup: Supervisor
+) -> None:
     for rnd in range(p.spawns + 1):  # round 0 warms the page cache and is dropped
         floor_spawn_round(s)
-        for key, argv in (
-            ("tether", TETHER_CHILD),
-            ("context.minimal", child_script("proto.py", "serve")),
+        for key, argv, by in (
+            ("tether", TETHER_CHILD, None),
+            ("tether.zygote", TETHER_CHILD, zygote),
+            ("context.minimal", child_script("proto.py", "serve"), None),
         ):
             t0 = time.perf_counter_ns()
-            async with tethered(argv) as child:
+            async with tethered(argv, zygote=by) as child:
                 await initialize(child)
                 s[f"{key}.spawn_ready"].append(ms(time.perf_counter_ns() - t0))
                 await anyio.sleep(0.02)
@@ -357,9 +382,15 @@ async def spawn_group(res: Results, p: Plan, workspace: str) -> None:
                 result = await sup.run("bench", model=model, workspace=workspace)
                 s["context.run_one"].append(ms(time.perf_counter_ns() - t0))
             assert result.success, result.message
+            t0 = time.perf_counter_ns()
+            result = await zsup.run("bench", model=model, workspace=workspace)
+            s["context.run_one_zygote"].append(ms(time.perf_counter_ns() - t0))
+            assert result.success, result.message
         if rnd == 0:
             s.clear()
 
+
+def _spawn_figures(res: Results, p: Plan, s: Samples) -> None:
     res.add(
         Figure(
             "floor.spawn_exit",
@@ -398,6 +429,19 @@ async def spawn_group(res: Results, p: Plan, workspace: str) -> None:
             "from just before the child's cgroup is created and `LiveChild.open` is called (the "
             "trampoline, then `python -I -m tether.child`) to the typed `initialize` result in "
             "the parent; `LiveChild` is driven the way `Supervisor` drives it",
+            floor="floor.spawn_line",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.zygote_spawn_ready",
+            "zygote spawn → ready (`initialize` answered)",
+            "ms",
+            s["tether.zygote.spawn_ready"],
+            'as the cold spawn, with the child forked by a zygote (`spawner="zygote"`, the '
+            "zygote started once beforehand): from just before the child's cgroup is created to "
+            "the `initialize` result; the fork, the forked child's set-up (cgroup, session, "
+            "death signal, rlimits, signals, environment) and the handshake",
             floor="floor.spawn_line",
         )
     )
@@ -450,6 +494,17 @@ async def spawn_group(res: Results, p: Plan, workspace: str) -> None:
             "the `complete` tool, the result, polite dispose; from the `run()` call to its "
             f"return; one per round for the first {p.whole_runs} rounds",
             floor="tether.spawn_ready",
+        )
+    )
+    res.add(
+        Figure(
+            "context.run_one_zygote",
+            "one whole run through the zygote",
+            "ms",
+            s["context.run_one_zygote"],
+            'as the whole run, in `Supervisor(ChildConfig(spawner="zygote"))` (one supervisor '
+            "for all rounds, its zygote started in the dropped round 0), measured right after it",
+            floor="context.run_one",
         )
     )
 
@@ -909,6 +964,17 @@ async def memory_group(res: Results, p: Plan) -> None:
             rss, uss = _memory(child.pid)
         s["tether.rss"].append(rss)
         s["tether.uss"].append(uss)
+        zygote = await Zygote.start(build_child_env(os.environ))
+        try:
+            async with tethered(TETHER_CHILD, zygote=zygote) as child:
+                await initialize(child)
+                await anyio.sleep(0.2)
+                rss, uss = _memory(child.pid)
+            s["tether.zygote_rss"].append(rss)
+            s["tether.zygote_uss"].append(uss)
+            s["context.zygote_uss"].append(_memory(zygote.pid)[1])
+        finally:
+            await zygote.aclose()
     what = "psutil `memory_full_info()` of the idle child, 0.2 s after its first line"
     for key, title in (
         ("floor", "bare `python -I` child"),
@@ -928,6 +994,31 @@ async def memory_group(res: Results, p: Plan) -> None:
     res.add(
         Figure(
             "tether.uss", "idle tether child: USS", "MiB", s["tether.uss"], what, "floor.uss_bare"
+        )
+    )
+    what = (
+        'as the idle tether child, forked by a zygote (`spawner="zygote"`): pages it still '
+        "shares copy-on-write with the zygote count in RSS, not in USS"
+    )
+    for m in ("rss", "uss"):
+        res.add(
+            Figure(
+                f"tether.zygote_{m}",
+                f"idle zygote-forked child: {m.upper()}",
+                "MiB",
+                s[f"tether.zygote_{m}"],
+                what,
+                f"tether.{m}",
+            )
+        )
+    res.add(
+        Figure(
+            "context.zygote_uss",
+            "the zygote itself: USS",
+            "MiB",
+            s["context.zygote_uss"],
+            "psutil `memory_full_info()` of the zygote (one per supervisor), with one child "
+            "forked; paid once, shared by every child it forks",
         )
     )
 
