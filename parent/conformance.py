@@ -37,7 +37,7 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from tether.parent.env import build_child_env
-from tether.parent.pipes import FdReader, FdWriter, PipeClosed
+from tether.parent.pipes import FdReader, FdWriter, PipeClosed, stdio_pipes
 from tether.parent.ring import ByteRing
 from tether.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -349,27 +349,18 @@ def _start(
     command: Sequence[str], env: Mapping[str, str]
 ) -> tuple[subprocess.Popen[bytes], int, int, int]:
     """Start `command` in its own session with three fresh pipes; return it and our ends."""
-    in_r, in_w = os.pipe2(os.O_CLOEXEC)
-    out_r, out_w = os.pipe2(os.O_CLOEXEC)
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
-    try:
+    with stdio_pipes() as pipes:
+        stdin, stdout, stderr = pipes.child
         proc = subprocess.Popen(
             list(command),
-            stdin=in_r,
-            stdout=out_w,
-            stderr=err_w,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
             env=dict(env),
             close_fds=True,
             start_new_session=True,
         )
-    except BaseException:
-        for fd in (in_w, out_r, err_r):
-            os.close(fd)
-        raise
-    finally:
-        for fd in (in_r, out_w, err_w):
-            os.close(fd)
-    return proc, in_w, out_r, err_r
+    return (proc, *pipes.ours)
 
 
 @contextlib.asynccontextmanager

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import anyio
 
-from tether.parent.pipes import FdReader, FdWriter
+from tether.parent.pipes import FdReader, FdWriter, stdio_pipes
 
 TRAMPOLINE = Path(__file__).with_name("_trampoline.py")
 EXEC_FAILED_MARKER = "tether-trampoline: exec failed:"
@@ -111,28 +111,23 @@ class ChildProcess:
             "cgroup_procs": spec.cgroup_procs,
         }
         argv = [sys.executable, "-I", "-S", str(TRAMPOLINE), json.dumps(config), "--", *spec.argv]
-        in_r, in_w = os.pipe2(os.O_CLOEXEC)
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
         try:
-            popen = subprocess.Popen(
-                argv,
-                stdin=in_r,
-                stdout=out_w,
-                stderr=err_w,
-                env=spec.env,
-                cwd=spec.cwd,
-                close_fds=True,
-                pass_fds=spec.pass_fds,
-                start_new_session=True,
-            )
+            with stdio_pipes() as pipes:
+                stdin, stdout, stderr = pipes.child
+                popen = subprocess.Popen(
+                    argv,
+                    stdin=stdin,
+                    stdout=stdout,
+                    stderr=stderr,
+                    env=spec.env,
+                    cwd=spec.cwd,
+                    close_fds=True,
+                    pass_fds=spec.pass_fds,
+                    start_new_session=True,
+                )
         except OSError as exc:
-            for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
-                os.close(fd)
             raise SpawnError(f"cannot start {spec.argv[0]!r}: {exc.strerror or exc}") from exc
-        for fd in (in_r, out_w, err_w):
-            os.close(fd)
-        return cls(popen, in_w, out_r, err_r)
+        return cls(popen, *pipes.ours)
 
     # --- exit ---------------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ import anyio
 
 from tether.parent.child import new_tree_marker
 from tether.parent.env import TREE_ENV
+from tether.parent.pipes import stdio_pipes
 from tether.parent.process import ChildProcess, ExitStatus, SpawnError, SpawnSpec
 
 ZYGOTE_MODULE = "tether.child.zygote"
@@ -188,9 +189,6 @@ class Zygote:
                 f"the child's environment ({needed} bytes) does not fit the zygote's "
                 f"({self.env_bytes} bytes); use spawner='exec' for this run"
             )
-        in_r, in_w = os.pipe2(os.O_CLOEXEC)
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
         request = {
             "op": "spawn",
             "env": spec.env,
@@ -199,18 +197,11 @@ class Zygote:
             "cwd": spec.cwd or os.getcwd(),
             "argv": spec.argv,
         }
-        try:
-            reply = self._ask(request, [in_r, out_w, err_w])
+        with stdio_pipes() as pipes:
+            reply = self._ask(request, list(pipes.child))
             if "pid" not in reply:
                 raise SpawnError(f"the zygote could not fork: {reply.get('error', reply)}")
-        except BaseException:
-            for fd in (in_w, out_r, err_r):
-                os.close(fd)
-            raise
-        finally:
-            for fd in (in_r, out_w, err_w):
-                os.close(fd)
-        return ZygoteProcess(self, int(reply["pid"]), in_w, out_r, err_r)
+        return ZygoteProcess(self, int(reply["pid"]), *pipes.ours)
 
     def reap(self, pid: int) -> ExitStatus | None:
         """Have the zygote reap its exited child `pid`; `None` if the status is lost."""
