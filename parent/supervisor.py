@@ -307,14 +307,13 @@ class RunHandle:
     async def _execute(self) -> None:
         observed = Observed()
         answer: RunResult | None = None
-        started = time.monotonic()
         try:
             with self._outer_scope:
                 answer, observed = await self._spawn_and_drive(observed)
         finally:
             if self._outer_scope.cancelled_caught and not observed.spawn_error:
                 observed.cancelled = True
-            result = self._build(observed, answer, time.monotonic() - started)
+            result = self._build(observed, answer)
             self._result = result
             self._done.set()
             self._sup._publish(RunFinished(self.run_id, result), self._on_event)
@@ -516,8 +515,7 @@ class RunHandle:
     def _env(self) -> dict[str, str]:
         return _env_of(self._config)
 
-    def _build(self, observed: Observed, answer: RunResult | None, seconds: float) -> RunResult:
-        del seconds
+    def _build(self, observed: Observed, answer: RunResult | None) -> RunResult:
         if answer is not None:
             if not answer.success and answer.failure is None:
                 # Every unsuccessful result names its failure kind, also when the child's own
