@@ -21,6 +21,28 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def _tier_params() -> list[object]:
+    from tether.parent.cgroups import TIERS
+    from tether.parent.supervisor import host
+
+    params: list[object] = []
+    for tier in TIERS:
+        try:
+            host(tier)
+        except ValueError as exc:
+            params.append(pytest.param(tier, id=tier, marks=pytest.mark.skip(reason=str(exc))))
+        else:
+            params.append(pytest.param(tier, id=tier))
+    return params
+
+
+@pytest.fixture(params=_tier_params())
+def tier(request: pytest.FixtureRequest) -> str:
+    """Each containment tier: a test taking `tier` runs once per tier, the tier in its id, and
+    is skipped with the host's reason on a tier this host does not offer."""
+    return str(request.param)
+
+
 def _tree_marked_pids(prefix: str) -> list[int]:
     """Pids whose environment carries a tether tree marker minted by this test process.
 

@@ -11,28 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tether.parent.cgroups import TIERS
 from tether.parent.limits import DisposePolicy, Limits
-from tether.parent.supervisor import ChildConfig, Supervisor, host
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 
 FAST = ChildConfig(dispose=DisposePolicy(shutdown=0.3, eof=0.3, term=0.5, kill=1.0))
-
-
-def _tiers() -> list[object]:
-    params: list[object] = []
-    for tier in TIERS:
-        try:
-            host(tier)
-        except ValueError as exc:
-            params.append(pytest.param(tier, id=tier, marks=pytest.mark.skip(reason=str(exc))))
-        else:
-            params.append(pytest.param(tier, id=tier))
-    return params
-
-
-every_tier = pytest.mark.parametrize("tier", _tiers())
 
 
 def on(tier: str) -> ChildConfig:
@@ -68,7 +52,6 @@ def test_human_units_are_understood() -> None:
     assert lim.file_size == 64 * 1024
 
 
-@every_tier
 async def test_a_child_over_its_memory_limit_is_oom(tmp_path: Path, tier: str) -> None:
     # Without a memory cgroup the limit is RLIMIT_DATA: the child dies of MemoryError.
     hog = "x = []\nwhile True:\n    x.append(bytearray(8 << 20))\n"
@@ -83,7 +66,6 @@ async def test_a_child_over_its_memory_limit_is_oom(tmp_path: Path, tier: str) -
     assert time.monotonic() - started < 15
 
 
-@every_tier
 async def test_a_child_over_its_cpu_time_is_cpu_limit(tmp_path: Path, tier: str) -> None:
     async with Supervisor(on(tier)) as sup:
         result = await sup.run(
@@ -96,7 +78,6 @@ async def test_a_child_over_its_cpu_time_is_cpu_limit(tmp_path: Path, tier: str)
     assert result.failure.limit == "cpu=1s"
 
 
-@every_tier
 async def test_a_child_writing_past_its_file_size_limit_dies_of_sigxfsz(
     tmp_path: Path, tier: str
 ) -> None:
@@ -109,7 +90,6 @@ async def test_a_child_writing_past_its_file_size_limit_dies_of_sigxfsz(
     assert result.failure.limit == "file_size=64K"
 
 
-@every_tier
 async def test_a_python_child_that_fails_on_efbig_is_fsize_limit(tmp_path: Path, tier: str) -> None:
     # Python ignores SIGXFSZ and sees EFBIG ("File too large") instead of dying.
     code = f"open({str(tmp_path / 'big')!r}, 'wb').write(b'x' * (1 << 20))\n"
@@ -120,7 +100,6 @@ async def test_a_python_child_that_fails_on_efbig_is_fsize_limit(tmp_path: Path,
     assert result.failure is not None and result.failure.kind == "fsize_limit", result
 
 
-@every_tier
 async def test_a_child_that_forks_past_its_process_limit_is_tasks_limit(
     tmp_path: Path, tier: str
 ) -> None:
@@ -148,7 +127,6 @@ async def test_a_child_that_forks_past_its_process_limit_is_tasks_limit(
     assert result.failure.limit == "processes=8"
 
 
-@every_tier
 def test_limits_are_in_force_before_the_first_line_of_child_code(tmp_path: Path, tier: str) -> None:
     import anyio
 
