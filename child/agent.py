@@ -44,7 +44,7 @@ from tether.child.peer import Peer
 from tether.child.tools import ToolInputError, ToolOutcome, ToolRegistry
 from tether.child.transport import PeerGone
 from tether.child.workspace import Workspace
-from tether.protocol import LocalProtocolError
+from tether.protocol import LocalProtocolError, RemoteError
 from tether.protocol.messages import (
     AgentDefinition,
     AgentEventParams,
@@ -240,8 +240,14 @@ class AgentContext:
         if not self._parent.tool_approval:
             return ToolApproveResult(allow=False, reason="the parent has no approval policy")
         params = ToolApproveParams(run_id=self.run_id, tool=tool, arguments=dict(arguments))
-        async with self.heartbeats("approval"):
-            result: ToolApproveResult = await self._peer.request("tool/approve", params)
+        try:
+            async with self.heartbeats("approval"):
+                result: ToolApproveResult = await self._peer.request("tool/approve", params)
+        except RemoteError as exc:
+            # A parent that cannot answer has not approved: an error answer is a denial.
+            return ToolApproveResult(
+                allow=False, reason=f"the parent's policy failed: {exc.message}"
+            )
         return result
 
     @asynccontextmanager
