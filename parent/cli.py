@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import sys
 from collections.abc import Sequence
 from typing import TextIO
 
 import anyio
 import msgspec
+from anyio.abc import TaskGroup
 
 from tether.parent import conformance
 from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.limits import Limits
 from tether.parent.roles import ROLES
-from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
 from tether.protocol.messages import RunResult
 
 
@@ -161,7 +163,25 @@ async def _run(args: argparse.Namespace) -> RunResult:
             command=command,
             on_event=None if args.quiet else _progress(sys.stderr),  # type: ignore[arg-type]
         )
-        return await handle.result()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_cancel_on_signal, handle, args, tg)
+            result = await handle.result()
+            tg.cancel_scope.cancel()
+        return result
+
+
+async def _cancel_on_signal(handle: RunHandle, args: argparse.Namespace, tg: TaskGroup) -> None:
+    """SIGINT or SIGTERM asks the child to abort (the result is still printed); a second one
+    cuts the run at once. Either way the child's tree is taken down before tether exits."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            args.interrupted = signum
+            if args.interrupted_once:
+                handle.abort()
+                return
+            args.interrupted_once = True
+            print(f"tether: {signal.Signals(signum).name}: cancelling the run", file=sys.stderr)
+            tg.start_soon(handle.cancel, "interrupted")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -183,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.cmd == "conformance":
             return conformance.main(args)
+        args.interrupted, args.interrupted_once = None, False
         result = anyio.run(_run, args)
     except (UsageError, ValueError) as exc:
         print(f"tether: {exc}" if not str(exc).startswith("tether") else str(exc), file=sys.stderr)
@@ -193,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(result)).decode() + "\n")
     else:
         print(render(result))
+    if args.interrupted is not None:
+        return 128 + int(args.interrupted)  # the shell's convention for "ended by a signal"
     return 0 if result.success else 1
 
 

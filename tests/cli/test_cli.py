@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -135,3 +136,38 @@ def test_limits_given_on_the_command_line_reach_the_child(tmp_path: Path) -> Non
     assert rows["Max cpu time"] == ["7", "8"]
     assert rows["Max open files"] == ["77", "77"]
     assert rows["Max file size"] == [str(1 << 20)] * 2
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_to_tether_cancels_the_run_prints_it_and_leaves_nothing(
+    tmp_path: Path, signum: int, status: int
+) -> None:
+    script = tmp_path / "slow.json"
+    script.write_text('[{"text": "thinking", "delay": 30}]')
+    proc = subprocess.Popen(
+        [
+            *TETHER,
+            "run",
+            "hi",
+            "--json",
+            "--model",
+            f"scripted:{script}",
+            "--workspace",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A background job may inherit SIGINT ignored; a person's terminal would not.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    while "step" not in line and line:
+        line = proc.stderr.readline()
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == status, err
+    result = json.loads(out)
+    assert result["status"] == "aborted"
+    assert result["failure"]["kind"] == "cancelled"
