@@ -30,6 +30,7 @@ the child's stdout never delays any of this, because exit is seen through the pi
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import signal
 import time
@@ -56,6 +57,7 @@ EXIT_DRAIN_SECONDS = 0.5
 """After the child exits, how long its unread output may take to be read before the stream is
 ended anyway (only a grandchild that keeps writing into the inherited pipe can use it up)."""
 
+log = logging.getLogger("tether.parent")
 _tree_ids = itertools.count(1)
 _TREE_PREFIX = f"{os.getpid()}-{os.urandom(3).hex()}"
 
@@ -226,6 +228,14 @@ class LiveChild:
             self.observed.cpu_seconds = status.cpu_seconds
         self.observed.rung = rung
         self.observed.stderr_tail = self.stderr.tail()
+        self.observed.survivors = survivors
+        if survivors:
+            log.warning(
+                "child %d: %d process(es) of its tree survived teardown: %s",
+                self.pid,
+                len(survivors),
+                survivors,
+            )
         self.disposed = DisposeReport(rung, time.monotonic() - started, survivors)
         return self.disposed
 

@@ -30,6 +30,8 @@ class Observed:
 
     spawn_error: str | None = None
     cancelled: bool = False
+    survivors: list[int] = field(default_factory=list)
+    """Pids of the child's tree still alive after the whole ladder and sweep (should be none)."""
     oversize: str | None = None
     protocol_error: str | None = None
     deadline: float | None = None

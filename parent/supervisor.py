@@ -516,6 +516,19 @@ class RunHandle:
         return _env_of(self._config)
 
     def _build(self, observed: Observed, answer: RunResult | None) -> RunResult:
+        result = self._result_of(observed, answer)
+        if observed.survivors:
+            # The promise is "nothing left running"; when the kernel would not let us keep it
+            # (a process stuck in uninterruptible sleep, one we may not signal), say so.
+            note = (
+                f"{len(observed.survivors)} process(es) of the child's tree could not be "
+                f"killed: pids {', '.join(map(str, observed.survivors))}"
+            )
+            message = f"{result.message}; {note}" if result.message else note
+            result = msgspec.structs.replace(result, message=message)
+        return result
+
+    def _result_of(self, observed: Observed, answer: RunResult | None) -> RunResult:
         if answer is not None:
             if not answer.success and answer.failure is None:
                 # Every unsuccessful result names its failure kind, also when the child's own
