@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
+import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -19,6 +21,30 @@ TREE_ENV = "TETHER_TREE"
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def _read_line(proc: subprocess.Popen[bytes], seconds: float) -> bytes:
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + seconds
+    buf = b""
+    while b"\n" not in buf:
+        left = deadline - time.monotonic()
+        if left <= 0 or proc.poll() is not None:
+            break
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            buf += chunk
+    return buf
+
+
+@pytest.fixture
+def read_line() -> Callable[[subprocess.Popen[bytes], float], bytes]:
+    """`read_line(proc, seconds)`: the first line a process writes to its stdout pipe, or what
+    came before the deadline or its exit (for hosts that report pids before a test kills them)."""
+    return _read_line
 
 
 def _tier_params() -> list[object]:

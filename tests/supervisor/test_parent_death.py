@@ -10,12 +10,11 @@ visible to the autouse reaper, so the test kills any survivor itself.
 from __future__ import annotations
 
 import json
-import os
-import select
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -32,25 +31,8 @@ def _alive(p: psutil.Process) -> bool:
         return False
 
 
-def _read_line(proc: subprocess.Popen[bytes], deadline: float) -> bytes:
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    buf = b""
-    while b"\n" not in buf:
-        left = deadline - time.monotonic()
-        if left <= 0 or proc.poll() is not None:
-            break
-        ready, _, _ = select.select([fd], [], [], left)
-        if ready:
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            buf += chunk
-    return buf
-
-
 def test_a_sigkilled_parent_takes_its_child_and_grandchildren_down_within_2s(
-    tmp_path: Path,
+    tmp_path: Path, read_line: Callable[[subprocess.Popen[bytes], float], bytes]
 ) -> None:
     errors = tmp_path / "host-stderr.txt"
     with errors.open("wb") as err:
@@ -62,7 +44,7 @@ def test_a_sigkilled_parent_takes_its_child_and_grandchildren_down_within_2s(
         )
     tracked: list[psutil.Process] = []
     try:
-        line = _read_line(host, time.monotonic() + DEADLINE)
+        line = read_line(host, DEADLINE)
         assert line, f"the host never reported: {errors.read_text()}"
         pids = json.loads(line)
         # Everything the host started, by parentage (the supervisor's own helpers included),

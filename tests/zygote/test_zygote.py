@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -254,24 +254,8 @@ async def test_a_zygote_config_it_cannot_serve_is_refused_at_start(
         assert sup.zygote_pid is None
 
 
-def _read_line(proc: subprocess.Popen[bytes], deadline: float) -> bytes:
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    buf = b""
-    while b"\n" not in buf:
-        left = deadline - time.monotonic()
-        if left <= 0 or proc.poll() is not None:
-            break
-        if select.select([fd], [], [], left)[0]:
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            buf += chunk
-    return buf
-
-
 def test_a_sigkilled_supervisor_takes_its_zygote_children_and_grandchildren_down_within_2s(
-    tmp_path: Path,
+    tmp_path: Path, read_line: Callable[[subprocess.Popen[bytes], float], bytes]
 ) -> None:
     errors = tmp_path / "host-stderr.txt"
     with errors.open("wb") as err:
@@ -283,7 +267,7 @@ def test_a_sigkilled_supervisor_takes_its_zygote_children_and_grandchildren_down
         )
     tracked: list[psutil.Process] = []
     try:
-        line = _read_line(parent, time.monotonic() + DEADLINE)
+        line = read_line(parent, DEADLINE)
         assert line, f"the host never reported: {errors.read_text()}"
         pids = json.loads(line)
         tracked = psutil.Process(parent.pid).children(recursive=True)
