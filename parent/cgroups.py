@@ -84,7 +84,6 @@ def _probe_v2(own: dict[str, str]) -> Host:
     unified_mount = ROOT if (ROOT / "cgroup.controllers").exists() else ROOT / "unified"
     if "unified" not in own or not (unified_mount / "cgroup.controllers").exists():
         return Host("cgroup2", why="no cgroup v2 hierarchy is mounted for this process")
-    # cgroup v2 is complete only when it carries the controllers (pure v2 hosts).
     base = unified_mount / own["unified"].lstrip("/")
     controllers = (unified_mount / "cgroup.controllers").read_text().split()
     if not {"memory", "pids"} <= set(controllers):
@@ -96,7 +95,38 @@ def _probe_v2(own: dict[str, str]) -> Host:
         )
     if not _writable_dir(base):
         return Host("cgroup2", why=f"cannot create cgroups under {base} (not root, no delegation)")
+    # A child cgroup has memory.max and pids.max only when its parent enables the controllers
+    # for its children, and v2 refuses that in a non-root cgroup that holds processes (ours).
+    _enable_controllers(base)
+    if not _children_get_controllers(base):
+        return Host(
+            "cgroup2",
+            why=f"the memory and pids controllers cannot be enabled for child cgroups under "
+            f"{base} (its cgroup.subtree_control): a cgroup that holds processes cannot hand "
+            "controllers down; run the supervisor in a delegated cgroup of its own",
+        )
     return Host("cgroup2", {"unified": base})
+
+
+def _enable_controllers(base: Path) -> None:
+    enabled = set((base / "cgroup.subtree_control").read_text().split())
+    missing = {"memory", "pids"} - enabled
+    if missing:
+        with contextlib.suppress(OSError):
+            (base / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in missing))
+
+
+def _children_get_controllers(base: Path) -> bool:
+    probe = base / f"{PREFIX}probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+    except OSError:
+        return False
+    try:
+        return (probe / "memory.max").exists() and (probe / "pids.max").exists()
+    finally:
+        with contextlib.suppress(OSError):
+            probe.rmdir()
 
 
 def _probe_v1(own: dict[str, str]) -> Host:
