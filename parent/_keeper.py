@@ -4,7 +4,8 @@ Run as `python -I -S _keeper.py NEEDLE`, where NEEDLE is `TETHER_TREE=<marker pr
 stdin the read end of a pipe whose only write end the supervisor holds (close-on-exec, so no
 child inherits it). Like the trampoline it imports only the standard library. It reads lines:
 
-    +PID    a child was spawned; PID leads its own session and process group
+    +PID [PROCS...]  a child was spawned; PID leads its own session and process group, and
+                     PROCS are the `cgroup.procs` files of its cgroups, when it has any
     -PID    that child has been reaped
     bye     the supervisor is closing normally: exit without killing anything
 
@@ -13,8 +14,9 @@ a crash, the OOM killer). PR_SET_PDEATHSIG has killed its children by then, but 
 descendants: the death signal is cleared in every fork, so a grandchild is reparented and runs
 on. The keeper SIGKILLs every process whose environment carries a tree marker minted by that
 supervisor (every child's descendants inherit it) and every process in a registered child's
-session or process group (which also catches descendants that scrubbed their environment), and
-repeats the sweep until one finds nothing, for at most `SWEEP_SECONDS`.
+session or process group (which also catches descendants that scrubbed their environment) or
+cgroup (which catches everything, a daemon that left the session and scrubbed its environment
+included), and repeats the sweep until one finds nothing, for at most `SWEEP_SECONDS`.
 """
 
 import os
@@ -34,14 +36,26 @@ def _zombie(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
 
 
-def _targets(needle: bytes, leaders: set[int]) -> list[int]:
+def _members(procs_files: list[str]) -> set[int]:
+    found: set[int] = set()
+    for path in procs_files:
+        try:
+            with open(path, "rb") as f:
+                found.update(int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _targets(needle: bytes, leaders: set[int], cgroups: list[str]) -> list[int]:
     me = os.getpid()
-    found = []
+    members = _members(cgroups)
+    found = [pid for pid in members if pid != me and not _zombie(pid)]
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
-        if pid == me:
+        if pid == me or pid in members:
             continue
         try:
             ours = bool(leaders) and (os.getsid(pid) in leaders or os.getpgid(pid) in leaders)
@@ -58,11 +72,13 @@ def _targets(needle: bytes, leaders: set[int]) -> list[int]:
     return found
 
 
-def sweep(needle: bytes, leaders: set[int], seconds: float = SWEEP_SECONDS) -> None:
+def sweep(
+    needle: bytes, leaders: set[int], cgroups: list[str], seconds: float = SWEEP_SECONDS
+) -> None:
     deadline = time.monotonic() + seconds
     delay = 0.005
     while True:
-        found = _targets(needle, leaders)
+        found = _targets(needle, leaders, cgroups)
         if not found or time.monotonic() >= deadline:
             return
         for pid in found:
@@ -77,6 +93,7 @@ def sweep(needle: bytes, leaders: set[int], seconds: float = SWEEP_SECONDS) -> N
 def main(argv: list[str]) -> None:
     needle = b"\0" + argv[1].encode()
     leaders: set[int] = set()
+    cgroups: dict[int, list[str]] = {}
     lines = sys.stdin.buffer
     while True:
         line = lines.readline()
@@ -87,12 +104,15 @@ def main(argv: list[str]) -> None:
             return
         try:
             if word.startswith(b"+"):
-                leaders.add(int(word[1:]))
+                pid, *procs = word[1:].split()
+                leaders.add(int(pid))
+                cgroups[int(pid)] = [p.decode() for p in procs]
             elif word.startswith(b"-"):
                 leaders.discard(int(word[1:]))
+                cgroups.pop(int(word[1:]), None)
         except ValueError:
             continue
-    sweep(needle, leaders)
+    sweep(needle, leaders, [path for paths in cgroups.values() for path in paths])
 
 
 if __name__ == "__main__":

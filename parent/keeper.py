@@ -9,11 +9,11 @@ How: the supervisor starts `_keeper.py` in a session of its own and keeps the on
 of a pipe to its stdin (close-on-exec, so children never inherit it). The kernel closes that
 end however the supervisor dies, so end of input without a `bye` line is the keeper's signal to
 SIGKILL everything carrying one of the supervisor's tree markers, and everything in the
-sessions and process groups of the children the supervisor registered. A supervisor that
-closes normally says `bye` and waits for the keeper to exit.
+sessions, process groups and cgroups of the children the supervisor registered. A supervisor
+that closes normally says `bye` and waits for the keeper to exit.
 
-Limits: a process that both scrubbed its environment and left its session is not found (the
-cgroup tier is the complete answer). A process forked from the supervisor's process (without
+Limits: on the process-group tier, a process that both scrubbed its environment and left its
+session is not found (on a cgroup tier its cgroup still holds it). A process forked from the supervisor's process (without
 exec) inherits the write end and delays the keeper until it exits too. Registration is best
 effort: if the pipe is full or the keeper is gone, the tree markers still work.
 """
@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -77,9 +78,10 @@ class Keeper:
         os.set_blocking(w, False)
         return cls(proc, w)
 
-    def watch(self, pid: int) -> None:
-        """A child was spawned: on the supervisor's death, kill its session and group too."""
-        self._say(f"+{pid}\n")
+    def watch(self, pid: int, cgroup_procs: Sequence[str] = ()) -> None:
+        """A child was spawned: on the supervisor's death, kill its session, group and cgroups
+        too."""
+        self._say(" ".join([f"+{pid}", *cgroup_procs]) + "\n")
 
     def forget(self, pid: int) -> None:
         """That child has been reaped: its pid may be reused."""

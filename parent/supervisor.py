@@ -671,7 +671,7 @@ class Supervisor:
     def _register(self, child: LiveChild) -> None:
         self._live[child.pid] = child
         if self._keeper is not None:
-            self._keeper.watch(child.pid)
+            self._keeper.watch(child.pid, child.cgroup.procs_files if child.cgroup else ())
 
     def _unregister(self, child: LiveChild) -> None:
         self._live.pop(child.pid, None)

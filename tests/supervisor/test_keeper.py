@@ -74,3 +74,40 @@ async def test_closing_one_supervisor_leaves_another_supervisors_child_running(
         handle.abort()
         result = await handle.result()
     assert result.failure is not None and result.failure.kind == "cancelled"
+
+
+def test_the_keeper_kills_a_registered_cgroups_members_that_nothing_else_links_to() -> None:
+    import os
+    import subprocess
+    import time
+
+    from tether.parent.cgroups import ChildCgroup
+    from tether.parent.keeper import KEEPER
+    from tether.parent.supervisor import host
+
+    tier = host()
+    if tier.tier == "process-group":
+        pytest.skip(f"no cgroup tier on this host: {tier.why}")
+    cgroup = ChildCgroup.create(tier, f"{os.getpid()}-keeper-test", memory=None, pids=None)
+    # Its own session, an empty environment: only its cgroup says whose it is.
+    daemon = subprocess.Popen(["/bin/sleep", "60"], env={}, start_new_session=True)
+    try:
+        for procs in cgroup.procs_files:
+            Path(procs).write_text(str(daemon.pid))
+        keeper = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(KEEPER), "TETHER_TREE=no-such-marker-"],
+            stdin=subprocess.PIPE,
+        )
+        assert keeper.stdin is not None
+        keeper.stdin.write(f"+999999 {' '.join(cgroup.procs_files)}\n".encode())
+        keeper.stdin.close()  # end of input without `bye`: the supervisor died
+        keeper.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while daemon.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert daemon.poll() is not None, "the keeper left the cgroup's member running"
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+        cgroup.remove()
