@@ -13,9 +13,10 @@ sessions, process groups and cgroups of the children the supervisor registered. 
 that closes normally says `bye` and waits for the keeper to exit.
 
 Limits: on the process-group tier, a process that both scrubbed its environment and left its
-session is not found (on a cgroup tier its cgroup still holds it). A process forked from the supervisor's process (without
-exec) inherits the write end and delays the keeper until it exits too. Registration is best
-effort: if the pipe is full or the keeper is gone, the tree markers still work.
+session is not found (on a cgroup tier its cgroup still holds it). A process forked from the
+supervisor's process (without exec) inherits the write end and delays the keeper until it
+exits too. Registration is best effort: if the pipe is full or the keeper is gone, the tree
+markers still work.
 """
 
 from __future__ import annotations
