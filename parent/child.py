@@ -43,8 +43,12 @@ import psutil
 
 from tether.parent.cgroups import ChildCgroup
 from tether.parent.classify import Observed
-from tether.parent.endpoint import ConnectionClosed, Endpoint, NotificationHandler
-from tether.parent.endpoint import RequestHandler as RequestHandler
+from tether.parent.endpoint import (
+    ConnectionClosed,
+    Endpoint,
+    NotificationHandler,
+    RequestHandler,
+)
 from tether.parent.env import TREE_ENV
 from tether.parent.limits import DisposePolicy
 from tether.parent.process import EXEC_FAILED_MARKER, ChildProcess, SpawnSpec
@@ -59,7 +63,6 @@ ended anyway (only a grandchild that keeps writing into the inherited pipe can u
 
 log = logging.getLogger("tether.parent")
 _tree_ids = itertools.count(1)
-_TREE_PREFIX = f"{os.getpid()}-{os.urandom(3).hex()}"
 
 
 def new_tree_marker() -> str:
@@ -337,6 +340,3 @@ def _alive(p: psutil.Process) -> bool:
         return bool(p.status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
-
-
-Callback = Callable[..., None]

@@ -48,7 +48,7 @@ from anyio.abc import TaskGroup
 from tether.parent.cgroups import TIERS, ChildCgroup, Host, available, choose, probe, sweep_stale
 from tether.parent.child import LiveChild
 from tether.parent.classify import Observed, classify, failure_of
-from tether.parent.endpoint import ConnectionClosed
+from tether.parent.endpoint import ConnectionClosed, NotificationHandler, RequestHandler
 from tether.parent.env import build_child_env
 from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.keeper import Keeper
@@ -158,8 +158,8 @@ def _open_child(
     host: Host,
     tag: str,
     *,
-    on_request: Callable[[str, Any], Awaitable[Any]],
-    on_notification: Callable[[str, Any], None],
+    on_request: RequestHandler,
+    on_notification: NotificationHandler,
     launch: Callable[[dict[str, str]], list[str]] | None = None,
     spawn: Callable[[SpawnSpec], ChildProcess] | None = None,
 ) -> LiveChild:
