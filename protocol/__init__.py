@@ -23,12 +23,15 @@ from tether.protocol.codec import (
     encode_request,
     encode_response,
 )
+from tether.protocol.connection import Connection
 from tether.protocol.errors import (
+    ConnectionClosed,
     ErrorCode,
     LocalProtocolError,
     ProtocolError,
     RemoteError,
     RemoteProtocolError,
+    WireError,
 )
 from tether.protocol.framing import DEFAULT_MAX_MESSAGE_BYTES, LineFramer, Oversize, WrongFraming
 from tether.protocol.messages import PROTOCOL_VERSION, SUPPORTED_VERSIONS
@@ -39,6 +42,8 @@ __all__ = [
     "METHODS",
     "PROTOCOL_VERSION",
     "SUPPORTED_VERSIONS",
+    "Connection",
+    "ConnectionClosed",
     "Decoder",
     "Envelope",
     "ErrorCode",
@@ -58,6 +63,7 @@ __all__ = [
     "RequestId",
     "Response",
     "StreamFault",
+    "WireError",
     "WrongFraming",
     "classify",
     "decode_line",

@@ -1,6 +1,14 @@
 """Error codes of the wire protocol and the exceptions named by who is to blame.
 
 Every value of `ErrorCode` is part of the contract with other languages: a test pins each one.
+
+One vocabulary per direction, the same on both sides of the wire:
+
+- `WireError`: an error *this* side means to send in answer to the peer's request (a handler
+  raises it; the side's one mapping turns it into an error response);
+- `RemoteError`: the error object the *peer* answered one of our requests with;
+- `RemoteProtocolError` / `LocalProtocolError`: the peer / this side broke the protocol;
+- `ConnectionClosed`: the conversation ended while a request was still waiting for its answer.
 """
 
 from __future__ import annotations
@@ -58,3 +66,19 @@ class RemoteError(Exception):
         self.code = code
         self.message = message
         self.data = data
+
+
+class WireError(Exception):
+    """An error this side means to send in answer to the peer's request: code, message and
+    typed `data`. Handlers raise it for every refusal the protocol defines."""
+
+    def __init__(self, code: int, message: str, data: object = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+class ConnectionClosed(Exception):
+    """The peer's stream ended (or broke, or this side closed it) while a request was waiting
+    for its answer; the message says why."""

@@ -1,11 +1,13 @@
 """The one method table: every v1 method, who sends it, and its params/result types.
 
-Typed decoding of params and results goes through this table and nowhere else.
+Typed decoding of params and results goes through this table and nowhere else. Each method is
+also a typed constant (`AGENT_RUN: MethodSpec[AgentRunParams, RunResult]`), so a caller that
+sends `AGENT_RUN` gets a `RunResult` back without any `Any` in between.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 from msgspec import Struct
@@ -15,8 +17,11 @@ from tether.protocol import messages as m
 Kind = Literal["request", "notification"]
 Direction = Literal["parent_to_child", "child_to_parent"]
 
+P = TypeVar("P")
+R = TypeVar("R")
 
-class MethodSpec(Struct, frozen=True):
+
+class MethodSpec(Struct, Generic[P, R], frozen=True):
     name: str
     kind: Kind
     direction: Direction
@@ -27,75 +32,90 @@ class MethodSpec(Struct, frozen=True):
     summary: str
 
 
-METHODS: dict[str, MethodSpec] = {
+INITIALIZE: MethodSpec[m.InitializeParams, m.InitializeResult] = MethodSpec(
+    "initialize",
+    "request",
+    "parent_to_child",
+    m.InitializeParams,
+    m.InitializeResult,
+    "Handshake and version negotiation; must be the first request.",
+)
+AGENT_RUN: MethodSpec[m.AgentRunParams, m.RunResult] = MethodSpec(
+    "agent/run",
+    "request",
+    "parent_to_child",
+    m.AgentRunParams,
+    m.RunResult,
+    "Start a run; the response is its RunResult, sent when the run ends.",
+)
+AGENT_MESSAGE: MethodSpec[m.AgentMessageParams, m.RunResult] = MethodSpec(
+    "agent/message",
+    "request",
+    "parent_to_child",
+    m.AgentMessageParams,
+    m.RunResult,
+    "Continue a finished continuable run with a new user message.",
+)
+AGENT_CANCEL: MethodSpec[m.AgentCancelParams, None] = MethodSpec(
+    "agent/cancel",
+    "notification",
+    "parent_to_child",
+    m.AgentCancelParams,
+    None,
+    "Cancel a run: its pending agent/run answers with status aborted.",
+)
+PING: MethodSpec[m.Empty, m.Empty] = MethodSpec(
+    "ping", "request", "parent_to_child", m.Empty, m.Empty, "Liveness check."
+)
+SHUTDOWN: MethodSpec[None, None] = MethodSpec(
+    "shutdown",
+    "request",
+    "parent_to_child",
+    None,
+    None,
+    "Finish up (cancel runs) and answer null; `exit` follows.",
+)
+EXIT: MethodSpec[None, None] = MethodSpec(
+    "exit", "notification", "parent_to_child", None, None, "Exit with status 0."
+)
+AGENT_EVENT: MethodSpec[m.AgentEventParams, None] = MethodSpec(
+    "agent/event",
+    "notification",
+    "child_to_parent",
+    m.AgentEventParams,
+    None,
+    "Progress of a run, numbered by a per-run increasing seq.",
+)
+MODEL_COMPLETE: MethodSpec[m.ModelCompleteParams, m.ModelCompleteResult] = MethodSpec(
+    "model/complete",
+    "request",
+    "child_to_parent",
+    m.ModelCompleteParams,
+    m.ModelCompleteResult,
+    "One model turn, brokered by the parent (credentials stay there).",
+)
+TOOL_APPROVE: MethodSpec[m.ToolApproveParams, m.ToolApproveResult] = MethodSpec(
+    "tool/approve",
+    "request",
+    "child_to_parent",
+    m.ToolApproveParams,
+    m.ToolApproveResult,
+    "Ask the parent's policy before a mutating tool runs.",
+)
+
+METHODS: dict[str, MethodSpec[Any, Any]] = {
     spec.name: spec
     for spec in (
-        MethodSpec(
-            "initialize",
-            "request",
-            "parent_to_child",
-            m.InitializeParams,
-            m.InitializeResult,
-            "Handshake and version negotiation; must be the first request.",
-        ),
-        MethodSpec(
-            "agent/run",
-            "request",
-            "parent_to_child",
-            m.AgentRunParams,
-            m.RunResult,
-            "Start a run; the response is its RunResult, sent when the run ends.",
-        ),
-        MethodSpec(
-            "agent/message",
-            "request",
-            "parent_to_child",
-            m.AgentMessageParams,
-            m.RunResult,
-            "Continue a finished continuable run with a new user message.",
-        ),
-        MethodSpec(
-            "agent/cancel",
-            "notification",
-            "parent_to_child",
-            m.AgentCancelParams,
-            None,
-            "Cancel a run: its pending agent/run answers with status aborted.",
-        ),
-        MethodSpec("ping", "request", "parent_to_child", m.Empty, m.Empty, "Liveness check."),
-        MethodSpec(
-            "shutdown",
-            "request",
-            "parent_to_child",
-            None,
-            None,
-            "Finish up (cancel runs) and answer null; `exit` follows.",
-        ),
-        MethodSpec("exit", "notification", "parent_to_child", None, None, "Exit with status 0."),
-        MethodSpec(
-            "agent/event",
-            "notification",
-            "child_to_parent",
-            m.AgentEventParams,
-            None,
-            "Progress of a run, numbered by a per-run increasing seq.",
-        ),
-        MethodSpec(
-            "model/complete",
-            "request",
-            "child_to_parent",
-            m.ModelCompleteParams,
-            m.ModelCompleteResult,
-            "One model turn, brokered by the parent (credentials stay there).",
-        ),
-        MethodSpec(
-            "tool/approve",
-            "request",
-            "child_to_parent",
-            m.ToolApproveParams,
-            m.ToolApproveResult,
-            "Ask the parent's policy before a mutating tool runs.",
-        ),
+        INITIALIZE,
+        AGENT_RUN,
+        AGENT_MESSAGE,
+        AGENT_CANCEL,
+        PING,
+        SHUTDOWN,
+        EXIT,
+        AGENT_EVENT,
+        MODEL_COMPLETE,
+        TOOL_APPROVE,
     )
 }
 

@@ -15,6 +15,7 @@ HEAVY = ("anyio", "psutil", "jsonrpcserver", "httpx")
 PROTOCOL_MODULES = [
     "tether.protocol",
     "tether.protocol.codec",
+    "tether.protocol.connection",
     "tether.protocol.errors",
     "tether.protocol.framing",
     "tether.protocol.messages",
