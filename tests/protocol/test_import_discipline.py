@@ -25,12 +25,14 @@ PROTOCOL_MODULES = [
 # Third-party packages each folder may use (the design's dependency table); stdlib always.
 ALLOWED_THIRD_PARTY = {
     "protocol": {"msgspec"},
+    "wire": {"msgspec", "anyio"},
     # oslash is jsonrpcserver's own result type (`Either`), used only next to it.
     "child": {"msgspec", "anyio", "jsonrpcserver", "oslash"},
     "parent": {"msgspec", "anyio", "psutil", "httpx"},
 }
 FORBIDDEN_SIBLING = {
-    "protocol": ("tether.child", "tether.parent"),
+    "protocol": ("tether.child", "tether.parent", "tether.wire"),
+    "wire": ("tether.child", "tether.parent"),
     "child": ("tether.parent",),
     "parent": ("tether.child",),
 }
@@ -95,10 +97,12 @@ def test_each_code_folder_imports_only_the_stdlib_tether_and_its_allowed_package
     assert bad == []
 
 
-@pytest.mark.parametrize("folder", ["protocol", "child", "parent", "tests", "scripts", "examples"])
+@pytest.mark.parametrize(
+    "folder", ["protocol", "wire", "child", "parent", "tests", "scripts", "examples"]
+)
 def test_nothing_imports_a_bare_code_folder(folder: str) -> None:
-    assert _violations(folder, ("parent", "child", "protocol")) == [], (
-        "import tether.parent / tether.child / tether.protocol, never the bare folder"
+    assert _violations(folder, ("parent", "child", "protocol", "wire")) == [], (
+        "import tether.parent / tether.child / tether.protocol / tether.wire, never the bare folder"
     )
 
 

@@ -1,0 +1,418 @@
+"""The pump: a sans-I/O `Connection` driven over an anyio byte stream pair.
+
+Theory of operation
+-------------------
+`Endpoint.run()` is the reader: it feeds every chunk the peer sends to the connection and acts
+on the events, in wire order, until the conversation ends; then every request still waiting
+fails at once with `ConnectionClosed` and `run()` returns why it ended (`StreamEnd`).
+
+- A reply goes to the task waiting in `request()` for that id: a typed result, `RemoteError`
+  for an error reply, `RemoteProtocolError` for a result that does not fit the method. A waiter
+  that is cancelled abandons its id, so a reply that still comes is dropped, not a fault.
+- A request from the peer is served by the request handler (typed params in, a result out; it
+  raises `WireError` to answer with an error). Methods in `inline` are served by the reader
+  itself, one after another, so they take effect in the order sent; every other request gets
+  a task of the endpoint's own task group, so a slow one never stalls the reader. At most
+  `max_concurrent` requests are served at once: past that the reader stops reading, the peer's
+  pipe fills and the peer waits (backpressure), rather than this side starting unbounded work.
+  This is the one place where an exception becomes a wire error: `WireError` as itself, a line
+  over the peer's cap as MESSAGE_TOO_LARGE, anything else as INTERNAL_ERROR with a fixed
+  sentence (no library text or traceback crosses the wire).
+- The `gate` sees every request and notification first and may refuse it (`WireError`), e.g.
+  anything but `initialize` before the handshake.
+- What the peer gets wrong is judged by `strict`. A strict endpoint (the parent, facing a child
+  that may be hostile) ends the conversation at the first line that is not JSON-RPC, a framing
+  fault, or a reply to an id it never sent, and records the fault. A lenient one (the child,
+  facing its parent) answers the error, as JSON-RPC asks, and serves on; only wrong framing
+  ends it, because such a peer will never send a line it can read.
+
+The idle clock (`quiet_for`) counts the peer's silence only while this side owes it nothing:
+time spent answering one of its requests (a slow model turn) is not the peer being idle.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
+
+from tether.protocol import (
+    ConnectionClosed,
+    ErrorCode,
+    LocalProtocolError,
+    RemoteError,
+    RemoteProtocolError,
+    WireError,
+)
+from tether.protocol.codec import ErrorObject
+from tether.protocol.connection import (
+    Closed,
+    Connection,
+    ErrorReceived,
+    Event,
+    MessageInvalid,
+    NotificationDropped,
+    NotificationReceived,
+    ReplyLate,
+    ReplyUnexpected,
+    RequestReceived,
+    RequestRefused,
+    ResponseReceived,
+    ResultInvalid,
+    StreamFaulted,
+)
+from tether.protocol.methods import MethodSpec
+
+log = logging.getLogger("tether.wire")
+
+P = TypeVar("P")
+R = TypeVar("R")
+
+RequestHandler = Callable[[str, Any], Awaitable[Any]]
+"""Serve one request: (method, typed params) → result; raise `WireError` to refuse it."""
+NotificationHandler = Callable[[str, Any], Awaitable[None]]
+Gate = Callable[[str], None]
+"""Raise `WireError` to refuse a method in the current state."""
+InternalError = Callable[[str, BaseException], str]
+"""The sentence sent for an unexpected exception while serving `method` (and where to log)."""
+
+MAX_CONCURRENT_REQUESTS = 32
+
+
+@dataclass(frozen=True)
+class StreamEnd:
+    """Why the conversation ended."""
+
+    reason: str
+    fault: str | None = None
+    """A protocol violation by the peer (garbage, wrong framing, a stray reply), if that is why."""
+    oversize: str | None = None
+    """A line from the peer over this side's cap, if that is why."""
+    truncated: bool = False
+    """The peer's stream ended in the middle of a message."""
+
+
+class _Waiter:
+    __slots__ = ("done", "error", "result")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+def _no_gate(method: str) -> None:
+    return None
+
+
+def _internal(method: str, exc: BaseException) -> str:
+    log.error("unexpected error while serving %s", method, exc_info=exc)
+    return f"internal error while serving {method}"
+
+
+class Endpoint:
+    def __init__(
+        self,
+        connection: Connection,
+        receive: ByteReceiveStream,
+        send: ByteSendStream,
+        *,
+        on_request: RequestHandler,
+        on_notification: NotificationHandler,
+        strict: bool,
+        gate: Gate = _no_gate,
+        inline: frozenset[str] = frozenset(),
+        max_concurrent: int = MAX_CONCURRENT_REQUESTS,
+        internal_error: InternalError = _internal,
+        close_on_send_failure: bool = False,
+        answered: Callable[[str], None] | None = None,
+    ) -> None:
+        """`close_on_send_failure`: a peer that stops reading is gone (the child's view of its
+        parent); otherwise only the write fails, and whatever the peer already sent is still
+        read (the parent's view of a child that answered and exited). `answered(method)` is
+        called right after a request's answer is written."""
+        self.connection = connection
+        self._receive = receive
+        self._send_stream = send
+        self._on_request = on_request
+        self._on_notification = on_notification
+        self._strict = strict
+        self._gate = gate
+        self._inline = inline
+        self._internal_error = internal_error
+        self._close_on_send_failure = close_on_send_failure
+        self._answered = answered
+        self._waiters: dict[Any, _Waiter] = {}
+        self._slots = anyio.Semaphore(max_concurrent)
+        self._serving = 0
+        self.last_message_at = time.monotonic()
+        """When the peer last sent a message."""
+        self._last_activity_at = self.last_message_at
+        self.end: StreamEnd | None = None
+        self.ended = anyio.Event()
+        self.dropped_notifications = 0
+        self.late_replies = 0
+
+    # --- sending ----------------------------------------------------------------------------
+
+    async def request(self, method: MethodSpec[P, R], params: P) -> R:
+        """Send a request and return its typed result.
+
+        Raises `RemoteError` for an error reply, `RemoteProtocolError` for a result that does
+        not fit, `ConnectionClosed` when the conversation ends first (or already has), and
+        `LocalProtocolError` when the request would pass the peer's byte cap.
+        """
+        result: R = await self.request_raw(method, params)
+        return result
+
+    async def request_raw(self, method: MethodSpec[Any, Any] | str, params: Any) -> Any:
+        """`request` for a method outside the typed table (the conformance kit's probes)."""
+        if self.end is not None:
+            raise ConnectionClosed(self._why(self.end))
+        rid, line = self.connection.send_request(method, params)
+        waiter = self._waiters[rid] = _Waiter()
+        try:
+            await self._write(line)
+            await waiter.done.wait()
+        except BaseException:
+            if not waiter.done.is_set():
+                self.connection.abandon(rid)
+            raise
+        finally:
+            self._waiters.pop(rid, None)
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.result
+
+    async def notify(self, method: MethodSpec[Any, Any] | str, params: Any = None) -> None:
+        """Send a notification; raises `ConnectionClosed` when the peer is gone."""
+        if self.end is not None:
+            raise ConnectionClosed(self._why(self.end))
+        await self._write(self.connection.send_notification(method, params))
+
+    async def _write(self, line: bytes) -> None:
+        try:
+            await self._send_stream.send(line)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            why = str(exc) or "the peer's input is closed"
+            if self._close_on_send_failure:
+                self._finish(self.connection.close(f"the peer stopped reading: {why}"))
+            raise ConnectionClosed(why) from None
+
+    def close(self, reason: str) -> None:
+        """End the conversation from this side: every waiting request fails now."""
+        self._finish(self.connection.close(reason))
+
+    # --- the reader -------------------------------------------------------------------------
+
+    async def run(self) -> StreamEnd:
+        """Read and serve until the conversation ends; return why it ended. Requests still
+        being served when it ends are cancelled."""
+        async with anyio.create_task_group() as tg:
+            try:
+                while self.end is None:
+                    try:
+                        data = await self._receive.receive()
+                    except (
+                        anyio.EndOfStream,
+                        anyio.ClosedResourceError,
+                        anyio.BrokenResourceError,
+                    ):
+                        events = self.connection.receive_eof()
+                    else:
+                        events = self.connection.receive_data(data)
+                    for event in events:
+                        await self._on_event(event, tg)
+                        if self.end is not None:
+                            break
+            finally:
+                if self.end is None:
+                    self._finish(self.connection.close("reader stopped"))
+                tg.cancel_scope.cancel()
+        assert self.end is not None
+        return self.end
+
+    async def _on_event(self, ev: Event, tg: TaskGroup) -> None:
+        if isinstance(ev, ResponseReceived | ErrorReceived | ResultInvalid):
+            self._touch()
+            self._deliver(ev)
+        elif isinstance(ev, RequestReceived):
+            self._touch()
+            if ev.method in self._inline:
+                await self._serve(ev)
+            else:
+                # Backpressure: a peer that floods requests waits, its pipe full.
+                await self._slots.acquire()
+                tg.start_soon(self._serve_in_slot, ev)
+        elif isinstance(ev, NotificationReceived):
+            self._touch()
+            try:
+                self._gate(ev.method)
+            except WireError:
+                return
+            await self._on_notification(ev.method, ev.params)
+        elif isinstance(ev, RequestRefused):
+            self._touch()
+            await self._refuse(ev)
+        elif isinstance(ev, NotificationDropped):
+            self._touch()
+            self.dropped_notifications += 1
+            log.debug("dropped a notification: %s", ev.reason)
+        elif isinstance(ev, ReplyLate):
+            self._touch()
+            self.late_replies += 1
+        elif isinstance(ev, ReplyUnexpected):
+            self._touch()
+            if self._strict:
+                self._finish(
+                    self.connection.close("unexpected response"),
+                    fault=f"a response to unknown id {ev.id!r}",
+                )
+            elif ev.id is None and ev.error is not None:
+                log.warning("the peer reported an error: %s (%s)", ev.error.message, ev.error.code)
+            else:
+                log.warning("dropping a reply to unknown request id %r", ev.id)
+        elif isinstance(ev, MessageInvalid):
+            if self._strict:
+                self._finish(
+                    self.connection.close("garbage"),
+                    fault=f"the peer wrote a line that is not JSON-RPC: {ev.message} "
+                    f"({_preview(ev.line)})",
+                )
+            else:
+                await self._answer(ev.id, None, error=(ev.code, ev.message, None))
+        elif isinstance(ev, StreamFaulted):
+            if self._strict or ev.code == ErrorCode.WRONG_FRAMING:
+                if not self._strict:
+                    await self._answer(None, None, error=(ev.code, ev.message, None))
+                oversize = ev.code == ErrorCode.MESSAGE_TOO_LARGE
+                self._finish(
+                    self.connection.close("oversize" if oversize else "wrong framing"),
+                    fault=None if oversize else ev.message,
+                    oversize=ev.message if oversize else None,
+                )
+            else:
+                await self._answer(None, None, error=(ev.code, ev.message, None))
+        else:
+            assert isinstance(ev, Closed)
+            self._finish(ev)
+
+    def _touch(self) -> None:
+        self.last_message_at = self._last_activity_at = time.monotonic()
+
+    def _deliver(self, ev: ResponseReceived | ErrorReceived | ResultInvalid) -> None:
+        waiter = self._waiters.get(ev.id)
+        if waiter is None:
+            return  # its caller is gone (cancelled after the id was answered)
+        if isinstance(ev, ResponseReceived):
+            waiter.result = ev.result
+        elif isinstance(ev, ErrorReceived):
+            err: ErrorObject = ev.error
+            waiter.error = RemoteError(err.code, err.message, err.data)
+        else:
+            waiter.error = RemoteProtocolError(ev.reason, ErrorCode.INVALID_PARAMS)
+        waiter.done.set()
+
+    # --- serving ----------------------------------------------------------------------------
+
+    async def _serve_in_slot(self, ev: RequestReceived) -> None:
+        try:
+            await self._serve(ev)
+        finally:
+            self._slots.release()
+
+    async def _serve(self, ev: RequestReceived) -> None:
+        self._serving += 1
+        try:
+            try:
+                self._gate(ev.method)
+                result = await self._on_request(ev.method, ev.params)
+            except WireError as exc:
+                await self._answer(ev.id, ev.method, error=(exc.code, exc.message, exc.data))
+            except Exception as exc:
+                message = self._internal_error(ev.method, exc)
+                await self._answer(
+                    ev.id, ev.method, error=(ErrorCode.INTERNAL_ERROR, message, None)
+                )
+            else:
+                await self._answer(ev.id, ev.method, result=result)
+        finally:
+            self._serving -= 1
+            self._last_activity_at = time.monotonic()
+
+    async def _refuse(self, ev: RequestRefused) -> None:
+        try:
+            self._gate(ev.method)
+        except WireError as exc:
+            await self._answer(ev.id, ev.method, error=(exc.code, exc.message, exc.data))
+            return
+        await self._answer(ev.id, ev.method, error=(ev.code, ev.message, None))
+
+    async def _answer(
+        self,
+        rid: Any,
+        method: str | None,
+        *,
+        result: Any = None,
+        error: tuple[int, str, Any] | None = None,
+    ) -> None:
+        """Write the answer to request `rid` (an error when `error` is given)."""
+        conn = self.connection
+        if conn.closed is not None:
+            return
+        try:
+            if error is not None:
+                line = conn.send_error(rid, *error)
+            else:
+                line = conn.send_response(rid, result)
+        except LocalProtocolError as exc:
+            try:
+                line = conn.send_error(rid, ErrorCode.MESSAGE_TOO_LARGE, exc.message)
+            except LocalProtocolError as again:  # even the short error does not fit
+                log.error("cannot answer request %r: %s", rid, again.message)
+                return
+        except Exception as exc:  # a result that cannot be encoded
+            name = method or "?"
+            line = conn.send_error(rid, ErrorCode.INTERNAL_ERROR, self._internal_error(name, exc))
+        try:
+            await self._write(line)
+        except ConnectionClosed:
+            return
+        if method is not None and self._answered is not None:
+            self._answered(method)
+
+    # --- ending -----------------------------------------------------------------------------
+
+    def _finish(
+        self, closed: Closed, *, fault: str | None = None, oversize: str | None = None
+    ) -> None:
+        if self.end is not None:
+            return
+        self.end = StreamEnd(closed.reason, fault, oversize, closed.truncated)
+        why = ConnectionClosed(self._why(self.end))
+        for waiter in self._waiters.values():
+            if not waiter.done.is_set():
+                waiter.error = why
+                waiter.done.set()
+        self.ended.set()
+
+    @staticmethod
+    def _why(end: StreamEnd) -> str:
+        return end.fault or end.oversize or end.reason
+
+    def quiet_for(self) -> float:
+        """Seconds the peer has been silent with nothing to wait for: 0 while this side is
+        still answering one of its requests, counted again from the moment that answer went."""
+        if self._serving:
+            return 0.0
+        return time.monotonic() - self._last_activity_at
+
+
+def _preview(line: bytes, n: int = 60) -> str:
+    text = line[:n].decode("utf-8", "replace")
+    return repr(text + ("..." if len(line) > n else ""))
