@@ -1,19 +1,11 @@
 """Per-child cgroups: the containment tier that sees every process a child starts.
 
-Detection (`detect()`) looks at this process's own cgroups, as listed in /proc/self/cgroup, and
-finds where it may create children:
-
-- cgroup v2 (`cgroup2`): a subtree of the unified hierarchy we can write to, with the
-  `memory` and `pids` controllers enabled for children where available;
-- cgroup v1 (`cgroup1`): the `memory`, `pids` and `freezer` hierarchies, each under this
-  process's own cgroup in that hierarchy;
-- otherwise nothing: the supervisor falls back to rlimits, the process group and a psutil walk.
-
-A child's cgroup is created before it is spawned and joined by the trampoline before the child's
-first line runs, so nothing it does escapes it: a setsid + double-fork daemon is still a member.
-Dispose kills by membership (`cgroup.kill` on v2; freeze, SIGKILL every member, thaw on v1),
-then the cgroup is removed. Names carry the supervisor's pid, so cgroups left behind by a
-supervisor that was SIGKILLed are found and swept at the next start (`sweep_stale`).
+Where they may be created is the host's business (`host.py`). A child's cgroup is created before
+it is spawned and joined before the child's first line runs, so nothing it does escapes it: a
+setsid + double-fork daemon is still a member. Dispose kills by membership (`cgroup.kill` on v2;
+freeze, SIGKILL every member, thaw on v1), then the cgroup is removed. Names carry the
+supervisor's pid, so cgroups left behind by a supervisor that was SIGKILLed are found and swept
+at the next start (`sweep_stale`).
 """
 
 from __future__ import annotations
@@ -22,159 +14,10 @@ import contextlib
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path("/sys/fs/cgroup")
-PREFIX = "tether-"
-
-
-@dataclass(frozen=True)
-class Host:
-    """What this host offers for containment."""
-
-    tier: str
-    """`cgroup2`, `cgroup1` or `process-group`."""
-    parents: dict[str, Path] = field(default_factory=dict)
-    """Where per-child cgroups go: controller (`unified` on v2) → writable parent directory."""
-    why: str = ""
-    """Why a cgroup tier is not available, when it is not."""
-
-    def enforces(self, controller: str) -> bool:
-        """Whether per-child cgroups enforce this controller (`memory`, `pids`)."""
-        return self.tier == "cgroup2" or controller in self.parents
-
-
-def _own_cgroups() -> dict[str, str]:
-    """Controller name (or `unified` for v2) → this process's cgroup path."""
-    out: dict[str, str] = {}
-    try:
-        text = Path("/proc/self/cgroup").read_text()
-    except OSError:
-        return out
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, path = parts
-        if controllers == "":
-            out["unified"] = path
-        for c in controllers.split(","):
-            if c:
-                out[c] = path
-    return out
-
-
-def _writable_dir(path: Path) -> bool:
-    probe = path / f"{PREFIX}probe-{os.getpid()}"
-    try:
-        probe.mkdir()
-    except OSError:
-        return False
-    with contextlib.suppress(OSError):
-        probe.rmdir()
-    return True
-
-
-TIERS = ("cgroup2", "cgroup1", "process-group")
-"""Every containment tier, most complete first."""
-
-
-def _probe_v2(own: dict[str, str]) -> Host:
-    unified_mount = ROOT if (ROOT / "cgroup.controllers").exists() else ROOT / "unified"
-    if "unified" not in own or not (unified_mount / "cgroup.controllers").exists():
-        return Host("cgroup2", why="no cgroup v2 hierarchy is mounted for this process")
-    base = unified_mount / own["unified"].lstrip("/")
-    controllers = (unified_mount / "cgroup.controllers").read_text().split()
-    if not {"memory", "pids"} <= set(controllers):
-        have = " ".join(controllers) or "none"
-        return Host(
-            "cgroup2",
-            why=f"the cgroup v2 hierarchy at {unified_mount} has no memory and pids "
-            f"controllers (it has: {have}); they are bound to cgroup v1",
-        )
-    if not _writable_dir(base):
-        return Host("cgroup2", why=f"cannot create cgroups under {base} (not root, no delegation)")
-    # A child cgroup has memory.max and pids.max only when its parent enables the controllers
-    # for its children, and v2 refuses that in a non-root cgroup that holds processes (ours).
-    _enable_controllers(base)
-    if not _children_get_controllers(base):
-        return Host(
-            "cgroup2",
-            why=f"the memory and pids controllers cannot be enabled for child cgroups under "
-            f"{base} (its cgroup.subtree_control): a cgroup that holds processes cannot hand "
-            "controllers down; run the supervisor in a delegated cgroup of its own",
-        )
-    return Host("cgroup2", {"unified": base})
-
-
-def _enable_controllers(base: Path) -> None:
-    enabled = set((base / "cgroup.subtree_control").read_text().split())
-    missing = {"memory", "pids"} - enabled
-    if missing:
-        with contextlib.suppress(OSError):
-            (base / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in missing))
-
-
-def _children_get_controllers(base: Path) -> bool:
-    probe = base / f"{PREFIX}probe-{os.getpid()}"
-    try:
-        probe.mkdir()
-    except OSError:
-        return False
-    try:
-        return (probe / "memory.max").exists() and (probe / "pids.max").exists()
-    finally:
-        with contextlib.suppress(OSError):
-            probe.rmdir()
-
-
-def _probe_v1(own: dict[str, str]) -> Host:
-    parents: dict[str, Path] = {}
-    for controller in ("memory", "pids", "freezer"):
-        if controller not in own:
-            continue
-        base = ROOT / controller / own[controller].lstrip("/")
-        if base.is_dir() and _writable_dir(base):
-            parents[controller] = base
-    if "freezer" in parents or "pids" in parents:
-        return Host("cgroup1", parents)
-    return Host(
-        "cgroup1", why="no writable cgroup v1 freezer or pids hierarchy (not root, or not mounted)"
-    )
-
-
-def probe(tier: str) -> Host:
-    """What `tier` offers here; a tier that is not available has no parents and says `why`.
-    The process-group tier is always available."""
-    if tier == "cgroup2":
-        return _probe_v2(_own_cgroups())
-    if tier == "cgroup1":
-        return _probe_v1(_own_cgroups())
-    if tier == "process-group":
-        return Host("process-group")
-    raise ValueError(f"unknown containment tier {tier!r}; expected one of {', '.join(TIERS)}")
-
-
-def available(host: Host) -> bool:
-    return host.tier == "process-group" or bool(host.parents)
-
-
-def choose(probes: dict[str, Host]) -> Host:
-    """The most complete available tier among `probes` (tier → `probe(tier)`); when no cgroup
-    tier is available, the process-group tier, saying why in `why`."""
-    reasons = []
-    for tier in ("cgroup2", "cgroup1"):
-        got = probes.get(tier) or probe(tier)
-        if available(got):
-            return got
-        reasons.append(f"{tier}: {got.why}")
-    return Host("process-group", {}, why="; ".join(reasons))
-
-
-def detect() -> Host:
-    """The most complete tier this host offers (what `containment="auto"` picks)."""
-    return choose({})
+from tether.parent.host import PREFIX, Host
 
 
 @dataclass

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tether.parent.cgroups import ROOT, TIERS, available, probe
+from tether.parent.host import ROOT, TIERS, available, probe
 from tether.parent.keeper import KEEPER
 
 

@@ -24,9 +24,6 @@ _SECRET = re.compile(
     re.IGNORECASE,
 )
 
-TREE_ENV = "TETHER_TREE"
-"""Marker every child carries, so teardown can find processes that left the tree."""
-
 
 def looks_secret(name: str) -> bool:
     return bool(_SECRET.search(name))

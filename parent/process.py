@@ -22,7 +22,8 @@ from pathlib import Path
 
 import anyio
 
-from tether.parent.pipes import FdReader, FdWriter, stdio_pipes
+from tether.parent.pipes import stdio_pipes
+from tether.wire.streams import FdReceiveStream, FdSendStream
 
 TRAMPOLINE = Path(__file__).with_name("_trampoline.py")
 EXEC_FAILED_MARKER = "tether-trampoline: exec failed:"
@@ -92,9 +93,9 @@ class ChildProcess:
         self.pidfd = _pidfd_open(self.pid)
         self.lost: str | None = None
         """Why the exit status is unknown, when it is and the reason is known."""
-        self.stdin = FdWriter(stdin)
-        self.stdout = FdReader(stdout)
-        self.stderr = FdReader(stderr)
+        self.stdin = FdSendStream(stdin)
+        self.stdout = FdReceiveStream(stdout)
+        self.stderr = FdReceiveStream(stderr)
         self.status: ExitStatus | None = None
         self._pidfd_waiter = False
         self._wake: anyio.Event | None = None

@@ -1,4 +1,10 @@
-"""Finding and killing everything a child started, including what tried to leave its tree.
+"""A child's tree: its marker, and finding and killing everything it started, including what
+tried to leave it.
+
+The tree marker is an environment variable (`TETHER_TREE=<supervisor pid>-<random>-<n>`) every
+child starts with and every descendant inherits unless it scrubs its environment. Its prefix is
+the minting supervisor's pid, which is how the keeper (`_keeper.py`, given the prefix) finds a
+SIGKILLed supervisor's trees. This module is the one place markers are minted and matched.
 
 A child's tree is the union of:
 - its descendants by parentage (psutil walk), which follows processes that called setsid or
@@ -12,13 +18,27 @@ A child's tree is the union of:
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 from collections.abc import Iterable
 
 import psutil
 
-from tether.parent.env import TREE_ENV
+TREE_ENV = "TETHER_TREE"
+"""The variable every child carries, so teardown can find processes that left the tree."""
+
+_tree_ids = itertools.count(1)
+
+
+def marker_prefix() -> str:
+    """The prefix of every tree marker this process mints."""
+    return f"{os.getpid()}-"
+
+
+def new_tree_marker() -> str:
+    """A marker unique to one child; its prefix is this supervisor's pid."""
+    return f"{marker_prefix()}{os.urandom(3).hex()}-{next(_tree_ids)}"
 
 
 def _marked(marker: str) -> set[int]:

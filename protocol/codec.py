@@ -185,6 +185,22 @@ def classify(env: Envelope, line: bytes = b"") -> Incoming:
     )
 
 
+def decode_frame(ev: bytes | Oversize | WrongFraming) -> Incoming:
+    """One framing event (a line, or a framing fault) as exactly one `Incoming` value."""
+    if isinstance(ev, bytes):
+        return decode_line(ev)
+    if isinstance(ev, Oversize):
+        return StreamFault(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"message too large: a line passed the {ev.limit}-byte cap",
+        )
+    return StreamFault(
+        ErrorCode.WRONG_FRAMING,
+        "wrong framing: got a Content-Length header; tether speaks one JSON message per line "
+        "(NDJSON)",
+    )
+
+
 class Decoder:
     """Bytes in, `Incoming` values out: framing plus envelope decoding, never raising."""
 
@@ -194,26 +210,7 @@ class Decoder:
         self.framer = LineFramer(max_message_bytes)
 
     def feed(self, data: bytes) -> list[Incoming]:
-        out: list[Incoming] = []
-        for ev in self.framer.feed(data):
-            if isinstance(ev, bytes):
-                out.append(decode_line(ev))
-            elif isinstance(ev, Oversize):
-                out.append(
-                    StreamFault(
-                        ErrorCode.MESSAGE_TOO_LARGE,
-                        f"message too large: a line passed the {ev.limit}-byte cap",
-                    )
-                )
-            elif isinstance(ev, WrongFraming):
-                out.append(
-                    StreamFault(
-                        ErrorCode.WRONG_FRAMING,
-                        "wrong framing: got a Content-Length header; tether speaks one JSON "
-                        "message per line (NDJSON)",
-                    )
-                )
-        return out
+        return [decode_frame(ev) for ev in self.framer.feed(data)]
 
     def eof(self) -> bytes | None:
         """The unterminated tail of the stream, if it ended mid-message."""

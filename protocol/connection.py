@@ -49,6 +49,7 @@ from tether.protocol.codec import (
     RequestId,
     Response,
     StreamFault,
+    decode_frame,
     encode_error,
     encode_notification,
     encode_request,
@@ -72,6 +73,8 @@ class RequestReceived(Struct, frozen=True):
     id: RequestId
     method: str
     params: Any
+    size: int = 0
+    """Bytes of the line it came in (what holding it costs, roughly)."""
 
 
 class NotificationReceived(Struct, frozen=True):
@@ -280,7 +283,14 @@ class Connection:
     def receive_data(self, data: bytes) -> list[Event]:
         if self.closed is not None:
             return []
-        return [self._event(msg) for msg in self._decoder.feed(data)]
+        out: list[Event] = []
+        for frame in self._decoder.framer.feed(data):
+            msg = decode_frame(frame)
+            if isinstance(msg, Request):
+                out.append(self._request(msg, len(frame) if isinstance(frame, bytes) else 0))
+            else:
+                out.append(self._event(msg))
+        return out
 
     def receive_eof(self) -> list[Event]:
         """The peer's stream ended."""
@@ -302,7 +312,7 @@ class Connection:
         if isinstance(msg, Response | ErrorResponse):
             return self._reply(msg)
         if isinstance(msg, Request):
-            return self._request(msg)
+            return self._request(msg, 0)
         if isinstance(msg, Notification):
             return self._notification(msg)
         if isinstance(msg, Invalid):
@@ -328,7 +338,7 @@ class Connection:
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             return ResultInvalid(rid, method, f"malformed {method} result: {exc}")
 
-    def _request(self, msg: Request) -> Event:
+    def _request(self, msg: Request, size: int) -> Event:
         spec = METHODS.get(msg.method)
         if spec is None or spec.kind != "request" or spec.direction != self._receives:
             return RequestRefused(
@@ -345,7 +355,7 @@ class Connection:
                 ErrorCode.INVALID_PARAMS,
                 f"Invalid params for {msg.method}: {exc}",
             )
-        return RequestReceived(msg.id, msg.method, params)
+        return RequestReceived(msg.id, msg.method, params, size)
 
     def _notification(self, msg: Notification) -> Event:
         spec = METHODS.get(msg.method)

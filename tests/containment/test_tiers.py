@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.parent.cgroups import TIERS, available, probe
+from tether.parent.host import TIERS, available, probe
 from tether.parent.supervisor import ChildConfig, Supervisor, host
 
 pytestmark = pytest.mark.anyio

@@ -42,7 +42,10 @@ def test_requests_get_increasing_ids_and_their_replies_come_back_typed() -> None
     assert (rid1, rid2) == (1, 2)
     assert parent.pending == 2
     got = child.receive_data(line1 + line2)
-    assert got == [RequestReceived(1, "initialize", INIT), RequestReceived(2, "ping", m.Empty())]
+    assert got == [
+        RequestReceived(1, "initialize", INIT, len(line1) - 1),
+        RequestReceived(2, "ping", m.Empty(), len(line2) - 1),
+    ]
     answer = m.InitializeResult(protocol_version=1, server_info=m.PeerInfo(name="c"), pid=7)
     events = parent.receive_data(child.send_response(2, m.Empty()) + child.send_response(1, answer))
     assert events == [

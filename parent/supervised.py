@@ -1,0 +1,357 @@
+"""The parent's handle on one live child process: process, endpoint, typed session, stderr ring,
+what was observed, and the dispose ladder.
+
+Theory of operation
+-------------------
+A `SupervisedChild` is made by `spawning.spawn_child()` (the process already runs) and used as
+an async context: `async with child:` runs its three background jobs in a task group the child
+owns — the reader (the wire `Endpoint`, serving the child's requests through whatever handlers
+are bound at the moment, `serve_with`), the stderr drain into a bounded ring, and the exit
+watch — and leaving the context disposes of the child, shielded, on every path. That is the one
+dispose site; a child lives as long as its context, through any number of runs. Everything the
+supervisor notices lands in one `Observed` record, which `classify` later turns into a result.
+
+The exit watch is what makes a dead child's pending requests fail at once even when a
+grandchild inherited its stdout and holds the pipe open (so no EOF ever comes): once the pidfd
+says the child exited, whatever it wrote is already in the pipe; the reader takes it, and then
+our read end is closed, which the reader sees as end of stream.
+
+`dispose()` is bounded and shielded from cancellation. Each rung runs only if the child is
+still alive after the previous one, and the last rung attempted is recorded:
+
+    shutdown  request `shutdown`, then `exit`, close stdin      (polite: only a child that is
+                                                               ready, not cut off, wire intact)
+    exit      `exit` notification, close stdin: the EOF lifeline (any well-behaved child)
+    sigterm   SIGTERM + SIGCONT to the whole tree                (stopped processes wake to die)
+    sigkill   SIGKILL to the whole tree
+
+Then, whatever rung was reached: everything left of the tree (grandchildren that outlived the
+child, daemons that left its session) is SIGKILLed and the sweep repeats until nothing of the
+tree is alive or the kill grace runs out; then the pipes are closed. A grandchild that holds
+the child's stdout never delays any of this, because exit is seen through the pidfd, not EOF.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import anyio
+import psutil
+
+from tether.parent.cgroups import ChildCgroup
+from tether.parent.classify import Observed
+from tether.parent.limits import DisposePolicy
+from tether.parent.process import EXEC_FAILED_MARKER, ChildProcess
+from tether.parent.ring import ByteRing
+from tether.parent.session import ChildSession
+from tether.parent.tree import signal_procs, tree_procs
+from tether.protocol import ConnectionClosed, ErrorCode, RemoteError, WireError
+from tether.protocol.connection import Connection
+from tether.protocol.messages import Rung
+from tether.wire import Endpoint
+
+EXIT_DRAIN_SECONDS = 0.5
+"""After the child exits, how long its unread output may take to be read before the stream is
+ended anyway (only a grandchild that keeps writing into the inherited pipe can use it up)."""
+
+log = logging.getLogger("tether.parent")
+
+RequestHandler = Callable[[str, Any], Awaitable[Any]]
+NotificationHandler = Callable[[str, Any], Awaitable[None]]
+
+
+@dataclass
+class DisposeReport:
+    rung: Rung
+    seconds: float
+    survivors: list[int] = field(default_factory=list)
+
+
+async def _nobody_serves(method: str, params: Any) -> Any:
+    raise WireError(ErrorCode.NOT_INITIALIZED, f"no run has started in this child yet ({method})")
+
+
+async def _nobody_listens(method: str, params: Any) -> None:
+    return None
+
+
+def _internal(method: str, exc: BaseException) -> str:
+    # The one place a parent-side failure becomes a wire error: no traceback or library text
+    # crosses to the child.
+    log.error("the parent failed to answer %s", method, exc_info=exc)
+    return f"the parent failed to answer {method}"
+
+
+class SupervisedChild:
+    def __init__(
+        self,
+        proc: ChildProcess,
+        marker: str,
+        *,
+        dispose: DisposePolicy,
+        cgroup: ChildCgroup | None = None,
+        max_message_bytes: int,
+        ring_bytes: int,
+    ) -> None:
+        self.proc = proc
+        self.marker = marker
+        self.cgroup = cgroup
+        self.policy = dispose
+        self.observed = Observed()
+        self.stderr = ByteRing(ring_bytes)
+        self._on_request: RequestHandler = _nobody_serves
+        self._on_notification: NotificationHandler = _nobody_listens
+        self.endpoint = Endpoint(
+            Connection("parent", max_message_bytes=max_message_bytes),
+            proc.stdout,
+            proc.stdin,
+            on_request=self._route_request,
+            on_notification=self._route_notification,
+            strict=True,
+            internal_error=_internal,
+        )
+        self.session = ChildSession(self.endpoint)
+        self.ready = False
+        """The child answered `initialize`."""
+        self.cut_off = False
+        """The supervisor interrupted it (deadline, idle, cancel): no polite shutdown rung."""
+        self.stderr_done = anyio.Event()
+        self.disposed: DisposeReport | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    # --- who serves the child's requests ----------------------------------------------------
+
+    def serve_with(self, on_request: RequestHandler, on_notification: NotificationHandler) -> None:
+        """Route the child's requests and notifications to these handlers from now on (the run
+        that drives it; a pooled child waits unbound until a run takes it)."""
+        self._on_request = on_request
+        self._on_notification = on_notification
+
+    async def _route_request(self, method: str, params: Any) -> Any:
+        return await self._on_request(method, params)
+
+    async def _route_notification(self, method: str, params: Any) -> None:
+        await self._on_notification(method, params)
+
+    # --- the context: background jobs, and the one dispose site -----------------------------
+
+    async def __aenter__(self) -> SupervisedChild:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._read)
+        self._tg.start_soon(self._drain_stderr)
+        self._tg.start_soon(self._watch_exit)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None
+        tg, self._tg = self._tg, None
+        try:
+            await self.dispose()
+        finally:
+            tg.cancel_scope.cancel()
+            with anyio.CancelScope(shield=True):
+                await tg.__aexit__(None, None, None)
+        return None
+
+    async def _read(self) -> None:
+        end = await self.endpoint.run()
+        if end.oversize:
+            self.observed.oversize = end.oversize
+        elif end.fault:
+            self.observed.protocol_error = end.fault
+        if end.truncated:
+            self.observed.truncated = True
+
+    async def _watch_exit(self) -> None:
+        """When the child exits, end its output stream even if another process holds it open."""
+        await self.proc.wait()
+        out = self.proc.stdout
+        # Everything the child wrote before it exited is in the pipe now: let the reader take
+        # it (it routes each chunk as soon as it reads it). Bounded, because a grandchild may
+        # keep writing into the pipe it inherited.
+        with anyio.move_on_after(EXIT_DRAIN_SECONDS):
+            while out.unread() > 0 and self.endpoint.end is None:
+                with anyio.move_on_after(0.002):
+                    await self.endpoint.ended.wait()
+        if self.endpoint.end is None:
+            out.close()  # the reader wakes to end-of-stream and fails every pending request
+
+    async def _drain_stderr(self) -> None:
+        try:
+            while True:
+                try:
+                    data = await self.proc.stderr.receive()
+                except anyio.EndOfStream:
+                    return
+                self.stderr.write(data)
+        finally:
+            self.stderr_done.set()
+
+    def spawn_failure(self) -> str | None:
+        """The trampoline's exec-failure line, if the command could not be executed."""
+        for line in self.stderr.tail(2000).splitlines():
+            if line.startswith(EXEC_FAILED_MARKER):
+                return line[len(EXEC_FAILED_MARKER) :].strip()
+        return None
+
+    # --- teardown ---------------------------------------------------------------------------
+
+    async def dispose(self) -> DisposeReport:
+        """Take the child and its whole tree down; see the module docstring for the ladder.
+        Idempotent: a second call returns the first one's report."""
+        if self.disposed is not None:
+            return self.disposed
+        policy = self.policy
+        polite = self.ready and not self.cut_off
+        started = time.monotonic()
+        with anyio.CancelScope(shield=True):
+            rung = await self._climb(policy, polite)
+            survivors = await self._sweep(policy.kill)
+            status = self.proc.reap()
+            await self._settle_stderr()
+            self.proc.close_pipes()
+            if self.cgroup is not None:
+                self.observed.oom_kills = self.cgroup.oom_kills()
+                self.observed.pids_max_hits = self.cgroup.pids_max_hits()
+                if not self.cgroup.remove():
+                    survivors = sorted(set(survivors) | self.cgroup.members())
+        observed = self.observed
+        if self.proc.lost is not None:
+            observed.lost = self.proc.lost
+        if status is not None:
+            observed.exit_code = status.exit_code
+            observed.signal = status.signal
+            observed.cpu_seconds = status.cpu_seconds
+        observed.rung = rung
+        observed.stderr_tail = self.stderr.tail()
+        observed.survivors = survivors
+        if survivors:
+            log.warning(
+                "child %d: %d process(es) of its tree survived teardown: %s",
+                self.pid,
+                len(survivors),
+                survivors,
+            )
+        self.disposed = DisposeReport(rung, time.monotonic() - started, survivors)
+        return self.disposed
+
+    def _alive(self) -> bool:
+        return not self.proc.exited()
+
+    async def _climb(self, policy: DisposePolicy, polite: bool) -> Rung:
+        rung: Rung = "none"
+        ep = self.endpoint
+        if ep.end is not None:
+            # Output closed: the child is probably exiting right now (the kernel closes its
+            # files just before it reports the exit). Don't count that as a rung we needed.
+            await self.proc.wait_for(0.05)
+        if not self._alive():
+            return rung
+        if polite and ep.end is None:
+            rung = "shutdown"
+            with anyio.move_on_after(policy.shutdown):
+                try:
+                    await self.session.shutdown()
+                    await self.session.exit()
+                except (ConnectionClosed, RemoteError):
+                    pass
+                self.proc.stdin.close()
+                await self.proc.wait()
+            if not self._alive():
+                return rung
+        rung = "exit"
+        with anyio.move_on_after(policy.eof):
+            if ep.end is None and not self.proc.stdin.closed:
+                with anyio.move_on_after(min(0.05, policy.eof)):
+                    try:
+                        await self.session.exit()
+                    except ConnectionClosed:
+                        pass
+            self.proc.stdin.close()
+            await self.proc.wait()
+        if not self._alive():
+            return rung
+        rung = "sigterm"
+        self._signal_tree(signal.SIGTERM)
+        if await self.proc.wait_for(policy.term):
+            return rung
+        rung = "sigkill"
+        self._signal_tree(signal.SIGKILL)
+        await self.proc.wait_for(policy.kill)
+        return rung
+
+    def _members(self) -> set[int]:
+        return self.cgroup.members() if self.cgroup is not None else set()
+
+    def _signal_tree(self, sig: int) -> None:
+        if sig == signal.SIGKILL and self.cgroup is not None:
+            self.cgroup.kill()
+        self.proc.signal_group(sig)
+        if sig == signal.SIGTERM:
+            self.proc.signal_group(signal.SIGCONT)
+        procs = tree_procs(self.pid, self.marker, thorough=True, members=self._members())
+        # The child itself is signalled through its pidfd, the rest by verified psutil handles.
+        self.proc.send_signal(sig)
+        if sig == signal.SIGTERM:
+            self.proc.send_signal(signal.SIGCONT)
+        signal_procs([p for p in procs if p.pid != self.pid], sig)
+
+    async def _sweep(self, grace: float) -> list[int]:
+        """SIGKILL whatever is left of the tree until none of it is alive, or grace runs out."""
+        deadline = time.monotonic() + grace
+        delay = 0.002
+        while True:
+            members = self._members()
+            # Once the child has exited (it is a zombie until `reap`), its children have been
+            # reparented: the walk by parentage would find nothing, so it is skipped.
+            gone = not self._alive()
+            left = [
+                p
+                for p in tree_procs(self.pid, self.marker, members=members, root_exited=gone)
+                if p.pid != self.pid
+            ]
+            if not left:
+                return []
+            if self.cgroup is not None:
+                self.cgroup.kill()
+            self.proc.signal_group(signal.SIGKILL)
+            signal_procs(left, signal.SIGKILL)
+            if time.monotonic() >= deadline:
+                return [p.pid for p in left if _alive(p)]
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    async def _settle_stderr(self) -> None:
+        # Give the drain a moment to read what the dead child left in the pipe, so the tail
+        # shows its last words; a grandchild holding stderr open cannot make us wait longer.
+        with anyio.move_on_after(0.05):
+            await self.stderr_done.wait()
+
+    def kill_now(self) -> None:
+        """SIGKILL the child's tree without waiting (interpreter exit: no event loop left)."""
+        procs = tree_procs(self.pid, self.marker)
+        self.proc.send_signal(signal.SIGKILL)
+        signal_procs(procs, signal.SIGKILL)
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return bool(p.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
