@@ -38,29 +38,21 @@ import msgspec
 import psutil
 
 from benchmarks.report import Figure, Results, render
-from tether.parent.cgroups import ChildCgroup
-from tether.parent.child import LiveChild
-from tether.parent.endpoint import ConnectionClosed
+from tether.parent.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_key
 from tether.parent.env import build_child_env
 from tether.parent.events import ChildEvent, Event
+from tether.parent.host import host
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process import ChildProcess, SpawnSpec
-from tether.parent.supervisor import (
-    DEFAULT_COMMAND,
-    ChildConfig,
-    PoolSpec,
-    Supervisor,
-    _env_of,
-    _pool_key,
-    host,
-)
+from tether.parent.spawning import child_env, spawn_child
+from tether.parent.supervised import SupervisedChild
+from tether.parent.supervisor import Supervisor
 from tether.parent.zygote import Zygote
 from tether.protocol import (
-    DEFAULT_MAX_MESSAGE_BYTES,
+    ConnectionClosed,
     Decoder,
     Notification,
-    RemoteError,
     decode_params,
     encode_notification,
 )
@@ -241,14 +233,6 @@ def _memory(pid: int) -> tuple[float, float]:
 # --- peers: tether ------------------------------------------------------------------------------
 
 
-async def _no_requests(method: str, params: Any) -> Any:
-    raise RemoteError(-32601, f"the benchmark parent does not serve {method}")
-
-
-def _ignore(method: str, params: Any) -> None:
-    pass
-
-
 def _init_params() -> InitializeParams:
     return InitializeParams(protocol_version=PROTOCOL_VERSION, client_info=PeerInfo(name="bench"))
 
@@ -256,33 +240,20 @@ def _init_params() -> InitializeParams:
 @contextlib.asynccontextmanager
 async def tethered(
     argv: Sequence[str], *, policy: DisposePolicy | None = None, zygote: Zygote | None = None
-) -> AsyncIterator[LiveChild]:
-    """A live child driven the way `Supervisor` drives one: a cgroup of its own on a cgroup
-    tier, `LiveChild.open` (forked by `zygote` when given, as `spawner="zygote"` does), the
-    stdout reader, the stderr drain and the exit watch in a task group, and `dispose()` on the
-    way out."""
-    tier = host()
-    cgroup = None
-    if tier.tier != "process-group":
-        name = f"{os.getpid()}-bench-{os.urandom(3).hex()}"
-        cgroup = ChildCgroup.create(tier, name, memory=None, pids=None)
-    child = LiveChild.open(
-        SpawnSpec(list(argv), build_child_env(os.environ)),
-        on_request=_no_requests,
-        on_notification=_ignore,
-        max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES,
-        ring_bytes=64 * 1024,
-        cgroup=cgroup,
-        spawn=_zygote_spawn(zygote) if zygote is not None else None,
+) -> AsyncIterator[SupervisedChild]:
+    """A live child spawned and held the way `Supervisor` does it: `spawn_child` (a cgroup of
+    its own on a cgroup tier; forked by `zygote` when given, as `spawner="zygote"` does) and the
+    child's context (reader, stderr drain, exit watch; dispose on the way out)."""
+    cfg = ChildConfig(command=tuple(argv), dispose=policy or DisposePolicy())
+    child = spawn_child(
+        cfg,
+        Limits(),
+        host(),
+        "bench",
+        spawner=_zygote_spawn(zygote) if zygote is not None else None,
     )
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(child.read_stdout, tg)
-        tg.start_soon(child.drain_stderr)
-        try:
-            yield child
-        finally:
-            await child.dispose(policy or DisposePolicy(), polite=True)
-            tg.cancel_scope.cancel()
+    async with child:
+        yield child
 
 
 def _zygote_spawn(zygote: Zygote) -> Callable[[SpawnSpec], ChildProcess]:
@@ -292,22 +263,23 @@ def _zygote_spawn(zygote: Zygote) -> Callable[[SpawnSpec], ChildProcess]:
     return spawn
 
 
-async def initialize(child: LiveChild) -> None:
+async def initialize(child: SupervisedChild) -> None:
     """The handshake; a child that dies instead of answering is an error that shows its stderr."""
     try:
-        await child.request("initialize", _init_params())
+        await child.session.initialize(_init_params())
+        child.ready = True
     except ConnectionClosed as exc:
         await anyio.sleep(0.1)
         tail = child.stderr.tail(2000)
         raise RuntimeError(f"the child ended before answering initialize ({exc}): {tail}") from exc
 
 
-async def tether_pings(child: LiveChild, n: int, params: Any = None) -> list[float]:
+async def tether_pings(child: SupervisedChild, n: int, params: Any = None) -> list[float]:
     params = Empty() if params is None else params
     times: list[float] = []
     for _ in range(n):
         t0 = time.perf_counter_ns()
-        await child.request("ping", params)
+        await child.endpoint.request_raw("ping", params)
         times.append(time.perf_counter_ns() - t0)
     return times
 
@@ -373,7 +345,7 @@ async def _spawn_rounds(
                 s[f"{key}.spawn_ready"].append(ms(time.perf_counter_ns() - t0))
                 await anyio.sleep(0.02)
                 t1 = time.perf_counter_ns()
-                report = await child.dispose(DisposePolicy(), polite=True)
+                report = await child.dispose()
                 s[f"{key}.dispose_polite"].append(ms(time.perf_counter_ns() - t1))
                 s[f"{key}.rung"].append(float(report.rung == "shutdown"))
         if rnd <= p.whole_runs:
@@ -426,9 +398,9 @@ def _spawn_figures(res: Results, p: Plan, s: Samples) -> None:
             "cold spawn → ready (`initialize` answered)",
             "ms",
             s["tether.spawn_ready"],
-            "from just before the child's cgroup is created and `LiveChild.open` is called (the "
+            "from just before the child's cgroup is created and `spawn_child` is called (the "
             "trampoline, then `python -I -m tether.child`) to the typed `initialize` result in "
-            "the parent; `LiveChild` is driven the way `Supervisor` drives it",
+            "the parent; the child is driven the way `Supervisor` drives it",
             floor="floor.spawn_line",
         )
     )
@@ -453,7 +425,8 @@ def _spawn_figures(res: Results, p: Plan, s: Samples) -> None:
             "ms",
             s["tether.dispose_polite"],
             "the child of the cold-spawn figure, initialized and idle for 20 ms; "
-            "`LiveChild.dispose(polite=True)` from the call to its return (`shutdown` answered, "
+            "`SupervisedChild.dispose()` (polite: the child answered `initialize`) from the "
+            "call to its return (`shutdown` answered, "
             "`exit`, stdin closed, exit seen on the pidfd, tree sweep, reap, stderr settled, "
             "pipes closed)",
             floor="floor.eof_exit",
@@ -523,12 +496,11 @@ async def pool_group(res: Results, p: Plan) -> None:
             with anyio.fail_after(30):
                 await pool.wait_ready()
             t0 = time.perf_counter_ns()
-            pooled = pool.acquire(_pool_key(cfg, limits, sup.host), _env_of(cfg))
+            pooled = pool.acquire(pool_key(cfg, limits, sup.host), child_env(cfg))
             took = time.perf_counter_ns() - t0
             assert pooled is not None
             s["tether.pool_acquire"].append(took / 1e3)
-            await pooled.child.dispose(DisposePolicy(), polite=True)
-            pooled.release()
+            await pooled.finish()
     del s["tether.pool_acquire"][0]
     res.add(
         Figure(
@@ -620,7 +592,8 @@ async def ping_group(res: Results, p: Plan, workspace: str) -> None:
             "`ping` round trip, parent → tether child",
             "µs",
             s["tether.ping"],
-            "`LiveChild.request('ping')` on one live, initialized `python -I -m tether.child`: "
+            "`SupervisedChild.endpoint.request('ping')` on one live, initialized "
+            "`python -I -m tether.child`: "
             "from the call to its typed result",
             floor="floor.pingpong_asyncio",
         )
@@ -633,7 +606,7 @@ async def ping_group(res: Results, p: Plan, workspace: str) -> None:
             s["tether.model_complete"],
             "timed inside `benchmarks/children/proto.py` (blocking I/O, tether.protocol codec) "
             "from before encoding the request to after decoding the reply; the parent side is "
-            "the real `Supervisor.run` (endpoint, a task per request, `_on_request`, a model "
+            "the real `Supervisor.run` (endpoint, a task per request, the broker, a model "
             "provider that answers at once); one run per round",
             floor="floor.pingpong_asyncio",
         )
@@ -644,7 +617,7 @@ async def ping_group(res: Results, p: Plan, workspace: str) -> None:
             "`ping`, tether parent → minimal blocking child (the parent's share)",
             "µs",
             s["context.ping_parent_side"],
-            "`LiveChild.request('ping')` as in the tether figure, answered by "
+            "`SupervisedChild.endpoint.request('ping')` as in the tether figure, answered by "
             "`benchmarks/children/proto.py` (blocking os.read/os.write, tether.protocol codec)",
             floor="floor.pingpong_asyncio",
         )
@@ -880,7 +853,7 @@ async def stubborn_and_crash(res: Results, p: Plan, workspace: str) -> None:
         async with tethered(child_script("proto.py", "stubborn"), policy=STUBBORN_POLICY) as child:
             await initialize(child)
             t0 = time.perf_counter_ns()
-            report = await child.dispose(STUBBORN_POLICY, polite=True)
+            report = await child.dispose()
             overshoot.append(ms(time.perf_counter_ns() - t0) - STUBBORN_GRACE * 1e3)
             rungs.append(report.rung)
     res.add(

@@ -171,7 +171,7 @@ def machine() -> dict[str, str]:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    from tether.parent.supervisor import host
+    from tether.parent.host import host
 
     return {
         "CPU": f"{cpu}, {os.cpu_count()} logical CPUs",

@@ -35,16 +35,14 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 from msgspec import Struct, field
 
-from tether.child.peer import Peer
 from tether.child.tools import ToolInputError, ToolOutcome, ToolRegistry
-from tether.child.transport import PeerGone
 from tether.child.workspace import Workspace
-from tether.protocol import LocalProtocolError, RemoteError
+from tether.protocol import ConnectionClosed, LocalProtocolError, RemoteError
 from tether.protocol.messages import (
     AgentDefinition,
     AgentEventParams,
@@ -62,6 +60,10 @@ from tether.protocol.messages import (
     ToolSpec,
     Usage,
 )
+from tether.protocol.methods import AGENT_EVENT, MODEL_COMPLETE, TOOL_APPROVE
+
+if TYPE_CHECKING:
+    from tether.wire import Endpoint
 
 log = logging.getLogger("tether.child")
 
@@ -119,7 +121,7 @@ class AgentContext:
         *,
         workspace: Workspace,
         tools: ToolRegistry,
-        peer: Peer,
+        peer: Endpoint,
         parent_capabilities: ClientCapabilities,
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
         runtime_tools: ToolRegistry | None = None,
@@ -167,8 +169,8 @@ class AgentContext:
             )
             self._seq += 1
             try:
-                await self._peer.notify("agent/event", params)
-            except (LocalProtocolError, PeerGone) as exc:
+                await self._peer.notify(AGENT_EVENT, params)
+            except (LocalProtocolError, ConnectionClosed) as exc:
                 log.warning("dropped %s event %d of run %s: %s", kind, params.seq, self.run_id, exc)
 
     async def complete_model(
@@ -192,7 +194,7 @@ class AgentContext:
             purpose=purpose,
         )
         async with self.heartbeats("model"):
-            result: ModelCompleteResult = await self._peer.request("model/complete", params)
+            result = await self._peer.request(MODEL_COMPLETE, params)
         self.progress.input_tokens += result.usage.input_tokens
         self.progress.output_tokens += result.usage.output_tokens
         return result
@@ -242,7 +244,7 @@ class AgentContext:
         params = ToolApproveParams(run_id=self.run_id, tool=tool, arguments=dict(arguments))
         try:
             async with self.heartbeats("approval"):
-                result: ToolApproveResult = await self._peer.request("tool/approve", params)
+                result = await self._peer.request(TOOL_APPROVE, params)
         except RemoteError as exc:
             # A parent that cannot answer has not approved: an error answer is a denial.
             return ToolApproveResult(

@@ -1,51 +1,38 @@
-"""Dispatch of incoming requests and notifications through jsonrpcserver.
+"""Dispatch of the parent's requests and notifications through jsonrpcserver.
 
 This is the only module that imports jsonrpcserver; its types never leave it. The division of
 labour:
 
-* msgspec does all decoding. The envelope was decoded and validated by
-  `tether.protocol.Decoder` before we get here, so the deserializer we hand jsonrpcserver
-  returns that already-decoded request (the string argument is unused) and the validator
-  accepts it as is; jsonrpcserver's json.loads and JSON-Schema check never run.
+* the wire's `Connection` does all decoding: framing, the envelope, and the typed params from
+  the method table. The deserializer we hand jsonrpcserver returns an already-prepared request
+  (the string argument is unused) whose single positional param is the typed params Struct, and
+  the validator accepts it as is; jsonrpcserver's json.loads and JSON-Schema check never run.
 * jsonrpcserver does the method lookup, the call, and the notification rule (no response).
-  Each method receives the still-raw params, and our wrapper decodes them with
-  `tether.protocol.decode_params` (the method table) into the handler's Struct.
-* nothing jsonrpcserver writes reaches the wire. Every error we mean to send is raised as a
-  `JsonRpcError` whose data is wrapped in `_Ours`; `_finish` encodes only those verbatim and
-  replaces anything else (its own "Method not found" with the method name as data, an internal
-  error with `str(exc)`) with our own sentence.
+* nothing jsonrpcserver produces reaches the wire. A handler's result and every error we mean
+  to send are wrapped in `_Ours`; `_finish` unwraps only those and turns anything else (its own
+  "Method not found", an internal error with `str(exc)`) into our fixed sentence. The endpoint
+  encodes the answer.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, cast
+from typing import Any
 
-import msgspec
 from jsonrpcserver import JsonRpcError, Success, async_dispatch_to_response
 from oslash.either import Left
 
 from tether.child.errors import INTERNAL_MESSAGE, to_wire_error
-from tether.protocol import (
-    ErrorCode,
-    Notification,
-    Request,
-    decode_params,
-    encode_error,
-    encode_response,
-)
+from tether.protocol import ErrorCode, WireError
 
 log = logging.getLogger("tether.child")
 
 Handler = Callable[[Any], Awaitable[Any]]
-Gate = Callable[[str], None]
-
-_json = msgspec.json.Encoder()
 
 
 class _Ours:
-    """Marks a result or error data as produced by our code, so `_finish` may send it."""
+    """Marks a result or error data as produced by our code, so `_finish` may pass it on."""
 
     __slots__ = ("value",)
 
@@ -54,61 +41,60 @@ class _Ours:
 
 
 class Dispatcher:
-    def __init__(self, handlers: Mapping[str, Handler], gate: Gate) -> None:
-        """`handlers` map a method name to an async callable taking the typed params; `gate`
-        raises to refuse a method in the current lifecycle state."""
-        self._methods = {name: _adapt(name, h, gate) for name, h in handlers.items()}
+    def __init__(self, handlers: Mapping[str, Handler]) -> None:
+        """`handlers` map a method name to an async callable taking the typed params."""
+        self._methods = {name: _adapt(name, h) for name, h in handlers.items()}
 
-    async def handle(self, msg: Request | Notification) -> bytes | None:
-        """Run one request or notification; return the encoded response line, if any."""
-        prepared: dict[str, Any] = {"jsonrpc": "2.0", "method": msg.method, "params": [msg.params]}
-        if isinstance(msg, Request):
-            prepared["id"] = msg.id
-        line = await async_dispatch_to_response(
+    async def request(self, method: str, params: Any) -> Any:
+        """Serve one request: its result, or `WireError` to answer with."""
+        return await self._dispatch(method, params, is_request=True)
+
+    async def notification(self, method: str, params: Any) -> None:
+        """Serve one notification; its errors are logged, never answered."""
+        try:
+            await self._dispatch(method, params, is_request=False)
+        except WireError as exc:
+            log.warning("notification %s failed: %s", method, exc.message)
+
+    async def _dispatch(self, method: str, params: Any, *, is_request: bool) -> Any:
+        prepared: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": [params]}
+        if is_request:
+            prepared["id"] = 0  # jsonrpcserver needs one; the endpoint answers the real id
+        response = await async_dispatch_to_response(
             "",
             self._methods,
             deserializer=lambda _unused: prepared,
             validator=lambda decoded: decoded,
-            post_process=lambda response: _finish(response, msg),
         )
-        # `_finish` made every response a line; a notification yields None.
-        return cast(bytes | None, line)
+        if response is None:
+            return None  # a notification: jsonrpcserver answers nothing, by the rule
+        return _finish(response, method)
 
 
-def _adapt(name: str, handler: Handler, gate: Gate) -> Callable[..., Any]:
-    async def method(raw: msgspec.Raw | None) -> Any:
+def _adapt(name: str, handler: Handler) -> Callable[..., Any]:
+    async def method(params: Any) -> Any:
         try:
-            gate(name)
-            params = decode_params(name, raw)
             result = await handler(params)
-            # Encode here, inside the handler's error mapping: a result that cannot be encoded
-            # is answered as an internal error to the right id.
-            encoded = msgspec.Raw(_json.encode(result))
         except Exception as exc:
             err = to_wire_error(exc, name)
             raise JsonRpcError(int(err.code), err.message, _Ours(err.data)) from None
-        return Success(_Ours(encoded))
+        return Success(_Ours(result))
 
     return method
 
 
-def _finish(response: Any, msg: Request | Notification) -> bytes:
-    """post_process: turn jsonrpcserver's response into our own encoded line.
-
-    The id comes from the message we dispatched, not from the library's response: its own
-    failure path answers with a null id, which would leave the parent's request hanging.
-    """
-    rid = msg.id if isinstance(msg, Request) else None
+def _finish(response: Any, method: str) -> Any:
+    """post_process, in effect: our handler's result, or the `WireError` it meant to send."""
     if isinstance(response, Left):
         err = response._error
         if isinstance(err.data, _Ours):
-            return encode_error(rid, err.code, err.message, err.data.value)
+            raise WireError(err.code, err.message, err.data.value)
         if err.code == ErrorCode.METHOD_NOT_FOUND:
-            return encode_error(rid, ErrorCode.METHOD_NOT_FOUND, f"Method not found: {msg.method}")
-        log.error("dispatch of %s failed inside jsonrpcserver: %r", msg.method, err)
-        return encode_error(rid, ErrorCode.INTERNAL_ERROR, INTERNAL_MESSAGE)
+            raise WireError(ErrorCode.METHOD_NOT_FOUND, f"Method not found: {method}")
+        log.error("dispatch of %s failed inside jsonrpcserver: %r", method, err)
+        raise WireError(ErrorCode.INTERNAL_ERROR, INTERNAL_MESSAGE)
     ok = response._value
     if isinstance(ok.result, _Ours):
-        return encode_response(ok.id, ok.result.value)
-    log.error("dispatch of %s returned a result not made by a handler", msg.method)
-    return encode_error(rid, ErrorCode.INTERNAL_ERROR, INTERNAL_MESSAGE)
+        return ok.result.value
+    log.error("dispatch of %s returned a result not made by a handler", method)
+    raise WireError(ErrorCode.INTERNAL_ERROR, INTERNAL_MESSAGE)

@@ -27,9 +27,8 @@ import logging
 import msgspec
 
 from tether.child.agent import AgentContext, AgentOutcome, Failed, Finished
-from tether.child.peer import ConnectionClosed
 from tether.child.tools import Completion, ToolOutcome
-from tether.protocol import ProtocolError, RemoteError
+from tether.protocol import ConnectionClosed, ProtocolError, RemoteError
 from tether.protocol.messages import ChatMessage, ToolCall
 
 log = logging.getLogger("tether.child")

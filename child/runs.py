@@ -15,13 +15,12 @@ import anyio
 import msgspec
 
 from tether.child.agent import Agent, AgentContext, AgentOutcome, Failed, Finished, RunProgress
-from tether.child.errors import WireError
 from tether.child.loop import AgentLoop
-from tether.child.peer import Peer
 from tether.child.tools import ToolRegistry
 from tether.child.workspace import Workspace
-from tether.protocol import ErrorCode
+from tether.protocol import ErrorCode, WireError
 from tether.protocol.messages import AgentRunParams, ClientCapabilities, Failure, RunResult
+from tether.wire import Endpoint
 
 log = logging.getLogger("tether.child")
 
@@ -44,7 +43,7 @@ class _Live:
 class RunTable:
     def __init__(
         self,
-        peer: Peer,
+        peer: Endpoint,
         tools: ToolRegistry,
         *,
         agent_factory: AgentFactory = default_agent,

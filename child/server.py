@@ -1,4 +1,5 @@
-"""The stdio server: read the wire, route each message, write the answers, stop cleanly.
+"""The stdio server: the wire endpoint, the session's handlers behind jsonrpcserver, and a clean
+stop.
 
 See the theory of operation in `session.py`.
 """
@@ -12,27 +13,16 @@ import threading
 from typing import TYPE_CHECKING
 
 import anyio
-from anyio.abc import TaskGroup
+from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from tether.child.dispatch import Dispatcher
+from tether.child.errors import INTERNAL_MESSAGE
 from tether.child.fdguard import WireFds
-from tether.child.peer import Peer
 from tether.child.session import EXIT_OK, EXIT_PROTOCOL, LONG_RUNNING, Session
-from tether.child.transport import LineWriter, PeerGone, read_chunks, restore_blocking
-from tether.protocol import (
-    Decoder,
-    ErrorCode,
-    ErrorResponse,
-    Incoming,
-    Invalid,
-    LocalProtocolError,
-    Notification,
-    Request,
-    RequestId,
-    Response,
-    StreamFault,
-    encode_error,
-)
+from tether.protocol.connection import Connection
+from tether.protocol.methods import METHODS
+from tether.wire import Endpoint, FdReceiveStream, FdSendStream
+from tether.wire.streams import restore_blocking
 
 if TYPE_CHECKING:
     from tether.child.runs import AgentFactory
@@ -42,6 +32,17 @@ log = logging.getLogger("tether.child")
 
 BACKSTOP_SECONDS = 0.5
 """Once the child decides to stop, the process ends within this long, whatever still runs."""
+INLINE = frozenset(
+    name
+    for name, spec in METHODS.items()
+    if spec.direction == "parent_to_child" and name not in LONG_RUNNING
+)
+"""Requests the reader serves itself, in order (`exit` after `shutdown` sees the shutdown)."""
+
+
+def _internal(method: str, exc: BaseException) -> str:
+    log.error("unexpected error while serving %s", method, exc_info=exc)
+    return INTERNAL_MESSAGE
 
 
 async def serve(
@@ -50,19 +51,65 @@ async def serve(
     tools: ToolRegistry | None = None,
     agent_factory: AgentFactory | None = None,
 ) -> int:
-    """Speak the protocol on `wire` until exit, EOF or a fatal fault; return the exit status.
-    `agent_factory` replaces the built-in agent loop (see `agent.py`)."""
-    writer = LineWriter(wire.write_fd)
-    peer = Peer(writer)
-    session = Session(writer, peer, tools, agent_factory=agent_factory)
-    server = _Server(session, writer, peer, Dispatcher(session.handlers(), session.gate))
+    """Speak the protocol on the wire fds until exit, EOF or a fatal fault; return the exit
+    status. `agent_factory` replaces the built-in agent loop (see `agent.py`)."""
+    try:
+        return await serve_streams(
+            FdReceiveStream(wire.read_fd),
+            # No finish bound: a parent that stops reading cannot hold the child, the backstop
+            # ends the process once it decides to stop.
+            FdSendStream(wire.write_fd, finish_seconds=None),
+            tools=tools,
+            agent_factory=agent_factory,
+            arm_backstop=True,
+        )
+    finally:
+        restore_blocking(wire.read_fd, wire.write_fd)
+
+
+async def serve_streams(
+    receive: ByteReceiveStream,
+    send: ByteSendStream,
+    *,
+    tools: ToolRegistry | None = None,
+    agent_factory: AgentFactory | None = None,
+    arm_backstop: bool = False,
+) -> int:
+    """Serve the protocol over any byte stream pair (a pipe pair, or memory streams when the
+    runtime is hosted in-process); return the exit status."""
+    session = Session(tools, agent_factory=agent_factory)
+    dispatcher = Dispatcher(session.handlers())
+    endpoint = Endpoint(
+        Connection("child"),
+        receive,
+        send,
+        on_request=dispatcher.request,
+        on_notification=dispatcher.notification,
+        strict=False,
+        gate=session.gate,
+        inline=INLINE,
+        internal_error=_internal,
+        close_on_send_failure=True,
+        answered=session.answered,
+    )
+    session.attach(endpoint)
+
+    async def read() -> None:
+        end = await endpoint.run()
+        if end.reason == "wrong framing":
+            session.stop(EXIT_PROTOCOL)  # such a peer will never send a line we can read
+        else:
+            if end.truncated:
+                log.warning("the wire ended in the middle of a message")
+            session.stop(EXIT_OK)
+
     async with anyio.create_task_group() as tg:
-        tg.start_soon(server.read_loop, wire.read_fd, tg)
+        tg.start_soon(read)
         await session.stopped.wait()
-        _arm_backstop(session.exit_code or 0)
-        peer.close()
+        if arm_backstop:
+            _arm_backstop(session.exit_code or 0)
+        endpoint.close("the child is stopping")
         tg.cancel_scope.cancel()
-    restore_blocking(wire.read_fd, wire.write_fd)
     return session.exit_code or 0
 
 
@@ -76,61 +123,3 @@ def _arm_backstop(code: int) -> None:
     timer = threading.Timer(BACKSTOP_SECONDS, fire)
     timer.daemon = True
     timer.start()
-
-
-class _Server:
-    def __init__(
-        self, session: Session, writer: LineWriter, peer: Peer, dispatcher: Dispatcher
-    ) -> None:
-        self._session = session
-        self._writer = writer
-        self._peer = peer
-        self._dispatcher = dispatcher
-
-    async def read_loop(self, fd: int, tg: TaskGroup) -> None:
-        decoder = Decoder()
-        async for chunk in read_chunks(fd):
-            for msg in decoder.feed(chunk):
-                await self._route(msg, tg)
-                if self._session.exit_code is not None:
-                    return
-        if decoder.eof():
-            log.warning("the wire ended in the middle of a message")
-        self._session.stop(EXIT_OK)
-
-    async def _route(self, msg: Incoming, tg: TaskGroup) -> None:
-        if isinstance(msg, Response | ErrorResponse):
-            self._peer.deliver(msg)
-        elif isinstance(msg, Request) and msg.method in LONG_RUNNING:
-            tg.start_soon(self._answer, msg)
-        elif isinstance(msg, Request | Notification):
-            await self._answer(msg)
-        elif isinstance(msg, Invalid):
-            await self._send(encode_error(msg.id, msg.code, msg.message), msg.id)
-        elif isinstance(msg, StreamFault):
-            await self._send(encode_error(None, msg.code, msg.message), None)
-            if msg.code == ErrorCode.WRONG_FRAMING:
-                # A peer speaking LSP-style framing will never send a line we can read.
-                self._session.stop(EXIT_PROTOCOL)
-
-    async def _answer(self, msg: Request | Notification) -> None:
-        line = await self._dispatcher.handle(msg)
-        if line is not None and isinstance(msg, Request):
-            await self._send(line, msg.id)
-            if msg.method == "initialize" and self._session.initialized:
-                self._session.warm_up()
-
-    async def _send(self, line: bytes, rid: RequestId | None) -> None:
-        try:
-            if not self._writer.fits(line):
-                line = encode_error(
-                    rid,
-                    ErrorCode.MESSAGE_TOO_LARGE,
-                    f"the response ({len(line) - 1} bytes) passes the parent's "
-                    f"{self._writer.max_message_bytes}-byte cap",
-                )
-            await self._writer.send(line)
-        except PeerGone:
-            self._session.stop(EXIT_OK)
-        except LocalProtocolError as exc:  # even the short error does not fit: a tiny cap
-            log.error("cannot answer request %r: %s", rid, exc.message)

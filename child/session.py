@@ -5,10 +5,12 @@ Theory of operation
 `python -I -m tether.child` first moves the wire to private fds (`fdguard`), then `server.serve`
 runs one event loop with three kinds of work:
 
-* the reader: bytes from the parent go through `tether.protocol.Decoder` (framing, byte cap,
-  envelope decoding). Replies to the child's own requests go to `Peer` by id; malformed lines
-  and stream faults are answered by the server itself; requests and notifications go to
-  `dispatch.Dispatcher`, which calls the handlers below through jsonrpcserver.
+* the reader: the wire's `Endpoint` pumps bytes from the parent through the sans-I/O
+  `Connection` (framing, byte cap, envelope and typed params). Replies to the child's own
+  requests (`model/complete`, `tool/approve`) go back to the run that waits for them; malformed
+  lines and stream faults are answered by the endpoint itself, which serves on; requests and
+  notifications go to `dispatch.Dispatcher`, which calls the handlers below through
+  jsonrpcserver.
 * short requests (initialize, ping, shutdown, anything unknown) and every notification are
   handled inline by the reader, one after another, so they take effect in the order sent:
   `exit` after `shutdown` sees the shutdown, a request right after `initialize` sees it done.
@@ -43,10 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from tether.child.errors import WireError, not_initialized
-from tether.child.peer import Peer
-from tether.child.transport import LineWriter
-from tether.protocol import PROTOCOL_VERSION, SUPPORTED_VERSIONS, ErrorCode
+from tether.child.errors import not_initialized
+from tether.protocol import PROTOCOL_VERSION, SUPPORTED_VERSIONS, ErrorCode, WireError
 from tether.protocol.messages import (
     AgentCancelParams,
     AgentMessageParams,
@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     # `initialize`: it loads in the background once that answer is out, or at the first run.
     from tether.child.runs import AgentFactory, RunTable
     from tether.child.tools import ToolRegistry
+    from tether.wire import Endpoint
 
 log = logging.getLogger("tether.child")
 
@@ -105,15 +106,12 @@ def _version() -> str:
 class Session:
     def __init__(
         self,
-        writer: LineWriter,
-        peer: Peer,
         tools: ToolRegistry | None = None,
         *,
         agent_factory: AgentFactory | None = None,
     ) -> None:
         """`tools`: `None` for the default set, built (with the run table) at the first run."""
-        self._writer = writer
-        self._peer = peer
+        self._endpoint: Endpoint | None = None
         self._tools = tools
         self._agent_factory = agent_factory
         self._runs: RunTable | None = None
@@ -124,6 +122,15 @@ class Session:
         """Set once the child must stop; `stopped` fires at the same moment."""
         self.stopped = anyio.Event()
 
+    def attach(self, endpoint: Endpoint) -> None:
+        """The wire this session answers on, and asks the parent through."""
+        self._endpoint = endpoint
+
+    def answered(self, method: str) -> None:
+        """Called once the answer to `method` is on the wire."""
+        if method == "initialize" and self.initialized:
+            self.warm_up()
+
     @property
     def runs(self) -> RunTable:
         """The run table, created (and the agent machinery imported) on first use."""
@@ -133,8 +140,9 @@ class Session:
 
             tools = self._tools if self._tools is not None else default_tools()
             self._tools = tools
+            assert self._endpoint is not None
             self._runs = RunTable(
-                self._peer, tools, agent_factory=self._agent_factory or default_agent
+                self._endpoint, tools, agent_factory=self._agent_factory or default_agent
             )
             if self._parent_capabilities is not None:
                 self._runs.parent_capabilities = self._parent_capabilities
@@ -186,7 +194,8 @@ class Session:
             )
         if params.max_message_bytes < 1:
             raise WireError(ErrorCode.INVALID_PARAMS, "maxMessageBytes must be positive")
-        self._writer.max_message_bytes = params.max_message_bytes
+        assert self._endpoint is not None
+        self._endpoint.connection.peer_max_message_bytes = params.max_message_bytes
         self._parent_capabilities = params.capabilities
         if self._runs is not None:
             self._runs.parent_capabilities = params.capabilities

@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass, field
 
-from tether.parent.limits import parse_duration
+from tether.parent.limits import Limits
 from tether.protocol.messages import Failure, FailureKind, Rung
 
 _CRASH_SIGNALS = {
@@ -56,8 +56,8 @@ class Observed:
     """Forks the child's cgroup refused at its process limit."""
     cpu_seconds: float = 0.0
     """CPU time the child itself used (user + system, from its rusage when reaped)."""
-    limits: dict[str, str] = field(default_factory=dict)
-    """The limits in force, by name (`memory`, `cpu`, `processes`, `file_size`), as shown."""
+    limits: Limits = field(default_factory=Limits)
+    """The limits the child ran under."""
     lost: str | None = None
     """Why the child's exit status is unknown, when something outside it took it down (the
     zygote that forked it died)."""
@@ -73,18 +73,13 @@ def signal_name(sig: int) -> str:
 def _used_up_cpu(o: Observed) -> bool:
     """Whether a SIGKILL is RLIMIT_CPU's hard limit: only if the child did use that much CPU.
     Anyone else's SIGKILL (an operator, the kernel's OOM killer) is not a CPU limit."""
-    shown = o.limits.get("cpu")
-    if shown is None:
-        return False
-    try:
-        seconds = parse_duration(shown, "cpu")
-    except ValueError:
-        return False
+    seconds = o.limits.cpu_seconds
     return seconds is not None and o.cpu_seconds >= seconds
 
 
 def classify(o: Observed) -> tuple[FailureKind, str] | None:
     """The failure kind and its message, or `None` when nothing went wrong."""
+    shown = o.limits.shown()
     if o.spawn_error is not None:
         return "spawn_failed", o.spawn_error
     if o.cancelled:
@@ -93,29 +88,29 @@ def classify(o: Observed) -> tuple[FailureKind, str] | None:
         return "killed", o.lost
     # Without a memory cgroup the limit is RLIMIT_DATA: a Python child's allocation fails and
     # it dies of MemoryError rather than being killed.
-    rlimit_oom = "memory" in o.limits and not o.answered and "MemoryError" in o.stderr_tail
+    rlimit_oom = "memory" in shown and not o.answered and "MemoryError" in o.stderr_tail
     if o.oom_kills > 0 or rlimit_oom:
-        return "oom", f"the child ran out of memory (limit {o.limits.get('memory', '?')})"
+        return "oom", f"the child ran out of memory (limit {shown.get('memory', '?')})"
     if o.signal == signal.SIGXCPU or (
         o.signal == signal.SIGKILL and o.rung not in ("sigterm", "sigkill") and _used_up_cpu(o)
     ):
-        return "cpu_limit", f"the child used up its CPU time (limit {o.limits.get('cpu', '?')})"
+        return "cpu_limit", f"the child used up its CPU time (limit {shown.get('cpu', '?')})"
     # Shells report a child's death by signal as 128 + its number; Python ignores SIGXFSZ and
     # fails with EFBIG ("File too large") instead.
     efbig = (
-        "file_size" in o.limits
+        "file_size" in shown
         and not o.answered
         and ("File too large" in o.stderr_tail or o.exit_code == 128 + signal.SIGXFSZ)
     )
     if o.signal == signal.SIGXFSZ or efbig:
         return "fsize_limit", (
-            f"the child wrote past its file size limit ({o.limits.get('file_size', '?')})"
+            f"the child wrote past its file size limit ({shown.get('file_size', '?')})"
         )
     # Without a pids cgroup the limit is RLIMIT_NPROC: fork fails with EAGAIN.
-    eagain = "processes" in o.limits and "Resource temporarily unavailable" in o.stderr_tail
+    eagain = "processes" in shown and "Resource temporarily unavailable" in o.stderr_tail
     if (o.pids_max_hits > 0 or eagain) and not o.answered:
         return "tasks_limit", (
-            f"the child hit its process limit ({o.limits.get('processes', '?')}) and failed"
+            f"the child hit its process limit ({shown.get('processes', '?')}) and failed"
         )
     if o.oversize is not None:
         return "oversize", o.oversize
@@ -163,8 +158,9 @@ def failure_of(o: Observed) -> Failure | None:
         "fsize_limit": "file_size",
         "tasks_limit": "processes",
     }
-    if kind in by_kind and by_kind[kind] in o.limits:
-        limit = f"{by_kind[kind]}={o.limits[by_kind[kind]]}"
+    shown = o.limits.shown()
+    if kind in by_kind and by_kind[kind] in shown:
+        limit = f"{by_kind[kind]}={shown[by_kind[kind]]}"
     elif kind == "timeout" and o.deadline is not None:
         limit = f"wall={o.deadline:g}s"
     elif kind == "unresponsive" and o.idle is not None:

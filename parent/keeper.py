@@ -30,14 +30,9 @@ from pathlib import Path
 
 import anyio
 
-from tether.parent.env import TREE_ENV
+from tether.parent.tree import TREE_ENV, marker_prefix
 
 KEEPER = Path(__file__).with_name("_keeper.py")
-
-
-def marker_prefix() -> str:
-    """The prefix of every tree marker this process mints (see `child.new_tree_marker`)."""
-    return f"{os.getpid()}-"
 
 
 class Keeper:

@@ -97,6 +97,10 @@ class Limits:
     def memory_bytes(self) -> int | None:
         return self.memory  # type: ignore[return-value]
 
+    @property
+    def cpu_seconds(self) -> float | None:
+        return self.cpu  # type: ignore[return-value]
+
     def shown(self) -> dict[str, str]:
         """The limits in force, as a person would write them, for failure reports."""
         out: dict[str, str] = {}

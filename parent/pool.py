@@ -10,15 +10,17 @@ when it was started.
 
 Every slot of the pool is a loop in the supervisor's task group: start one child, wait until
 it leaves the idle set (a run took it, it died while idle, or it never became ready), start the
-next. Each child lives in a task of its own that runs its reader, stderr drain and exit watch,
-the handshake, and at the end the dispose ladder, shielded, like every other child. Slots that
-keep failing (a child that dies on start) back off instead of spinning.
+next. Each child lives in a task of its own that holds the child's context (its reader, stderr
+drain and exit watch, and on leaving, the dispose ladder, shielded, like every other child) and
+does the handshake. Slots that keep failing (a child that dies on start) back off instead of
+spinning.
 
 `acquire()` is synchronous and never waits for a child: it hands out a ready child whose
 settings match the run's (the key) and whose environment, built again now, is the one it was
 started with, and only if the child is still alive with its wire open; otherwise the run spawns
-cold. A child that was handed out is never handed out again: the run disposes it when it ends
-and `release()`s it, and its slot has already started a replacement in the background.
+cold. A child that was handed out is never handed out again: the run drives it and `finish()`es
+it, its task's context disposes of it, and its slot has already started a replacement in the
+background.
 
 Closing the pool (the supervisor does it when it closes, after every run is done) stops the
 slots and disposes every idle child through the same ladder; the supervisor's task group waits
@@ -28,20 +30,16 @@ for all of it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
-from tether.parent.child import LiveChild
-from tether.parent.endpoint import NotificationHandler, RequestHandler
-from tether.parent.limits import DisposePolicy
 from tether.parent.process import SpawnError
-from tether.protocol import ErrorCode, RemoteError
+from tether.parent.supervised import SupervisedChild
 
-Open = Callable[[RequestHandler, NotificationHandler], LiveChild]
-"""Spawn one child with these handlers (raises `SpawnError`)."""
-Handshake = Callable[[LiveChild], Awaitable[bool]]
+Open = Callable[[], SupervisedChild]
+"""Spawn one child (raises `SpawnError`)."""
+Handshake = Callable[[SupervisedChild], Awaitable[bool]]
 """Send `initialize`; whether the child is ready for a run."""
 
 BACKOFF_FIRST = 0.05
@@ -49,39 +47,27 @@ BACKOFF_MAX = 5.0
 
 
 class Pooled:
-    """One ready child handed to one run. The run binds its handlers, drives the child,
-    disposes it, then calls `release()`."""
+    """One ready child handed to one run. The run binds its handlers, drives the child, and
+    calls `finish()`, which returns once the pool's task has disposed of it."""
 
     def __init__(
-        self, child: LiveChild, key: Hashable, env: dict[str, str], left_idle: anyio.Event
+        self, child: SupervisedChild, key: Hashable, env: dict[str, str], left_idle: anyio.Event
     ) -> None:
         self.child = child
         self.key = key
         self.env = env
         self.taken = False
-        self.released = anyio.Event()
         self.left_idle = left_idle
         """Set once the child is no longer idle in the pool (taken, dead, or closing)."""
         self.idle_scope = anyio.CancelScope()
-        self._on_request: RequestHandler | None = None
-        self._on_notification: NotificationHandler | None = None
+        self.finished = anyio.Event()
+        self.disposed = anyio.Event()
 
-    def bind(self, on_request: RequestHandler, on_notification: NotificationHandler) -> None:
-        self._on_request = on_request
-        self._on_notification = on_notification
-
-    def release(self) -> None:
-        """The run is done with the child (it has been disposed)."""
-        self.released.set()
-
-    async def route_request(self, method: str, params: Any) -> Any:
-        if self._on_request is None:
-            raise RemoteError(ErrorCode.NOT_INITIALIZED, "no run has started in this child yet")
-        return await self._on_request(method, params)
-
-    def route_notification(self, method: str, params: Any) -> None:
-        if self._on_notification is not None:
-            self._on_notification(method, params)
+    async def finish(self) -> None:
+        """The run is done with the child: let its context end (which disposes it) and wait
+        until it has."""
+        self.finished.set()
+        await self.disposed.wait()
 
 
 class WarmPool:
@@ -93,9 +79,8 @@ class WarmPool:
         env: Callable[[], dict[str, str]],
         open: Open,
         handshake: Handshake,
-        register: Callable[[LiveChild], None],
-        unregister: Callable[[LiveChild], None],
-        dispose: DisposePolicy,
+        register: Callable[[SupervisedChild], None],
+        unregister: Callable[[SupervisedChild], None],
         prepare: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         if size < 1:
@@ -108,7 +93,6 @@ class WarmPool:
         self._handshake = handshake
         self._register = register
         self._unregister = unregister
-        self._dispose = dispose
         self._ready: list[Pooled] = []
         self._closing = False
         self._slots: set[anyio.CancelScope] = set()
@@ -192,67 +176,51 @@ class WarmPool:
         self._slots.discard(scope)
 
     async def _life(self, box: list[Pooled], gone: anyio.Event) -> None:
-        """One pooled child, from spawn to the end of its dispose."""
+        """One pooled child, from spawn to the end of its dispose (its context's exit)."""
         try:
             env = self._env()
-            holder: list[Pooled] = []
-
-            async def on_request(method: str, params: Any) -> Any:
-                return await holder[0].route_request(method, params)
-
-            def on_notification(method: str, params: Any) -> None:
-                holder[0].route_notification(method, params)
-
             try:
                 if self._prepare is not None:
                     await self._prepare()  # what `open` needs first (the zygote, started)
-                child = self._open(on_request, on_notification)
+                child = self._open()
             except SpawnError as exc:
                 self.last_error = str(exc)
                 return
             entry = Pooled(child, self.key, env, gone)
-            holder.append(entry)
             box.append(entry)
             self._register(child)
             try:
-                await self._serve(entry)
+                async with child:
+                    await self._serve(entry)
             finally:
                 self._drop(entry)
-                with anyio.CancelScope(shield=True):
-                    await child.dispose(self._dispose, polite=False)
                 self._unregister(child)
+                entry.disposed.set()
         finally:
             gone.set()
 
     async def _serve(self, entry: Pooled) -> None:
         child = entry.child
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(child.read_stdout, tg)
-            tg.start_soon(child.drain_stderr)
-            tg.start_soon(child.watch_exit)
-            ready = False
-            self._idle.add(entry)
-            try:
-                with entry.idle_scope:
-                    if self._closing:
-                        entry.idle_scope.cancel()
-                    ready = await self._handshake(child)
-                    if ready:
-                        self._ready.append(entry)
-                        self._signal()
-                        await child.proc.wait()
-                        self.last_error = "a pooled child exited while idle"
-            finally:
-                self._idle.discard(entry)
-                self._drop(entry)
-            if entry.taken:
-                # The run drives, disposes and releases it; until then its jobs keep running.
-                await entry.released.wait()
-            else:
-                if not ready and child.stderr.tail():
-                    self.last_error = child.stderr.tail(500)
-                await child.dispose(self._dispose, polite=ready and child.endpoint.end is None)
-            tg.cancel_scope.cancel()
+        ready = False
+        self._idle.add(entry)
+        try:
+            with entry.idle_scope:
+                if self._closing:
+                    entry.idle_scope.cancel()
+                ready = await self._handshake(child)
+                if ready:
+                    self._ready.append(entry)
+                    self._signal()
+                    await child.proc.wait()
+                    self.last_error = "a pooled child exited while idle"
+        finally:
+            self._idle.discard(entry)
+            self._drop(entry)
+        if entry.taken:
+            # The run drives it and says when it is done; then the context disposes of it.
+            await entry.finished.wait()
+        elif not ready and child.stderr.tail():
+            self.last_error = child.stderr.tail(500)
 
     def _drop(self, entry: Pooled) -> None:
         if entry in self._ready:

@@ -164,9 +164,10 @@ class SupervisedChild:
         try:
             await self.dispose()
         finally:
+            # The jobs end with the child (or are cut here); the group's own scope is the
+            # current one again, so it is exited in order.
             tg.cancel_scope.cancel()
-            with anyio.CancelScope(shield=True):
-                await tg.__aexit__(None, None, None)
+            await tg.__aexit__(None, None, None)
         return None
 
     async def _read(self) -> None:

@@ -39,10 +39,9 @@ from typing import Any
 
 import anyio
 
-from tether.parent.child import new_tree_marker
-from tether.parent.env import TREE_ENV
 from tether.parent.pipes import stdio_pipes
 from tether.parent.process import ChildProcess, ExitStatus, SpawnError, SpawnSpec
+from tether.parent.tree import TREE_ENV, new_tree_marker
 
 ZYGOTE_MODULE = "tether.child.zygote"
 PAD_ENV = "TETHER_ZYGOTE_ENV_AREA"
@@ -146,7 +145,7 @@ class Zygote:
 
     def _last_words(self) -> str:
         try:
-            words = os.read(self.proc.stderr._fd, 4096).decode(errors="replace").strip()
+            words = os.read(self.proc.stderr.fd, 4096).decode(errors="replace").strip()
         except OSError:
             return ""
         return f": {words.splitlines()[-1][:300]}" if words else ""
@@ -245,7 +244,10 @@ class ZygoteProcess(ChildProcess):
             return True
         if self.pidfd is None:
             return True  # the pid was gone before we could watch it
-        return bool(select.select([self.pidfd], [], [], 0)[0])
+        # poll, not select: a pidfd may be numbered past select()'s 1024 limit.
+        poller = select.poll()
+        poller.register(self.pidfd, select.POLLIN)
+        return bool(poller.poll(0))
 
     def reap(self) -> ExitStatus | None:
         if self.status is not None:

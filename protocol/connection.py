@@ -199,8 +199,12 @@ class Connection:
         *,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         peer_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        typed_results: bool = True,
     ) -> None:
+        """`typed_results=False` leaves every result `msgspec.Raw` for the caller to judge (a
+        test kit that checks the exact bytes a peer answered)."""
         self.role: Role = role
+        self._typed_results = typed_results
         self._receives = _RECEIVES[role]
         self._decoder = Decoder(max_message_bytes)
         self.peer_max_message_bytes = peer_max_message_bytes
@@ -249,6 +253,11 @@ class Connection:
     def send_error(self, id: RequestId | None, code: int, message: str, data: Any = None) -> bytes:
         self._check_open()
         return self._fit(encode_error(id, code, message, data))
+
+    def track(self, id: RequestId, method: str) -> None:
+        """Expect a reply to a request sent by other means (raw bytes a test kit wrote), so its
+        reply is matched like any other. Use ids this side never allocates (strings)."""
+        self._pending[id] = method
 
     def abandon(self, id: RequestId) -> None:
         """The caller stopped waiting for request `id` (it was cancelled): a reply that still
@@ -331,7 +340,7 @@ class Connection:
         assert rid is not None
         if isinstance(msg, ErrorResponse):
             return ErrorReceived(rid, method, msg.error)
-        if method not in METHODS:
+        if method not in METHODS or not self._typed_results:
             return ResponseReceived(rid, method, msg.result)
         try:
             return ResponseReceived(rid, method, decode_result(method, msg.result))

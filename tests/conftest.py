@@ -48,8 +48,7 @@ def read_line() -> Callable[[subprocess.Popen[bytes], float], bytes]:
 
 
 def _tier_params() -> list[object]:
-    from tether.parent.host import TIERS
-    from tether.parent.host import host
+    from tether.parent.host import TIERS, host
 
     params: list[object] = []
     for tier in TIERS:

@@ -17,6 +17,8 @@ requests (`purpose: "compaction"`) are answered with a fixed summary and do not 
 from __future__ import annotations
 
 import itertools
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,9 @@ from tether.protocol.messages import (
     ToolCall,
     Usage,
 )
+
+MAX_SCRIPT_BYTES = 16 * 1024 * 1024
+"""The largest model script read."""
 
 
 class ScriptedCall(msgspec.Struct, frozen=True, rename="camel"):
@@ -61,11 +66,31 @@ class ScriptedModel:
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedModel:
+        """Read a script: a regular file of at most `MAX_SCRIPT_BYTES`, never a FIFO or a
+        device (opened without blocking, checked before any read). Blocking file I/O: callers
+        on an event loop run it in a worker thread."""
         p = Path(path)
         try:
-            data = p.read_bytes()
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             raise ValueError(f"cannot read model script {str(p)!r}: {exc.strerror}") from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"model script {str(p)!r} is not a regular file")
+            if st.st_size > MAX_SCRIPT_BYTES:
+                raise ValueError(
+                    f"model script {str(p)!r} is {st.st_size} bytes; the limit is "
+                    f"{MAX_SCRIPT_BYTES}"
+                )
+            with os.fdopen(os.dup(fd), "rb") as f:
+                data = f.read(MAX_SCRIPT_BYTES + 1)
+        except OSError as exc:
+            raise ValueError(f"cannot read model script {str(p)!r}: {exc.strerror}") from exc
+        finally:
+            os.close(fd)
+        if len(data) > MAX_SCRIPT_BYTES:
+            raise ValueError(f"model script {str(p)!r} passed {MAX_SCRIPT_BYTES} bytes")
         return cls.from_json(data, name=f"scripted:{p}")
 
     @classmethod

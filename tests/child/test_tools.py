@@ -10,8 +10,8 @@ import psutil
 import pytest
 from tool_harness import TOOLS, call
 
-from tether.child.tool_bash import MAX_OUTPUT_BYTES
-from tether.child.tool_grep import MAX_MATCHES
+from tether.child.tools.bash import MAX_OUTPUT_BYTES
+from tether.child.tools.grep import MAX_MATCHES
 
 pytestmark = pytest.mark.anyio
 

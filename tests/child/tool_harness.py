@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tether.child.toolkit import ToolOutcome
 from tether.child.tools import default_tools
+from tether.child.tools.base import ToolOutcome
 from tether.child.workspace import Workspace
 from tether.protocol.messages import ToolApproveResult
 

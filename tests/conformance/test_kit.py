@@ -55,7 +55,7 @@ async def test_a_child_that_breaks_one_rule_fails_exactly_the_check_about_it(
 async def test_a_silent_child_fails_at_the_deadlines_and_is_killed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(conformance, "REPLY_TIMEOUT", 0.3)
+    monkeypatch.setattr(conformance.wire, "REPLY_TIMEOUT", 0.3)
     silent = [sys.executable, "-I", "-c", "import time; time.sleep(60)"]
     report = await run_suite(silent, only=["handshake", "eof-exit"])
     assert report.failures() == {
@@ -70,7 +70,7 @@ async def test_a_command_that_cannot_start_fails_every_check_with_the_reason() -
     report = await run_suite(["/nonexistent/tether-child"])
     assert report.passed == 0
     assert set(report.failures().values()) == {
-        "cannot start '/nonexistent/tether-child': No such file or directory"
+        "cannot start '/nonexistent/tether-child': no such file"
     }
 
 

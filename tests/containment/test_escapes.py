@@ -22,8 +22,9 @@ import psutil
 import pytest
 
 from tether.parent.cgroups import ChildCgroup, sweep_stale
+from tether.parent.host import host
 from tether.parent.limits import DisposePolicy, Limits
-from tether.parent.supervisor import ChildConfig, Supervisor, host
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 

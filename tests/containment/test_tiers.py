@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.parent.host import TIERS, available, probe
-from tether.parent.supervisor import ChildConfig, Supervisor, host
+from tether.parent.host import TIERS, available, host, probe
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 

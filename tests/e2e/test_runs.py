@@ -185,18 +185,3 @@ async def test_compaction_goes_to_the_definitions_compaction_model(workspace: Pa
         )
     assert result.iteration_count == 3
     assert seen and all(model == f"scripted:{summaries}" for model in seen)
-
-
-async def test_a_model_string_named_by_the_child_gets_its_own_provider(workspace: Path) -> None:
-    script = workspace / "other.json"
-    script.write_text('[{"text": "hi"}]')
-    own = ScriptedModel.from_json('[{"text": "mine"}]')
-    async with Supervisor() as sup:
-        handle = await sup.start("go", workspace=workspace, model=own)
-        other = handle._provider_for(f"scripted:{script}")
-        assert isinstance(other, ScriptedModel) and other.name == f"scripted:{script}"
-        assert handle._provider_for(None) is own
-        assert handle._provider_for("gpt-4o") is own  # a bare name means the run's provider
-        assert handle._provider_for("mystery:thing") is own
-        handle.abort()
-        await handle.result()

@@ -16,9 +16,9 @@ AGENT_MACHINERY = (
     "tether.child.agent_spec",
     "tether.child.loop",
     "tether.child.tools",
-    "tether.child.toolkit",
+    "tether.child.tools.base",
     "tether.child.workspace",
-    "tether.child.tool_bash",
+    "tether.child.tools.bash",
 )
 
 

@@ -1,4 +1,5 @@
-"""A child cannot make the parent start unbounded work: its requests are served a few at once."""
+"""A child cannot make the parent start unbounded work: its model requests are served a few at
+once."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tether.parent.endpoint import MAX_CONCURRENT_REQUESTS
+from tether.parent.broker import MAX_MODEL_CALLS
 from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import ChatMessage, ModelCompleteParams, ModelCompleteResult
 
@@ -42,4 +43,4 @@ async def test_a_flood_of_requests_is_answered_in_full_but_never_more_than_the_c
         )
     assert result.success, result
     assert result.summary == "200 answers"
-    assert 1 < model.peak <= MAX_CONCURRENT_REQUESTS
+    assert 1 < model.peak <= MAX_MODEL_CALLS

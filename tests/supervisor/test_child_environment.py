@@ -18,9 +18,9 @@ from typing import Any
 import anyio
 import pytest
 
-from tether.parent.keeper import marker_prefix
 from tether.parent.limits import DisposePolicy
 from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.tree import marker_prefix
 
 pytestmark = pytest.mark.anyio
 

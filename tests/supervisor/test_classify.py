@@ -8,6 +8,7 @@ import signal
 import pytest
 
 from tether.parent.classify import Observed, classify, failure_of, signal_name
+from tether.parent.limits import Limits
 
 SIGKILL = int(signal.SIGKILL)
 SIGTERM = int(signal.SIGTERM)
@@ -95,11 +96,11 @@ def test_a_signal_from_outside_that_is_not_a_crash_is_killed() -> None:
 
 def test_a_sigkill_is_a_cpu_limit_only_when_the_child_used_up_its_cpu_time() -> None:
     # RLIMIT_CPU ends in SIGKILL at the hard limit; an operator's or the OOM killer's does not.
-    spent = Observed(signal=SIGKILL, rung="none", limits={"cpu": "2s"}, cpu_seconds=3.01)
-    fresh = Observed(signal=SIGKILL, rung="none", limits={"cpu": "2s"}, cpu_seconds=0.05)
+    spent = Observed(signal=SIGKILL, rung="none", limits=Limits(cpu="2s"), cpu_seconds=3.01)
+    fresh = Observed(signal=SIGKILL, rung="none", limits=Limits(cpu="2s"), cpu_seconds=0.05)
     assert kind(spent) == "cpu_limit"
     assert kind(fresh) == "killed"
-    assert kind(Observed(signal=int(signal.SIGXCPU), limits={"cpu": "2s"})) == "cpu_limit"
+    assert kind(Observed(signal=int(signal.SIGXCPU), limits=Limits(cpu="2s"))) == "cpu_limit"
 
 
 def test_a_signal_the_ladder_sent_is_not_blamed_on_the_child() -> None:

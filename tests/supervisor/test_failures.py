@@ -122,8 +122,9 @@ async def test_a_child_that_exits_0_with_its_model_request_pending_is_a_protocol
     assert result.failure.signal is None
     assert "without answering" in result.message
     assert "asked for a model turn" in result.failure.stderr_tail
-    assert model.asked.is_set()
-    assert model.abandoned, "the model call for a dead child must be cancelled"
+    # The request and the end of the stream may be read together, and a dead child's request is
+    # then never served; if it was served, the call must not outlive the child.
+    assert model.abandoned or not model.asked.is_set(), "a model call outlived its child"
     assert elapsed < STARTUP + 1.0
 
 

@@ -11,11 +11,10 @@ import anyio
 import psutil
 import pytest
 
-from tether.parent.child import new_tree_marker
 from tether.parent.events import Event, RunStarted
-from tether.parent.keeper import marker_prefix
 from tether.parent.limits import DisposePolicy
 from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.tree import marker_prefix, new_tree_marker
 
 pytestmark = pytest.mark.anyio
 
@@ -82,8 +81,8 @@ def test_the_keeper_kills_a_registered_cgroups_members_that_nothing_else_links_t
     import time
 
     from tether.parent.cgroups import ChildCgroup
+    from tether.parent.host import host
     from tether.parent.keeper import KEEPER
-    from tether.parent.supervisor import host
 
     tier = host()
     if tier.tier == "process-group":

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.parent.child import LiveChild
+from tether.parent.supervised import SupervisedChild
 from tether.parent.supervisor import Supervisor
 
 
@@ -16,15 +16,15 @@ from tether.parent.supervisor import Supervisor
 async def test_processes_that_survive_the_sweep_are_named_in_the_result_and_logged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    real_sweep = LiveChild._sweep
+    real_sweep = SupervisedChild._sweep
 
-    async def sweep_that_fails(self: LiveChild, grace: float) -> list[int]:
+    async def sweep_that_fails(self: SupervisedChild, grace: float) -> list[int]:
         # The real sweep runs (nothing is left behind); then pretend two pids would not die,
         # as a process in uninterruptible sleep would not.
         await real_sweep(self, grace)
         return [4242, 4343]
 
-    monkeypatch.setattr(LiveChild, "_sweep", sweep_that_fails)
+    monkeypatch.setattr(SupervisedChild, "_sweep", sweep_that_fails)
     caplog.set_level(logging.WARNING, logger="tether.parent")
     async with Supervisor() as sup:
         result = await sup.run(

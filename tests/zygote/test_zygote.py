@@ -18,11 +18,12 @@ import anyio
 import psutil
 import pytest
 
-from tether.parent.env import TREE_ENV, build_child_env
+from tether.parent.env import build_child_env
 from tether.parent.events import ChildEvent, Event
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.supervisor import ChildConfig, PoolSpec, RunHandle, Supervisor
+from tether.parent.tree import TREE_ENV
 
 pytestmark = pytest.mark.anyio
 

@@ -13,8 +13,7 @@ from typing import Any
 
 from msgspec import Struct
 
-from tether.child.tool_write_file import write_all
-from tether.child.toolkit import (
+from tether.child.tools.base import (
     PATH_ERRORS,
     ToolContext,
     ToolOutcome,
@@ -22,6 +21,7 @@ from tether.child.toolkit import (
     refusal,
     schema_of,
 )
+from tether.child.tools.write_file import write_all
 
 MAX_EDIT_BYTES = 8 * 1024 * 1024
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from msgspec import Struct, field
 
-from tether.child.toolkit import (
+from tether.child.tools.base import (
     Completion,
     ToolContext,
     ToolOutcome,

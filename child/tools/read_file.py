@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from msgspec import Meta, Struct
 
-from tether.child.toolkit import (
+from tether.child.tools.base import (
     PATH_ERRORS,
     ToolContext,
     ToolOutcome,

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import anyio
 from msgspec import Meta, Struct
 
-from tether.child.toolkit import ToolContext, ToolOutcome, parse_arguments, schema_of
+from tether.child.tools.base import ToolContext, ToolOutcome, parse_arguments, schema_of
 
 DEFAULT_TIMEOUT = 120.0
 MAX_TIMEOUT = 600.0

@@ -13,7 +13,7 @@ from typing import Any
 from msgspec import Struct
 
 from tether.child.fswalk import check_pattern, glob_regex, walk
-from tether.child.toolkit import (
+from tether.child.tools.base import (
     PATH_ERRORS,
     ToolContext,
     ToolOutcome,

@@ -8,7 +8,7 @@ from typing import Any
 
 from msgspec import Struct
 
-from tether.child.toolkit import (
+from tether.child.tools.base import (
     PATH_ERRORS,
     ToolContext,
     ToolOutcome,

@@ -1,8 +1,7 @@
 """The tools a run may call, and the registry that picks a run's set.
 
-To add a tool: write a class satisfying `toolkit.Tool` in its own `tool_<name>.py` module
-(`tool_complete.py` is the smallest example; keep tools as flat modules of `tether.child`, since
-the packaging lists no subpackages), then add an instance in `default_tools()`. A definition's
+To add a tool: write a class satisfying `base.Tool` in a module of its own in this package
+(`complete.py` is the smallest example), then add an instance in `default_tools()`. A definition's
 `tools` list and its read-only flag narrow the set per run through `ToolRegistry.select`.
 """
 
@@ -10,15 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from tether.child.tool_bash import BashTool
-from tether.child.tool_complete import CompleteTool
-from tether.child.tool_edit_file import EditFileTool
-from tether.child.tool_glob import GlobTool
-from tether.child.tool_grep import GrepTool
-from tether.child.tool_list_dir import ListDirTool
-from tether.child.tool_read_file import ReadFileTool
-from tether.child.tool_write_file import WriteFileTool
-from tether.child.toolkit import (
+from tether.child.tools.base import (
     Completion,
     Tool,
     ToolContext,
@@ -27,6 +18,14 @@ from tether.child.toolkit import (
     parse_arguments,
     schema_of,
 )
+from tether.child.tools.bash import BashTool
+from tether.child.tools.complete import CompleteTool
+from tether.child.tools.edit_file import EditFileTool
+from tether.child.tools.glob import GlobTool
+from tether.child.tools.grep import GrepTool
+from tether.child.tools.list_dir import ListDirTool
+from tether.child.tools.read_file import ReadFileTool
+from tether.child.tools.write_file import WriteFileTool
 from tether.protocol.messages import ToolSpec
 
 COMPLETE = "complete"

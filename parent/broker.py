@@ -1,0 +1,213 @@
+"""What a child may ask of the parent during a run, answered with what the parent decided.
+
+Theory of operation
+-------------------
+Before a child is spawned, the parent resolves every model the run may use (`RunModels`): the
+run's model — the caller's `model=` wins over the definition's `model` — and the definition's
+`compactionModel`. A `model/complete` request then *selects* among those and nothing else
+(`RunModels.select`): no model string that arrives over the wire is ever resolved, opened or
+connected to, so a hostile child cannot point the parent's keys at a listener of its own, make
+the parent open a FIFO, or grow a cache of providers.
+
+One `Broker` serves one run's child: `model/complete` through the selected provider, at most
+`MAX_MODEL_CALLS` at once (more wait); `tool/approve` through the run's policy; `agent/event`
+notifications relayed as `ChildEvent`s (events for another run id are dropped). The broker
+counts what it brokered — model calls and the tokens each provider reported — so the result's
+usage is the parent's count, not the child's claim.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from tether.parent.events import ChildEvent
+from tether.parent.models import ModelProvider
+from tether.protocol import ErrorCode, RemoteError, WireError
+from tether.protocol.messages import (
+    AgentDefinition,
+    AgentEventParams,
+    ModelCompleteParams,
+    ModelCompleteResult,
+    ToolApproveParams,
+    ToolApproveResult,
+    Usage,
+)
+
+log = logging.getLogger("tether.parent")
+
+ApprovePolicy = Callable[[ToolApproveParams], Awaitable[ToolApproveResult] | ToolApproveResult]
+EventSink = Callable[[ChildEvent], None]
+
+MAX_MODEL_CALLS = 4
+"""`model/complete` requests of one child served at once; more wait their turn."""
+MAIN = "main"
+COMPACTION = "compaction"
+
+
+@dataclass(frozen=True)
+class RunModels:
+    """The providers one run may use, resolved by the parent before the spawn."""
+
+    main: ModelProvider | None = None
+    main_name: str | None = None
+    """The model string `main` was built from (`None` for a provider object)."""
+    compaction: ModelProvider | None = None
+    compaction_name: str | None = None
+    aliases: frozenset[str] = frozenset()
+    """More names that mean `main`: the definition's own model string when the caller's
+    `model=` overrode it (the child still names the one its definition carries)."""
+
+    def select(self, name: str | None, purpose: str) -> ModelProvider:
+        """The provider for one `model/complete`; raises `WireError` for a name the parent did
+        not configure for this run, or when no model is configured at all."""
+        if name in (None, "", MAIN) or name == self.main_name or name in self.aliases:
+            if purpose == COMPACTION and name in (None, "") and self.compaction is not None:
+                return self.compaction
+            return self._main()
+        if name == COMPACTION or (name is not None and name == self.compaction_name):
+            if self.compaction is not None:
+                return self.compaction
+            return self._main()
+        raise WireError(
+            ErrorCode.NO_MODEL,
+            f"model {name[:80]!r} is not one this run may use; the parent configured "
+            f"{self._configured()}",
+        )
+
+    def _main(self) -> ModelProvider:
+        if self.main is None:
+            raise WireError(
+                ErrorCode.NO_MODEL,
+                "no model is configured for this run (pass model=..., or --model on the CLI)",
+            )
+        return self.main
+
+    def _configured(self) -> str:
+        names = [f"{MAIN!r}"]
+        if self.main_name:
+            names.append(repr(self.main_name))
+        if self.compaction is not None:
+            names.append(f"{COMPACTION!r}")
+            if self.compaction_name:
+                names.append(repr(self.compaction_name))
+        return ", ".join(names)
+
+
+async def resolve_models(
+    model: str | ModelProvider | None, definition: AgentDefinition
+) -> RunModels:
+    """Resolve a run's models before its child exists; raises `ValueError` (bad usage) for a
+    model string that cannot be built. Model scripts are read off the event loop."""
+    from tether.parent.models import resolve_model
+
+    async def build(spec: str) -> ModelProvider:
+        provider: ModelProvider = await anyio.to_thread.run_sync(resolve_model, spec)
+        return provider
+
+    main_name: str | None
+    if model is None:
+        main_name = definition.model
+        main = await build(main_name) if main_name else None
+    elif isinstance(model, str):
+        main_name = model
+        main = await build(model)
+    else:
+        main_name, main = None, model
+    aliases: set[str] = set()
+    if definition.model and definition.model != main_name:
+        aliases.add(definition.model)
+    compaction_name = definition.compaction_model
+    compaction = None
+    if compaction_name:
+        compaction = main if compaction_name == main_name else await build(compaction_name)
+    return RunModels(main, main_name, compaction, compaction_name, frozenset(aliases))
+
+
+@dataclass
+class Brokered:
+    """What the parent brokered for one run: its own count, never the child's claim."""
+
+    model_calls: int = 0
+    turns: int = 0
+    """`model/complete` calls for a turn of the agent (not compaction)."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    approvals: int = 0
+    events: int = 0
+    dropped_events: int = 0
+    by_purpose: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens)
+
+
+class Broker:
+    def __init__(
+        self,
+        run_id: str,
+        models: RunModels,
+        approve: ApprovePolicy | None,
+        publish: EventSink,
+    ) -> None:
+        self.run_id = run_id
+        self.models = models
+        self._approve = approve
+        self._publish = publish
+        self.brokered = Brokered()
+        self._model_slots = anyio.Semaphore(MAX_MODEL_CALLS)
+
+    async def on_request(self, method: str, params: Any) -> Any:
+        if method == "model/complete":
+            assert isinstance(params, ModelCompleteParams)
+            return await self._complete(params)
+        if method == "tool/approve":
+            assert isinstance(params, ToolApproveParams)
+            return await self._approve_tool(params)
+        raise WireError(ErrorCode.METHOD_NOT_FOUND, f"the parent does not serve {method!r}")
+
+    async def on_notification(self, method: str, params: Any) -> None:
+        if method != "agent/event" or not isinstance(params, AgentEventParams):
+            return
+        if params.run_id != self.run_id:
+            self.brokered.dropped_events += 1
+            return
+        self.brokered.events += 1
+        self._publish(ChildEvent(params.run_id, params.seq, params.kind, dict(params.data)))
+
+    async def _complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+        provider = self.models.select(params.model, params.purpose)
+        async with self._model_slots:
+            try:
+                result = await provider.complete(params)
+            except RemoteError as exc:
+                raise WireError(exc.code, exc.message, exc.data) from None
+            except WireError:
+                raise
+            except Exception as exc:
+                log.error("run %s: the model provider failed", self.run_id, exc_info=exc)
+                raise WireError(
+                    ErrorCode.MODEL_ERROR, f"the model provider failed: {type(exc).__name__}"
+                ) from None
+        b = self.brokered
+        b.model_calls += 1
+        b.by_purpose[params.purpose] = b.by_purpose.get(params.purpose, 0) + 1
+        if params.purpose == "turn":
+            b.turns += 1
+        b.input_tokens += max(0, result.usage.input_tokens)
+        b.output_tokens += max(0, result.usage.output_tokens)
+        return result
+
+    async def _approve_tool(self, params: ToolApproveParams) -> ToolApproveResult:
+        self.brokered.approvals += 1
+        if self._approve is None:
+            return ToolApproveResult(allow=True, reason="allowed by the default policy")
+        got = self._approve(params)
+        if not isinstance(got, ToolApproveResult):
+            got = await got
+        return got

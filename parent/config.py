@@ -1,0 +1,76 @@
+"""How children are started and taken down: `ChildConfig`, and the warm pool's `PoolSpec`."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.parent.host import Host
+from tether.parent.launchers import Launcher
+from tether.parent.limits import DisposePolicy, Limits
+from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES
+
+DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-I", "-m", "tether.child")
+
+
+@dataclass(frozen=True)
+class ChildConfig:
+    """How children are started and taken down; one per supervisor, overridable per run."""
+
+    command: Sequence[str] = DEFAULT_COMMAND
+    pass_env: Sequence[str] = ()
+    """Names or globs of parent variables the child may inherit beyond the allowlist."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Explicit values merged over the scrubbed environment."""
+    handshake_timeout: float = 10.0
+    dispose: DisposePolicy = field(default_factory=DisposePolicy)
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    stderr_ring_bytes: int = 64 * 1024
+    cancel_grace: float = 2.0
+    """After `agent/cancel`, how long the child has to answer `aborted` itself."""
+    containment: str = "auto"
+    """The containment tier: `auto` (the most complete this host offers), `cgroup2`, `cgroup1`
+    or `process-group`. A tier this host does not offer is refused at `start()`."""
+    launcher: str | Launcher = "local"
+    """An argv prefix the command runs under (`local`, `bwrap`, `ssh:HOST`, `docker:IMAGE`,
+    ..., or a `Launcher`); see `launchers.py` for what each provides."""
+    spawner: str = "exec"
+    """How a child process starts: `exec` (a fresh interpreter through the trampoline) or
+    `zygote` (forked from a per-supervisor process that already imported the child runtime,
+    with the same containment; see `zygote.py`). `zygote` serves only the default command
+    (`python -I -m tether.child`, optionally with a custom agent) and the local launcher."""
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """Keep `size` initialized children ready for runs (`Supervisor(pool=PoolSpec(2))`).
+
+    A run whose settings match the pool's (the child config's command, environment, containment,
+    launcher and message cap, and the limits a child is spawned under: memory, cpu, processes,
+    open files, file size) takes a ready child, its handshake already done; any other run
+    spawns cold. Wall and idle limits are the run's own and start when it takes the child.
+    A child serves one run only. Only the local launcher can be pooled (other launchers build
+    their argv around the run's workspace)."""
+
+    size: int
+    limits: Limits = field(default_factory=Limits)
+    config: ChildConfig | None = None
+    """The children's config; `None`: the supervisor's."""
+
+
+def pool_key(cfg: ChildConfig, limits: Limits, tier: Host) -> tuple[Any, ...]:
+    """What a child is spawned with; runs that agree on it can share a pool."""
+    return (
+        tuple(cfg.command),
+        tuple(cfg.pass_env),
+        tuple(sorted(cfg.env.items())),
+        tier.tier,
+        cfg.launcher if isinstance(cfg.launcher, str) else id(cfg.launcher),
+        cfg.max_message_bytes,
+        cfg.stderr_ring_bytes,
+        cfg.spawner,
+        dataclasses.replace(limits, wall=None, idle=None),
+    )

@@ -1,0 +1,85 @@
+"""Building a run's `RunResult` from the child's answer (if any), what the supervisor observed,
+and what the parent brokered.
+
+The parent has the last word on every field it can know itself: the run id, the containment
+tier, the usage and model turns it brokered (counted by the broker, whatever the child claims),
+and, for a failure, the dispose rung it reached and the stderr tail it kept, also when the
+child's own answer reports the failure. A child that never answered is classified from what was
+observed (`classify`).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from tether.parent.broker import Brokered
+from tether.parent.classify import Observed, classify, failure_of
+from tether.protocol.messages import Failure, FailureKind, RunResult
+
+
+def build_result(
+    *,
+    run_id: str,
+    containment: str,
+    observed: Observed,
+    answer: RunResult | None,
+    brokered: Brokered | None,
+    prompts: int,
+) -> RunResult:
+    """The result of one run. `prompts`: user turns the parent sent (the run's prompt, and any
+    follow-up messages)."""
+    result = _from_answer(answer, observed) if answer is not None else _unanswered(observed)
+    counted = brokered or Brokered()
+    result = msgspec.structs.replace(
+        result,
+        run_id=run_id,
+        containment=containment,
+        usage=counted.usage,
+        iteration_count=counted.turns,
+        turn_count=prompts,
+    )
+    if observed.survivors:
+        # The promise is "nothing left running"; when the kernel would not let us keep it (a
+        # process stuck in uninterruptible sleep, one we may not signal), say so.
+        note = (
+            f"{len(observed.survivors)} process(es) of the child's tree could not be killed: "
+            f"pids {', '.join(map(str, observed.survivors))}"
+        )
+        message = f"{result.message}; {note}" if result.message else note
+        result = msgspec.structs.replace(result, message=message)
+    return result
+
+
+def _from_answer(answer: RunResult, observed: Observed) -> RunResult:
+    if answer.success:
+        return answer
+    own = answer.failure
+    if own is None:
+        # Every unsuccessful result names its failure kind, also when the child's own answer
+        # left it out (an `aborted` answer to `agent/cancel`, say).
+        kind: FailureKind = "cancelled" if answer.status == "aborted" else "agent_error"
+        own = Failure(kind=kind)
+    # The parent's evidence stands beside the child's account: how far the ladder went, and
+    # the last words the child wrote to stderr (a raising agent says "details are on stderr").
+    failure = msgspec.structs.replace(
+        own,
+        rung=observed.rung,
+        stderr_tail=own.stderr_tail or observed.stderr_tail,
+    )
+    return msgspec.structs.replace(answer, failure=failure)
+
+
+def _unanswered(observed: Observed) -> RunResult:
+    got = classify(observed)
+    failure = failure_of(observed)
+    assert got is not None and failure is not None  # unanswered always classifies
+    kind, message = got
+    if failure.stderr_tail and kind in ("exit_nonzero", "crashed", "spawn_failed"):
+        last = failure.stderr_tail.strip().splitlines()[-1:] or [""]
+        message = f"{message}: {last[0][:200]}"
+    return RunResult(
+        success=False,
+        status="aborted" if kind == "cancelled" else "error",
+        message=message,
+        failure=failure,
+    )

@@ -1,0 +1,183 @@
+"""Spawning one child the way every child is spawned, and its handshake.
+
+`spawn_child()` is the one place a `SupervisedChild` is made: the scrubbed environment with a
+fresh tree marker, the child's own cgroup (on a cgroup tier) with its limits, rlimits for the
+rest, the launcher's argv around the command, and the process started through the trampoline
+(exec) or forked by the zygote — either way contained before the child's first line runs.
+`handshake()` sends `initialize` within the config's timeout and records what went wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+
+import anyio
+
+from tether.parent.cgroups import ChildCgroup
+from tether.parent.config import DEFAULT_COMMAND, ChildConfig
+from tether.parent.env import build_child_env
+from tether.parent.host import Host
+from tether.parent.launchers import LaunchContext, Launcher, Local, resolve_launcher
+from tether.parent.limits import Limits
+from tether.parent.process import ChildProcess, SpawnError, SpawnSpec
+from tether.parent.supervised import SupervisedChild
+from tether.parent.tree import TREE_ENV, new_tree_marker
+from tether.parent.zygote import supported as zygote_supported
+from tether.protocol import ConnectionClosed, RemoteError, RemoteProtocolError
+from tether.protocol.messages import (
+    PROTOCOL_VERSION,
+    ClientCapabilities,
+    InitializeParams,
+    PeerInfo,
+)
+
+Spawner = Callable[[SpawnSpec], ChildProcess]
+"""Starts the process for a spec: `ChildProcess.spawn` (exec through the trampoline) or the
+zygote's fork."""
+
+
+def child_env(cfg: ChildConfig) -> dict[str, str]:
+    """The environment a child of this config starts with (before its tree marker)."""
+    return build_child_env(os.environ, pass_through=cfg.pass_env, explicit=cfg.env)
+
+
+def spawn_child(
+    cfg: ChildConfig,
+    limits: Limits,
+    host: Host,
+    tag: str,
+    *,
+    launcher: Launcher | None = None,
+    workspace: str = ".",
+    spawner: Spawner | None = None,
+) -> SupervisedChild:
+    """Start one child; raises `SpawnError` when it cannot start (nothing is left behind)."""
+    try:
+        cgroup = (
+            ChildCgroup.create(
+                host,
+                f"{os.getpid()}-{tag}-{os.urandom(3).hex()}",
+                memory=limits.memory_bytes,
+                pids=limits.processes,
+            )
+            if host.tier != "process-group"
+            else None
+        )
+    except OSError as exc:
+        raise SpawnError(f"cannot create the child's cgroup: {exc.strerror or exc}") from exc
+    marker = new_tree_marker()
+    env = child_env(cfg)
+    env[TREE_ENV] = marker
+    argv = list(cfg.command)
+    if launcher is not None and not isinstance(launcher, Local):
+        argv = launcher.argv(
+            LaunchContext(
+                command=argv,
+                env=env,
+                explicit_env=dict(cfg.env),
+                workspace=workspace,
+                limits=limits,
+            )
+        )
+    spec = SpawnSpec(
+        argv,
+        env,
+        cwd=None,
+        rlimits=limits.rlimits(
+            memory_in_cgroup=cgroup is not None and host.enforces("memory"),
+            pids_in_cgroup=cgroup is not None and host.enforces("pids"),
+        ),
+        cgroup_procs=cgroup.procs_files if cgroup else [],
+    )
+    try:
+        proc = (spawner or ChildProcess.spawn)(spec)
+    except BaseException:
+        if cgroup is not None:
+            cgroup.remove()
+        raise
+    child = SupervisedChild(
+        proc,
+        marker,
+        dispose=cfg.dispose,
+        cgroup=cgroup,
+        max_message_bytes=cfg.max_message_bytes,
+        ring_bytes=cfg.stderr_ring_bytes,
+    )
+    child.observed.limits = limits
+    return child
+
+
+async def handshake(child: SupervisedChild, cfg: ChildConfig) -> bool:
+    """`initialize`, within the handshake timeout; whether the child is ready for a run. What
+    went wrong is recorded in `child.observed`."""
+    observed = child.observed
+    seconds = cfg.handshake_timeout
+    try:
+        with anyio.fail_after(seconds):
+            await child.session.initialize(
+                InitializeParams(
+                    protocol_version=PROTOCOL_VERSION,
+                    client_info=PeerInfo(name="tether-supervisor", version=version()),
+                    capabilities=ClientCapabilities(),
+                    max_message_bytes=cfg.max_message_bytes,
+                )
+            )
+    except TimeoutError:
+        observed.handshake = seconds
+        return False
+    except ConnectionClosed:
+        return False
+    except RemoteError as exc:
+        observed.protocol_error = f"the child refused initialize: {exc.message}"
+        return False
+    except RemoteProtocolError as exc:
+        observed.protocol_error = exc.message
+        return False
+    child.ready = True
+    return True
+
+
+def missing_command(command: Sequence[str], env: Mapping[str, str], what: str = "") -> str | None:
+    """Why `command` cannot be started with `env`'s PATH, or `None` when it can."""
+    exe = command[0]
+    if what:
+        exe_missing = missing_command(command, env)
+        return f"{exe_missing} ({what})" if exe_missing else None
+    if os.sep in exe:
+        if not os.path.exists(exe):
+            return f"cannot start {exe!r}: no such file"
+        if not os.access(exe, os.X_OK):
+            return f"cannot start {exe!r}: not executable"
+        return None
+    if shutil.which(exe, path=env.get("PATH", os.defpath)) is None:
+        return f"cannot start {exe!r}: command not found on the child's PATH"
+    return None
+
+
+def check_spawner(cfg: ChildConfig) -> None:
+    """Refuse a spawner the config cannot use (bad usage, before anything is spawned)."""
+    if cfg.spawner == "exec":
+        return
+    if cfg.spawner != "zygote":
+        raise ValueError(f"spawner {cfg.spawner!r}: expected 'exec' or 'zygote'")
+    if tuple(cfg.command[: len(DEFAULT_COMMAND)]) != DEFAULT_COMMAND:
+        raise ValueError(
+            "spawner='zygote' forks tether's own child runtime: it serves only the default "
+            f"command ({' '.join(DEFAULT_COMMAND)}), not {' '.join(cfg.command)!r}"
+        )
+    if not isinstance(resolve_launcher(cfg.launcher), Local):
+        raise ValueError("spawner='zygote' forks local children only (launcher='local')")
+    why = zygote_supported()
+    if why is not None:
+        raise ValueError(f"spawner='zygote' is not available on this host: {why}")
+
+
+def version() -> str:
+    try:
+        from importlib.metadata import version as installed
+
+        return installed("tether")
+    except Exception:
+        return "0"
