@@ -19,6 +19,8 @@ from anyio.abc import TaskGroup
 
 from tether.parent import conformance
 from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
+from tether.parent.host import TIERS
+from tether.parent.launchers import launcher_usages
 from tether.parent.limits import Limits
 from tether.parent.roles import ROLES
 from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
@@ -59,13 +61,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--launcher",
         default="local",
-        help="run the child under a launcher: local, bwrap, bwrap-net, prlimit, setpriv, "
-        "ssh:HOST, docker:IMAGE, kubectl:IMAGE",
+        help=f"run the child under a launcher: {', '.join(launcher_usages())}",
     )
     run.add_argument(
         "--containment",
         default="auto",
-        help="containment tier: auto, cgroup2, cgroup1 or process-group (see tether doctor)",
+        help=f"containment tier: auto, {', '.join(TIERS)} (see tether doctor)",
     )
     run.add_argument("--description", default="", help="short label for the run")
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")

@@ -12,6 +12,7 @@ from typing import Any
 
 from tether.parent.host import ROOT, TIERS, available, probe
 from tether.parent.keeper import KEEPER
+from tether.parent.launchers import LAUNCHERS
 
 
 def _bwrap() -> dict[str, Any]:
@@ -81,6 +82,20 @@ def _cgroups() -> dict[str, Any]:
     return out
 
 
+def _launchers() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kind in LAUNCHERS.values():
+        arg = "x" if kind.argument else ""
+        program = kind.make(arg).program
+        found = shutil.which(program) if program else None
+        out[kind.usage] = {
+            "summary": kind.summary,
+            "program": program,
+            "installed": program is None or found is not None,
+        }
+    return out
+
+
 def report() -> dict[str, Any]:
     tiers = {t: probe(t) for t in TIERS}
     auto = next(h for t, h in tiers.items() if available(h))
@@ -115,6 +130,7 @@ def report() -> dict[str, Any]:
         "pidfd": _pidfd(),
         "subreaper": _subreaper(),
         "keeper": {"available": KEEPER.exists(), "script": str(KEEPER)},
+        "launchers": _launchers(),
         "limits": limits,
     }
 
@@ -140,6 +156,10 @@ def render(r: dict[str, Any]) -> str:
     lines.append("pidfd: " + ("yes" if r["pidfd"]["available"] else "no"))
     lines.append("subreaper: " + ("yes" if r["subreaper"]["available"] else "no"))
     lines.append("keeper: " + ("yes" if r["keeper"]["available"] else "missing"))
+    lines.append("launchers:")
+    for usage, info in r["launchers"].items():
+        state = "ready" if info["installed"] else f"{info['program']} not installed"
+        lines.append(f"  {usage}: {info['summary']} ({state})")
     lines.append("limits, and what enforces each here:")
     for name, how in r["limits"].items():
         lines.append(f"  {name}: {how}")

@@ -21,7 +21,7 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -281,16 +281,50 @@ class Kubectl(Launcher):
         return [*out, "--", *ctx.command]
 
 
-NAMES = {
-    "local": "run the command as is",
-    "bwrap": "bubblewrap sandbox, no network",
-    "bwrap-net": "bubblewrap sandbox with the host's network",
-    "prlimit": "util-linux prlimit sets the rlimits",
-    "setpriv": "util-linux setpriv --no-new-privs",
-    "ssh:HOST": "run on HOST over ssh (EOF lifeline)",
-    "docker:IMAGE": "docker run -i --rm IMAGE, no network",
-    "kubectl:IMAGE": "kubectl run -i --rm IMAGE",
+@dataclass(frozen=True)
+class LauncherKind:
+    """One entry of the launcher registry: how a launcher is named and built."""
+
+    name: str
+    summary: str
+    make: Callable[[str], Launcher]
+    """Build the launcher from the part after `NAME:` (empty for a launcher without one)."""
+    argument: str | None = None
+    """What follows `NAME:` (`HOST`, `IMAGE`), for launchers that need it."""
+
+    @property
+    def usage(self) -> str:
+        return f"{self.name}:{self.argument}" if self.argument else self.name
+
+
+LAUNCHERS: dict[str, LauncherKind] = {
+    k.name: k
+    for k in (
+        LauncherKind("local", "run the command as is", lambda _: Local()),
+        LauncherKind("bwrap", "bubblewrap sandbox, no network", lambda _: Bwrap()),
+        LauncherKind(
+            "bwrap-net",
+            "bubblewrap sandbox with the host's network",
+            lambda _: Bwrap(
+                name="bwrap-net", network=True, provides=Provides(filesystem_isolation=True)
+            ),
+        ),
+        LauncherKind("prlimit", "util-linux prlimit sets the rlimits", lambda _: Prlimit()),
+        LauncherKind("setpriv", "util-linux setpriv --no-new-privs", lambda _: Setpriv()),
+        LauncherKind("ssh", "run on HOST over ssh (EOF lifeline)", lambda a: Ssh(host=a), "HOST"),
+        LauncherKind(
+            "docker", "docker run -i --rm IMAGE, no network", lambda a: Docker(image=a), "IMAGE"
+        ),
+        LauncherKind("kubectl", "kubectl run -i --rm IMAGE", lambda a: Kubectl(image=a), "IMAGE"),
+    )
 }
+"""Every launcher by name: what `resolve_launcher`, `tether run --launcher` and `tether doctor`
+read."""
+
+
+def launcher_usages() -> list[str]:
+    """How each launcher is written on the command line (`local`, `ssh:HOST`, ...)."""
+    return [k.usage for k in LAUNCHERS.values()]
 
 
 def resolve_launcher(spec: str | Launcher) -> Launcher:
@@ -298,21 +332,7 @@ def resolve_launcher(spec: str | Launcher) -> Launcher:
     if isinstance(spec, Launcher):
         return spec
     name, _, arg = spec.partition(":")
-    simple: dict[str, Launcher] = {
-        "local": Local(),
-        "bwrap": Bwrap(),
-        "bwrap-net": Bwrap(
-            name="bwrap-net", network=True, provides=Provides(filesystem_isolation=True)
-        ),
-        "prlimit": Prlimit(),
-        "setpriv": Setpriv(),
-    }
-    if name in simple and not arg:
-        return simple[name]
-    if name in ("ssh", "docker", "kubectl") and arg:
-        if name == "ssh":
-            return Ssh(host=arg)
-        if name == "docker":
-            return Docker(image=arg)
-        return Kubectl(image=arg)
-    raise ValueError(f"launcher {spec!r}: expected one of {', '.join(NAMES)}")
+    kind = LAUNCHERS.get(name)
+    if kind is not None and bool(arg) == (kind.argument is not None):
+        return kind.make(arg)
+    raise ValueError(f"launcher {spec!r}: expected one of {', '.join(launcher_usages())}")

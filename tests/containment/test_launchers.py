@@ -325,3 +325,22 @@ def _kill_token(token: str) -> None:
     for pid in _with_token(token):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_one_registry_names_every_launcher_for_the_resolver_the_cli_and_doctor() -> None:
+    from tether.parent.doctor import report
+    from tether.parent.launchers import LAUNCHERS, launcher_usages
+
+    for kind in LAUNCHERS.values():
+        built = resolve_launcher(f"{kind.name}:x" if kind.argument else kind.name)
+        assert built.name == kind.name
+    assert list(report()["launchers"]) == launcher_usages()
+    helped = subprocess.run(
+        [sys.executable, "-m", "tether.parent.cli", "run", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    flat = "".join(helped.split())  # argparse wraps lines, also at hyphens
+    assert all(usage in flat for usage in launcher_usages())
