@@ -1,0 +1,63 @@
+"""tether's parent side: the supervisor that spawns, drives and always takes down sub-agents.
+
+The public surface, all importable from here::
+
+    from tether.parent import Supervisor, ChildConfig, PoolSpec, Limits, RunResult
+
+Everything else in `tether.parent.*` is internal and may change between releases.
+"""
+
+from tether.parent.broker import ApprovePolicy
+from tether.parent.config import ChildConfig, PoolSpec
+from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
+from tether.parent.host import host
+from tether.parent.launchers import Launcher, resolve_launcher
+from tether.parent.limits import DisposePolicy, Limits
+from tether.parent.models import ModelProvider, resolve_model
+from tether.parent.models.scripted import ScriptedModel
+from tether.parent.runs import RunHandle
+from tether.parent.supervisor import Supervisor
+from tether.protocol.messages import (
+    AgentDefinition,
+    Artifact,
+    ChatMessage,
+    Failure,
+    ModelCompleteParams,
+    ModelCompleteResult,
+    RunResult,
+    SkippedPath,
+    ToolApproveParams,
+    ToolApproveResult,
+    Usage,
+)
+
+__all__ = [
+    "AgentDefinition",
+    "ApprovePolicy",
+    "Artifact",
+    "ChatMessage",
+    "ChildConfig",
+    "ChildEvent",
+    "DisposePolicy",
+    "Event",
+    "Failure",
+    "Launcher",
+    "Limits",
+    "ModelCompleteParams",
+    "ModelCompleteResult",
+    "ModelProvider",
+    "PoolSpec",
+    "RunFinished",
+    "RunHandle",
+    "RunResult",
+    "RunStarted",
+    "ScriptedModel",
+    "SkippedPath",
+    "Supervisor",
+    "ToolApproveParams",
+    "ToolApproveResult",
+    "Usage",
+    "host",
+    "resolve_launcher",
+    "resolve_model",
+]
