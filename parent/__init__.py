@@ -9,7 +9,7 @@ Everything else in `tether.parent.*` is internal and may change between releases
 
 from tether.parent.broker import ApprovePolicy
 from tether.parent.config import ChildConfig, PoolSpec
-from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
+from tether.parent.events import ChildEvent, Event, EventStream, RunFinished, RunStarted
 from tether.parent.host import host
 from tether.parent.launchers import Launcher, resolve_launcher
 from tether.parent.limits import DisposePolicy, Limits
@@ -40,6 +40,7 @@ __all__ = [
     "ChildEvent",
     "DisposePolicy",
     "Event",
+    "EventStream",
     "Failure",
     "Launcher",
     "Limits",

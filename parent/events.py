@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
+
+import anyio
 
 from tether.protocol.messages import RunResult
 
@@ -32,3 +35,63 @@ class RunFinished:
 
 
 Event = RunStarted | ChildEvent | RunFinished
+
+
+DEFAULT_EVENT_BUFFER = 10_000
+
+
+class EventStream:
+    """What `Supervisor.events()` yields: an async iterator over events, with a bounded buffer.
+
+    When the consumer falls `buffer` events behind, the oldest *progress* events (`ChildEvent`)
+    still waiting are dropped and counted in `dropped`; the events that say a run started or
+    finished are never dropped (there is one pair per run), so a slow consumer still sees every
+    run begin and end with its result.
+    """
+
+    def __init__(self, buffer: int = DEFAULT_EVENT_BUFFER) -> None:
+        if buffer < 1:
+            raise ValueError("the event buffer must hold at least one event")
+        self._buffer = buffer
+        self._queue: deque[Event] = deque()
+        self._progress = 0
+        self._wake = anyio.Event()
+        self._closed = False
+        self.dropped = 0
+        """Progress events dropped because the consumer fell behind."""
+
+    def put(self, event: Event) -> None:
+        if self._closed:
+            return
+        self._queue.append(event)
+        if isinstance(event, ChildEvent):
+            self._progress += 1
+        if len(self._queue) > self._buffer and self._progress:
+            self._drop_oldest_progress()
+        self._wake.set()
+
+    def _drop_oldest_progress(self) -> None:
+        for i, queued in enumerate(self._queue):
+            if isinstance(queued, ChildEvent):
+                del self._queue[i]
+                self._progress -= 1
+                self.dropped += 1
+                return
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> Event:
+        while not self._queue:
+            if self._closed:
+                raise StopAsyncIteration
+            self._wake = anyio.Event()
+            await self._wake.wait()
+        event = self._queue.popleft()
+        if isinstance(event, ChildEvent):
+            self._progress -= 1
+        return event

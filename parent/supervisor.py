@@ -24,7 +24,6 @@ import atexit
 import contextlib
 import dataclasses
 import itertools
-import math
 import os
 import signal
 import weakref
@@ -39,7 +38,7 @@ from anyio.abc import TaskGroup
 from tether.parent.broker import ApprovePolicy, resolve_models
 from tether.parent.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_key
 from tether.parent.env import build_child_env
-from tether.parent.events import Event
+from tether.parent.events import DEFAULT_EVENT_BUFFER, Event, EventStream
 from tether.parent.host import host
 from tether.parent.keeper import Keeper
 from tether.parent.launchers import Local, resolve_launcher
@@ -299,17 +298,17 @@ class Supervisor:
         return lambda: self._subscribers.remove(callback)
 
     @contextlib.asynccontextmanager
-    async def events(self) -> AsyncIterator[AsyncIterator[Event]]:
-        """`async with sup.events() as stream: async for ev in stream: ...` — nothing is
-        dropped: the stream buffers what the consumer has not read yet."""
-        send, receive = anyio.create_memory_object_stream[Event](math.inf)
-        unsubscribe = self.subscribe(send.send_nowait)
+    async def events(self, buffer: int = DEFAULT_EVENT_BUFFER) -> AsyncIterator[EventStream]:
+        """`async with sup.events() as stream: async for ev in stream: ...`. The stream buffers
+        up to `buffer` events the consumer has not read; past that the oldest progress events
+        are dropped and counted (`stream.dropped`), never a run's start or end."""
+        stream = EventStream(buffer)
+        unsubscribe = self.subscribe(stream.put)
         try:
-            async with receive:
-                yield receive
+            yield stream
         finally:
             unsubscribe()
-            send.close()
+            stream.close()
 
     def publish(self, event: Event, extra: EventCallback | None = None) -> None:
         """Hand `event` to the run's own callback and to every subscriber."""

@@ -13,8 +13,9 @@ fails at once with `ConnectionClosed` and `run()` returns why it ended (`StreamE
   raises `WireError` to answer with an error). Methods in `inline` are served by the reader
   itself, one after another, so they take effect in the order sent; every other request gets
   a task of the endpoint's own task group, so a slow one never stalls the reader. At most
-  `max_concurrent` requests are served at once: past that the reader stops reading, the peer's
-  pipe fills and the peer waits (backpressure), rather than this side starting unbounded work.
+  `max_concurrent` requests, and at most `max_held_bytes` of them, are served at once: past
+  that the reader stops reading, the peer's pipe fills and the peer waits (backpressure),
+  rather than this side starting unbounded work or holding unbounded memory.
   This is the one place where an exception becomes a wire error: `WireError` as itself, a line
   over the peer's cap as MESSAGE_TOO_LARGE, anything else as INTERNAL_ERROR with a fixed
   sentence (no library text or traceback crosses the wire).
@@ -27,7 +28,8 @@ fails at once with `ConnectionClosed` and `run()` returns why it ended (`StreamE
   ends it, because such a peer will never send a line it can read.
 
 The idle clock (`quiet_for`) counts the peer's silence only while this side owes it nothing:
-time spent answering one of its requests (a slow model turn) is not the peer being idle.
+time spent answering one of its requests (a slow model turn) is not the peer being idle, but
+time spent waiting for the peer to take an answer (it does not read) is.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ InternalError = Callable[[str, BaseException], str]
 """The sentence sent for an unexpected exception while serving `method` (and where to log)."""
 
 MAX_CONCURRENT_REQUESTS = 32
+MAX_HELD_BYTES = 64 * 1024 * 1024
+"""Bytes of the peer's requests served at once (a single larger one is still served alone)."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,7 @@ class Endpoint:
         gate: Gate = _no_gate,
         inline: frozenset[str] = frozenset(),
         max_concurrent: int = MAX_CONCURRENT_REQUESTS,
+        max_held_bytes: int = MAX_HELD_BYTES,
         internal_error: InternalError = _internal,
         close_on_send_failure: bool = False,
         answered: Callable[[str], None] | None = None,
@@ -149,6 +154,10 @@ class Endpoint:
         self._answered = answered
         self._waiters: dict[Any, _Waiter] = {}
         self._slots = anyio.Semaphore(max_concurrent)
+        self._max_held_bytes = max_held_bytes
+        self._held = 0
+        """Bytes of the peer's requests being served right now (their lines' sizes)."""
+        self._budget_freed = anyio.Event()
         self._serving = 0
         self.last_message_at = time.monotonic()
         """When the peer last sent a message."""
@@ -246,8 +255,12 @@ class Endpoint:
             if ev.method in self._inline:
                 await self._serve(ev)
             else:
-                # Backpressure: a peer that floods requests waits, its pipe full.
+                # Backpressure: a peer that floods requests waits, its pipe full, once
+                # `max_concurrent` requests or `max_held_bytes` of them are being served.
                 await self._slots.acquire()
+                while self._held and self._held + ev.size > self._max_held_bytes:
+                    await self._budget_freed.wait()
+                self._held += ev.size
                 tg.start_soon(self._serve_in_slot, ev)
         elif isinstance(ev, NotificationReceived):
             self._touch()
@@ -324,26 +337,28 @@ class Endpoint:
         try:
             await self._serve(ev)
         finally:
+            self._held -= ev.size
             self._slots.release()
+            self._budget_freed.set()
+            self._budget_freed = anyio.Event()
 
     async def _serve(self, ev: RequestReceived) -> None:
+        error: tuple[int, str, Any] | None = None
+        result: Any = None
         self._serving += 1
         try:
-            try:
-                self._gate(ev.method)
-                result = await self._on_request(ev.method, ev.params)
-            except WireError as exc:
-                await self._answer(ev.id, ev.method, error=(exc.code, exc.message, exc.data))
-            except Exception as exc:
-                message = self._internal_error(ev.method, exc)
-                await self._answer(
-                    ev.id, ev.method, error=(ErrorCode.INTERNAL_ERROR, message, None)
-                )
-            else:
-                await self._answer(ev.id, ev.method, result=result)
+            self._gate(ev.method)
+            result = await self._on_request(ev.method, ev.params)
+        except WireError as exc:
+            error = (exc.code, exc.message, exc.data)
+        except Exception as exc:
+            error = (ErrorCode.INTERNAL_ERROR, self._internal_error(ev.method, exc), None)
         finally:
+            # The idle clock runs again from here: writing the answer into a peer that does
+            # not read is the peer's stall, not this side's work.
             self._serving -= 1
             self._last_activity_at = time.monotonic()
+        await self._answer(ev.id, ev.method, result=result, error=error)
 
     async def _refuse(self, ev: RequestRefused) -> None:
         try:

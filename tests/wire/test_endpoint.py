@@ -379,3 +379,78 @@ async def test_a_request_over_the_peers_cap_fails_locally_and_spends_nothing() -
             await p.parent.request(AGENT_RUN, m.AgentRunParams(run_id="r", prompt="x" * 200))
         assert p.parent.connection.pending == 0
         assert p.parent.end is None
+
+
+async def test_requests_held_at_once_stay_within_the_byte_budget() -> None:
+    held = 0
+    peak = 0
+    budget = 300_000
+
+    async def parent_serves(method: str, params: Any) -> Any:
+        nonlocal held, peak
+        size = len(params.messages[0].content)
+        held += size
+        peak = max(peak, held)
+        await anyio.sleep(0.01)
+        held -= size
+        return turn()
+
+    to_child_w, to_child_r = memory_pipe()
+    to_parent_w, to_parent_r = memory_pipe()
+    parent = Endpoint(
+        Connection("parent"),
+        to_parent_r,
+        to_child_w,
+        on_request=parent_serves,
+        on_notification=_ignore,
+        strict=True,
+        max_held_bytes=budget,
+    )
+    child = Endpoint(
+        Connection("child"),
+        to_child_r,
+        to_parent_w,
+        on_request=_refuse,
+        on_notification=_ignore,
+        strict=False,
+    )
+    big = m.ModelCompleteParams(
+        run_id="r", messages=[m.ChatMessage(role="user", content="x" * 100_000)]
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(parent.run)
+        tg.start_soon(child.run)
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as flood:
+                for _ in range(20):
+                    flood.start_soon(child.request, MODEL_COMPLETE, big)
+        tg.cancel_scope.cancel()
+    for end in (to_child_w, to_child_r, to_parent_w, to_parent_r):
+        await end.aclose()
+    assert 100_000 < peak <= budget
+
+
+async def test_the_idle_clock_runs_while_an_answer_waits_for_a_peer_that_does_not_read() -> None:
+    async def parent_serves(method: str, params: Any) -> Any:
+        return turn("x" * 200_000)  # several chunks: the answer stalls in a full pipe
+
+    to_child_w, to_child_r = memory_pipe(max_chunks=0)
+    to_parent_w, to_parent_r = memory_pipe()
+    parent = Endpoint(
+        Connection("parent"),
+        to_parent_r,
+        to_child_w,
+        on_request=parent_serves,
+        on_notification=_ignore,
+        strict=True,
+    )
+    conn = Connection("child")
+    _, line = conn.send_request(MODEL_COMPLETE, ask())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(parent.run)
+        await to_parent_w.send(line)  # the request, and then the child never reads again
+        await anyio.sleep(0.3)
+        assert parent.quiet_for() >= 0.2
+        tg.cancel_scope.cancel()
+    for end in (to_child_w, to_child_r, to_parent_w, to_parent_r):
+        await end.aclose()

@@ -1,0 +1,69 @@
+"""The supervisor's event stream is bounded: a consumer that falls behind loses the oldest
+progress events (counted), never a run's start or end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tether.parent import (
+    ChildEvent,
+    EventStream,
+    RunFinished,
+    RunStarted,
+    ScriptedModel,
+    Supervisor,
+)
+from tether.protocol.messages import RunResult
+
+pytestmark = pytest.mark.anyio
+
+
+def progress(seq: int) -> ChildEvent:
+    return ChildEvent("r", seq, "step", {})
+
+
+async def test_past_the_buffer_the_oldest_progress_events_are_dropped_and_counted() -> None:
+    stream = EventStream(buffer=3)
+    started = RunStarted("r", 1, ())
+    finished = RunFinished("r", RunResult(success=True, status="completed"))
+    stream.put(started)
+    for seq in range(10):
+        stream.put(progress(seq))
+    stream.put(finished)
+    stream.close()
+    got = [ev async for ev in stream]
+    assert got == [started, progress(9), finished]  # three events in all, the newest progress
+    assert stream.dropped == 9
+
+
+async def test_lifecycle_events_are_kept_even_when_they_alone_fill_the_buffer() -> None:
+    stream = EventStream(buffer=2)
+    events = [RunStarted(f"r{i}", i, ()) for i in range(5)]
+    for ev in events:
+        stream.put(ev)
+    stream.close()
+    assert [ev async for ev in stream] == events
+    assert stream.dropped == 0
+
+
+async def test_a_consumer_that_never_reads_holds_at_most_the_buffer(tmp_path: Path) -> None:
+    turns = ",".join('{"text": "t"}' for _ in range(30))
+    async with Supervisor() as sup, sup.events(buffer=5) as stream:
+        for _ in range(3):
+            await sup.run(
+                "go",
+                workspace=tmp_path,
+                model=ScriptedModel.from_json(f"[{turns}]"),
+            )
+        got = []
+        with anyio.fail_after(5):
+            async for ev in stream:
+                got.append(ev)
+                if len([e for e in got if isinstance(e, RunFinished)]) == 3:
+                    break
+    assert sum(isinstance(e, RunStarted) for e in got) == 3
+    assert sum(isinstance(e, ChildEvent) for e in got) <= 5
+    assert stream.dropped > 0
