@@ -5,6 +5,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+MAX_SECONDS = 10 * 365 * 86400
+"""Durations past ten years are a typo, not a limit."""
+MAX_BYTES = (1 << 63) - 1
+MAX_PROCESSES = 4_194_304
+"""The kernel's largest pid_max."""
+
+
+def max_open_files() -> int:
+    """The most descriptors a process may be allowed here (`fs.nr_open`)."""
+    try:
+        with open("/proc/sys/fs/nr_open") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 1 << 20
+
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$", re.IGNORECASE)
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -84,6 +100,19 @@ class Limits:
                 isinstance(value, bool) or not isinstance(value, int) or value <= 0
             ):
                 raise ValueError(f"{name}: expected a positive whole number, got {value!r}")
+        # Out of what the kernel can apply is the caller's mistake, caught before any spawn.
+        for name, most in (
+            ("wall", MAX_SECONDS),
+            ("idle", MAX_SECONDS),
+            ("cpu", MAX_SECONDS),
+            ("memory", MAX_BYTES),
+            ("file_size", MAX_BYTES),
+            ("processes", MAX_PROCESSES),
+            ("open_files", max_open_files()),
+        ):
+            value = getattr(self, name)
+            if value is not None and value > most:
+                raise ValueError(f"{name}: {value!r} is more than this host can apply ({most})")
 
     @property
     def wall_seconds(self) -> float | None:

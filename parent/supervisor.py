@@ -58,7 +58,9 @@ from tether.parent.spawning import (
 )
 from tether.parent.supervised import SupervisedChild
 from tether.parent.zygote import Zygote
+from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
 from tether.protocol.messages import AgentDefinition, AgentRunParams, RunResult
+from tether.protocol.methods import AGENT_RUN
 
 _run_ids = itertools.count(1)
 
@@ -178,6 +180,12 @@ class Supervisor:
             description=description,
             workspace=str(ws),
         )
+        size = len(encode_request(0, AGENT_RUN.name, params)) - 1
+        if size > DEFAULT_MAX_MESSAGE_BYTES:
+            raise ValueError(
+                f"the run's request is {size} bytes, more than a child reads in one message "
+                f"({DEFAULT_MAX_MESSAGE_BYTES}); put large inputs in the workspace instead"
+            )
         handle = RunHandle(self, params, cfg, limits or Limits(), tier, models, approve, on_event)
         self._handles.add(handle)
         self._tg.start_soon(self._execute, handle)

@@ -38,11 +38,38 @@ def py(code: str) -> list[str]:
         {"open_files": -1},
         {"file_size": "1Q"},
         {"idle": "0s"},
+        {"open_files": 99_999_999_999},
+        {"processes": 1 << 40},
+        {"memory": 1 << 70},
+        {"wall": "999999999h"},
     ],
 )
 def test_a_bad_limit_is_refused_with_a_clear_error_before_anything_runs(bad: dict) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         Limits(**bad)
+
+
+def test_out_of_range_limits_are_bad_usage_on_the_command_line(tmp_path: Path) -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tether.parent.cli", "run", "go", "--open-files", "99999999999"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert "open_files" in done.stderr and "more than this host can apply" in done.stderr
+
+
+async def test_a_prompt_over_the_childs_message_cap_is_refused_before_any_spawn(
+    tmp_path: Path,
+) -> None:
+    async with Supervisor() as sup:
+        with pytest.raises(ValueError, match="more than a child reads in one message"):
+            await sup.start("x" * (33 * 1024 * 1024), workspace=tmp_path)
+        assert not sup._live
 
 
 def test_human_units_are_understood() -> None:
