@@ -58,6 +58,7 @@ from tether.protocol import (
 )
 from tether.protocol.messages import (
     PROTOCOL_VERSION,
+    AgentDefinition,
     AgentEventParams,
     ChatMessage,
     Empty,
@@ -557,6 +558,8 @@ async def ping_group(res: Results, p: Plan, workspace: str) -> None:
                     model=FixedModel(),
                     workspace=workspace,
                     command=child_script("proto.py", "model", warm + model_per),
+                    # every request is a turn: the parent enforces the definition's budget
+                    agent=AgentDefinition(type="general", max_iterations=warm + model_per),
                 )
             assert result.success, result.message
             got["tether.model_complete"] = [us(x) for x in json.loads(result.summary)[warm:]]

@@ -13,7 +13,9 @@ One `Broker` serves one run's child: `model/complete` through the selected provi
 `MAX_MODEL_CALLS` at once (more wait); `tool/approve` through the run's policy; `agent/event`
 notifications relayed as `ChildEvent`s (events for another run id are dropped). The broker
 counts what it brokered — model calls and the tokens each provider reported — so the result's
-usage is the parent's count, not the child's claim.
+usage is the parent's count, not the child's claim, and it enforces the definition's budgets
+(`maxIterations` turns, `tokenBudget` tokens) with the same rule the child's loop follows, so an
+honest child never meets them: a turn past the budget is refused and the run is ended.
 """
 
 from __future__ import annotations
@@ -154,11 +156,21 @@ class Broker:
         models: RunModels,
         approve: ApprovePolicy | None,
         publish: EventSink,
+        *,
+        max_turns: int | None = None,
+        token_budget: int | None = None,
+        on_exhausted: Callable[[str], None] | None = None,
     ) -> None:
+        """`max_turns` / `token_budget`: the definition's budgets, enforced here too; past
+        either, the request is refused and `on_exhausted(why)` is told (the run ends)."""
         self.run_id = run_id
         self.models = models
         self._approve = approve
         self._publish = publish
+        self._max_turns = max_turns
+        self._token_budget = token_budget
+        self._on_exhausted = on_exhausted
+        self.exhausted: str | None = None
         self.brokered = Brokered()
         self._model_slots = anyio.Semaphore(MAX_MODEL_CALLS)
 
@@ -180,8 +192,25 @@ class Broker:
         self.brokered.events += 1
         self._publish(ChildEvent(params.run_id, params.seq, params.kind, dict(params.data)))
 
+    def _check_budget(self, params: ModelCompleteParams) -> None:
+        b = self.brokered
+        why = None
+        if params.purpose == "turn" and self._max_turns is not None and b.turns >= self._max_turns:
+            why = f"the child asked for model turn {b.turns + 1}, past its {self._max_turns}"
+        used = b.input_tokens + b.output_tokens
+        if self._token_budget is not None and used > self._token_budget:
+            why = f"the run used {used} tokens, past its token budget of {self._token_budget}"
+        if why is None:
+            return
+        if self.exhausted is None:
+            self.exhausted = why
+            if self._on_exhausted is not None:
+                self._on_exhausted(why)
+        raise WireError(ErrorCode.BUDGET_EXHAUSTED, why)
+
     async def _complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
         provider = self.models.select(params.model, params.purpose)
+        self._check_budget(params)
         async with self._model_slots:
             try:
                 result = await provider.complete(params)

@@ -42,6 +42,8 @@ class Observed:
     """Set to the handshake timeout when the child did not answer `initialize` in time."""
     agent_error: str | None = None
     """The child answered the run request with a JSON-RPC error."""
+    budget: str | None = None
+    """Why the parent ended the run for going past its budget (turns or tokens)."""
     exit_code: int | None = None
     signal: int | None = None
     answered: bool = False
@@ -116,6 +118,8 @@ def classify(o: Observed) -> tuple[FailureKind, str] | None:
         return "oversize", o.oversize
     if o.protocol_error is not None:
         return "protocol", o.protocol_error
+    if o.budget is not None:
+        return "budget_exhausted", o.budget
     if o.deadline is not None:
         return "timeout", f"the run passed its wall-clock limit of {o.deadline:g}s"
     if o.idle is not None:

@@ -3,9 +3,10 @@ and what the parent brokered.
 
 The parent has the last word on every field it can know itself: the run id, the containment
 tier, the usage and model turns it brokered (counted by the broker, whatever the child claims),
-and, for a failure, the dispose rung it reached and the stderr tail it kept, also when the
-child's own answer reports the failure. A child that never answered is classified from what was
-observed (`classify`).
+the artifacts (looked up again under the workspace, `evidence.check_artifacts`), a verifier's
+verdict (parsed from the final text, never copied from the child), and, for a failure, the
+dispose rung it reached and the stderr tail it kept, also when the child's own answer reports
+the failure. A child that never answered is classified from what was observed (`classify`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ import msgspec
 
 from tether.parent.broker import Brokered
 from tether.parent.classify import Observed, classify, failure_of
-from tether.protocol.messages import Failure, FailureKind, RunResult
+from tether.parent.evidence import check_artifacts, parse_verdict
+from tether.protocol.messages import AgentRunParams, Failure, FailureKind, RunResult
+
+VERIFIER = "verifier"
 
 
 def build_result(
+    params: AgentRunParams,
     *,
-    run_id: str,
     containment: str,
     observed: Observed,
     answer: RunResult | None,
@@ -28,15 +32,24 @@ def build_result(
 ) -> RunResult:
     """The result of one run. `prompts`: user turns the parent sent (the run's prompt, and any
     follow-up messages)."""
-    result = _from_answer(answer, observed) if answer is not None else _unanswered(observed)
+    if answer is not None:
+        result = _from_answer(answer, observed)
+        artifacts, skipped = check_artifacts(params.workspace, answer.artifacts, answer.skipped)
+        result = msgspec.structs.replace(result, artifacts=artifacts, skipped=skipped)
+    else:
+        result = _unanswered(observed)
     counted = brokered or Brokered()
+    verdict = None
+    if params.agent.type == VERIFIER and result.status == "completed":
+        verdict = parse_verdict(result.summary)
     result = msgspec.structs.replace(
         result,
-        run_id=run_id,
+        run_id=params.run_id,
         containment=containment,
         usage=counted.usage,
         iteration_count=counted.turns,
         turn_count=prompts,
+        verdict=verdict,
     )
     if observed.survivors:
         # The promise is "nothing left running"; when the kernel would not let us keep it (a

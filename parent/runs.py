@@ -74,7 +74,15 @@ class RunHandle:
         self.host = containment
         """The containment tier this run's child is under."""
         self._on_event = on_event
-        self._broker = Broker(params.run_id, models, approve, lambda ev: sup.publish(ev, on_event))
+        self._broker = Broker(
+            params.run_id,
+            models,
+            approve,
+            lambda ev: sup.publish(ev, on_event),
+            max_turns=params.agent.max_iterations,
+            token_budget=params.agent.token_budget,
+            on_exhausted=self._budget_exhausted,
+        )
         self._done = anyio.Event()
         self._result: RunResult | None = None
         self._child: SupervisedChild | None = None
@@ -132,7 +140,7 @@ class RunHandle:
             if self._outer_scope.cancelled_caught and not observed.spawn_error:
                 observed.cancelled = True
             self._result = build_result(
-                run_id=self.run_id,
+                self._params,
                 containment=self.host.tier,
                 observed=observed,
                 answer=answer,
@@ -254,6 +262,13 @@ class RunHandle:
                 tg.cancel_scope.cancel()
         observed.answered = True
         return answer
+
+    def _budget_exhausted(self, why: str) -> None:
+        child = self._child
+        if child is not None and not child.observed.answered:
+            child.observed.budget = why
+            if self._drive_scope is not None:
+                self._drive_scope.cancel()
 
     async def _watch_idle(self, child: SupervisedChild, idle: float, since: float) -> None:
         while True:

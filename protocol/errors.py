@@ -36,6 +36,7 @@ class ErrorCode(enum.IntEnum):
     MODEL_ERROR = -32009
     CONNECTION_CLOSED = -32010
     REQUEST_TIMEOUT = -32011
+    BUDGET_EXHAUSTED = -32012
 
 
 class ProtocolError(Exception):

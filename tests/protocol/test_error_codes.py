@@ -26,6 +26,7 @@ PINNED: dict[str, int] = {
     "MODEL_ERROR": -32009,
     "CONNECTION_CLOSED": -32010,
     "REQUEST_TIMEOUT": -32011,
+    "BUDGET_EXHAUSTED": -32012,
 }
 
 

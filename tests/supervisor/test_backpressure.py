@@ -11,7 +11,12 @@ import pytest
 
 from tether.parent.broker import MAX_MODEL_CALLS
 from tether.parent.supervisor import Supervisor
-from tether.protocol.messages import ChatMessage, ModelCompleteParams, ModelCompleteResult
+from tether.protocol.messages import (
+    AgentDefinition,
+    ChatMessage,
+    ModelCompleteParams,
+    ModelCompleteResult,
+)
 
 CHILDREN = Path(__file__).resolve().parent.parent / "children"
 
@@ -40,6 +45,8 @@ async def test_a_flood_of_requests_is_answered_in_full_but_never_more_than_the_c
             workspace=tmp_path,
             model=model,
             command=[sys.executable, "-I", str(CHILDREN / "request_flood.py")],
+            # every request of the flood is a turn: the parent enforces the turn budget too
+            agent=AgentDefinition(type="general", max_iterations=500),
         )
     assert result.success, result
     assert result.summary == "200 answers"

@@ -1,0 +1,29 @@
+"""A hostile child: takes the run, makes as many model calls as its prompt's `calls` asks
+(stopping at the first refusal), then answers the run with the prompt's `answer` as its
+RunResult, whatever it claims. The prompt is JSON: {"calls": N, "answer": {...}}."""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _wire
+
+run = _wire.wait_run()
+run_id = run["params"]["runId"]
+plan = json.loads(run["params"]["prompt"])
+refused = None
+for n in range(1, plan.get("calls", 0) + 1):
+    _wire.request(n, "model/complete", {"runId": run_id, "messages": [{"role": "user"}]})
+    while True:
+        msg = _wire.recv()
+        if msg is None:
+            _wire.leave()
+        if msg.get("id") == n and "method" not in msg:
+            break
+    if "error" in msg:
+        refused = msg["error"]
+        _wire.log(f"refused at call {n}: {refused}")
+        break
+_wire.reply(run["id"], plan["answer"])
+_wire.serve_until_exit()
