@@ -89,8 +89,8 @@ class LeasePolicy:
     def __post_init__(self) -> None:
         if not self.stale_after > 0:
             raise ValueError("LeasePolicy.stale_after must be positive")
-        if not self.interval < self.stale_after:
-            raise ValueError("LeasePolicy.heartbeat_every must be shorter than stale_after")
+        if not 0 < self.interval < self.stale_after:
+            raise ValueError("LeasePolicy.heartbeat_every must be positive and below stale_after")
 
     @property
     def interval(self) -> float:
@@ -141,35 +141,13 @@ class Activation:
         Committed before this returns. `TranscriptFull` if it would pass the bound (nothing is
         stored); `LeaseLost` if this activation no longer holds the lease.
         """
-        limit = self._store.bounds.message_bytes
-        bodies = [queries.encode_message(m, limit) for m in messages]
-        return await self._write(
-            partial(
-                queries.append,
-                agent_id=self.agent_id,
-                token=self.token,
-                bodies=bodies,
-                usage=usage or Usage(),
-                bounds=self._store.bounds,
-            )
-        )
+        return await self._append_or_replace(queries.append, messages, usage)
 
     async def replace_transcript(
         self, messages: Sequence[ChatMessage], usage: Usage | None = None
     ) -> int:
         """Replace the stored transcript whole (the child compacted its own)."""
-        limit = self._store.bounds.message_bytes
-        bodies = [queries.encode_message(m, limit) for m in messages]
-        return await self._write(
-            partial(
-                queries.replace_transcript,
-                agent_id=self.agent_id,
-                token=self.token,
-                bodies=bodies,
-                usage=usage or Usage(),
-                bounds=self._store.bounds,
-            )
-        )
+        return await self._append_or_replace(queries.replace_transcript, messages, usage)
 
     async def report(self, text: str) -> ReportEntry:
         """Store an interim finding (from the child's `report` tool)."""
@@ -208,11 +186,41 @@ class Activation:
         await self._write(partial(queries.heartbeat, agent_id=self.agent_id, token=self.token))
         self.last_heartbeat = anyio.current_time()
 
+    async def _append_or_replace(
+        self,
+        query: Callable[..., int],
+        messages: Sequence[ChatMessage],
+        usage: Usage | None,
+    ) -> int:
+        store, copied = self._store, list(messages)
+
+        def run() -> int:
+            # Encoding (and cutting) happens in the worker thread but before the transaction,
+            # so the database's write lock is held only for the inserts.
+            bodies = [queries.encode_message(m, store.bounds.message_bytes) for m in copied]
+            return store._db.write(
+                partial(
+                    query,
+                    agent_id=self.agent_id,
+                    token=self.token,
+                    bodies=bodies,
+                    usage=usage or Usage(),
+                    bounds=store.bounds,
+                )
+            )
+
+        return await self._guarded(run)
+
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        db = self._store._db
+        return await self._guarded(lambda: db.write(fn))
+
+    async def _guarded(self, run: Callable[[], T]) -> T:
+        """`run` in a worker thread, unless released; a `LeaseLost` marks the activation lost."""
         if self.released:
             raise LeaseLost(f"agent {self.agent_id}: this activation was released")
         try:
-            return await self._store._write(fn)
+            return await self._store._in_thread(run)
         except LeaseLost as exc:
             self._mark_lost(str(exc))
             raise
@@ -311,22 +319,19 @@ class SessionStore:
             raise StoreUnavailable("the session store is not open (use `async with`)")
         return self._db_handle
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """`fn` in one write transaction, in a worker thread; committed when this returns."""
-        db = self._db
-
-        def run() -> T:
-            return db.write(fn)
-
+    async def _in_thread(self, run: Callable[[], T]) -> T:
+        """`run` in a worker thread under the store's limiter. Never abandoned: a cancelled
+        caller waits for it, so a transaction it started is finished, not left half-known."""
         return await anyio.to_thread.run_sync(run, limiter=self._limiter)
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`fn` in one write transaction; committed when this returns."""
+        db = self._db
+        return await self._in_thread(lambda: db.write(fn))
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         db = self._db
-
-        def run() -> T:
-            return db.read(fn)
-
-        return await anyio.to_thread.run_sync(run, limiter=self._limiter)
+        return await self._in_thread(lambda: db.read(fn))
 
     # -- lifetime ------------------------------------------------------------------------------
 
