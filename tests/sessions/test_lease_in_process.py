@@ -155,8 +155,9 @@ async def test_a_holder_whose_lease_was_taken_over_cannot_write_again(state: Pat
 
 
 async def test_losing_the_lease_cancels_the_activations_body(state: Path) -> None:
-    slow = LeasePolicy(stale_after=1.0, heartbeat_every=0.05)
-    impatient = LeasePolicy(stale_after=0.02, heartbeat_every=0.005)
+    # Ours beats every 0.3 s; theirs calls a heartbeat older than 0.1 s stale.
+    slow = LeasePolicy(stale_after=10.0, heartbeat_every=0.3)
+    impatient = LeasePolicy(stale_after=0.1, heartbeat_every=0.05)
     async with (
         SessionStore(state, lease=slow) as mine,
         SessionStore(state, lease=impatient) as theirs,
@@ -167,8 +168,8 @@ async def test_losing_the_lease_cancels_the_activations_body(state: Path) -> Non
         reached_the_end = False
         with pytest.raises(LeaseLost), anyio.fail_after(10):
             async with activation:
-                await anyio.sleep(0.04)
-                taker = await theirs.acquire(agent.id)
+                await anyio.sleep(0.15)
+                taker = await theirs.acquire(agent.id, wait=5)
                 assert isinstance(taker, Activation)
                 await anyio.sleep(5)  # cancelled by the next heartbeat, which finds it lost
                 reached_the_end = True
@@ -180,7 +181,7 @@ async def test_losing_the_lease_cancels_the_activations_body(state: Path) -> Non
 
 
 async def test_heartbeats_keep_a_live_holders_lease_from_going_stale(state: Path) -> None:
-    policy = LeasePolicy(stale_after=0.6, heartbeat_every=0.1)
+    policy = LeasePolicy(stale_after=1.5, heartbeat_every=0.1)
     async with (
         SessionStore(state, lease=policy) as mine,
         SessionStore(state, lease=policy) as theirs,
@@ -189,8 +190,8 @@ async def test_heartbeats_keep_a_live_holders_lease_from_going_stale(state: Path
         activation = await mine.acquire(agent.id)
         assert isinstance(activation, Activation)
         async with activation:
-            for _ in range(8):  # well past the bound, several times over
-                await anyio.sleep(0.2)
+            for _ in range(8):  # well past the bound, twice over
+                await anyio.sleep(0.4)
                 assert isinstance(await theirs.acquire(agent.id), Busy)
         summary = await theirs.get(agent.id)
         assert summary is not None and summary.status == "interrupted"  # released mid-run
