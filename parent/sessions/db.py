@@ -208,7 +208,9 @@ class Database:
             probe.close()
         if found > len(migrations):
             raise too_new(found, len(migrations))
-        while self.write(lambda c: migrate_step(c, migrations)):
+        # Up to date: opening takes no write lock. Otherwise each step re-reads the version
+        # under the write lock, so racing openers apply every step once.
+        while found < len(migrations) and self.write(lambda c: migrate_step(c, migrations)):
             pass
 
     def version(self) -> int:

@@ -6,7 +6,7 @@ whatever the agents read, so: every directory component we create is made 0700 (
 mkdir, so the umask cannot widen it); a directory that already exists is left as it is; the
 database and SQLite's `-wal`/`-shm` files beside it are 0600 (SQLite gives those the database
 file's mode, and we tighten any we find wider). The database path must be a regular file owned
-by us, opened without following a symlink.
+by us, and is never opened outside SQLite (see `_tighten`).
 """
 
 from __future__ import annotations
@@ -50,33 +50,46 @@ def ensure_private_dir(path: Path) -> None:
         raise StoreUnavailable(f"the state directory {path} is not a directory")
 
 
-def ensure_private_file(path: Path, *, create: bool) -> None:
-    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+def _tighten(path: Path) -> bool:
+    """Check an existing file is a regular file of ours and make it 0600; `False` if absent.
+
+    Only `lstat` and `chmod` by path, never `open`: POSIX record locks belong to the process,
+    and closing any descriptor of a file releases all of them, so opening and closing the
+    database or its -wal/-shm files here would silently drop the locks a connection of this
+    process holds (SQLite guards only its own descriptors against that).
+    """
     try:
-        fd = os.open(path, flags, 0o600)
+        st = os.lstat(path)
     except FileNotFoundError:
-        if create:
-            raise
-        return
-    except OSError as exc:
-        raise StoreUnavailable(f"cannot open {path} as the session database: {exc}") from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise StoreUnavailable(f"{path} is not a regular file")
-        if st.st_uid != os.geteuid():
-            raise StoreUnavailable(f"{path} belongs to uid {st.st_uid}, not to us")
-        if st.st_mode & 0o077:
-            os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
+        return False
+    if stat.S_ISLNK(st.st_mode):
+        raise StoreUnavailable(f"{path} is a symlink; the session database must be a real file")
+    if not stat.S_ISREG(st.st_mode):
+        raise StoreUnavailable(f"{path} is not a regular file")
+    if st.st_uid != os.geteuid():
+        raise StoreUnavailable(f"{path} belongs to uid {st.st_uid}, not to us")
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o600)
+    return True
 
 
 def prepare_database(state_dir: Path) -> Path:
     """Make the state directory and the database file private; the database's path."""
     ensure_private_dir(state_dir)
     db = state_dir / DB_NAME
-    ensure_private_file(db, create=True)
+    if not _tighten(db):
+        try:
+            fd = os.open(
+                db, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+            )
+        except FileExistsError:
+            _tighten(db)  # another process created it first
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot create the session database {db}: {exc}") from exc
+        else:
+            # A new inode nobody can hold a lock on yet: closing it here is harmless.
+            os.fchmod(fd, 0o600)
+            os.close(fd)
     for suffix in SIDECARS:
-        ensure_private_file(Path(f"{db}{suffix}"), create=False)
+        _tighten(Path(f"{db}{suffix}"))
     return db
