@@ -1,0 +1,119 @@
+"""The state directory: where it is by default, and that what the store creates is private."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tether.parent.sessions import DB_NAME, SessionStore, StoreUnavailable, default_state_dir
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_the_default_state_directory_follows_xdg_state_home(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert default_state_dir({"XDG_STATE_HOME": "/x/state"}, home) == Path("/x/state/tether")
+    assert default_state_dir({}, home) == home / ".local/state/tether"
+    # The XDG spec says a relative value is invalid and must be ignored.
+    assert default_state_dir({"XDG_STATE_HOME": "rel/state"}, home) == home / ".local/state/tether"
+    assert default_state_dir({"XDG_STATE_HOME": ""}, home) == home / ".local/state/tether"
+
+
+def test_the_store_opens_under_xdg_state_home_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+
+    async def open_() -> Path:
+        async with SessionStore() as store:
+            return store.path
+
+    assert anyio.run(open_) == tmp_path / "xdg" / "tether" / DB_NAME
+
+
+def test_what_the_store_creates_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    state = tmp_path / "a" / "b" / "state"
+    old = os.umask(0o002)
+    try:
+
+        async def use() -> None:
+            async with SessionStore(state) as store:
+                await store.list_agents()
+                # While it is open SQLite's -wal and -shm files exist beside it.
+                for suffix in ("-wal", "-shm"):
+                    assert _mode(Path(f"{state / DB_NAME}{suffix}")) == 0o600
+
+        anyio.run(use)
+    finally:
+        os.umask(old)
+    for d in (tmp_path / "a", tmp_path / "a" / "b", state):
+        assert _mode(d) == 0o700, d
+    assert _mode(state / DB_NAME) == 0o600
+
+
+def test_an_existing_directory_is_left_alone_but_a_wide_database_file_is_tightened(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "shared"
+    state.mkdir(mode=0o755)
+    os.chmod(state, 0o755)
+    db = state / DB_NAME
+    db.touch()
+    os.chmod(db, 0o644)
+
+    async def open_() -> None:
+        async with SessionStore(state):
+            pass
+
+    anyio.run(open_)
+    assert _mode(state) == 0o755
+    assert _mode(db) == 0o600
+
+
+def test_a_database_path_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    elsewhere = tmp_path / "elsewhere.db"
+    elsewhere.touch()
+    (state / DB_NAME).symlink_to(elsewhere)
+
+    async def open_() -> None:
+        async with SessionStore(state):
+            pass
+
+    with pytest.raises(StoreUnavailable, match="is a symlink"):
+        anyio.run(open_)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+def test_a_database_file_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    db = state / DB_NAME
+    db.touch()
+    os.chown(db, 12345, 12345)
+
+    async def open_() -> None:
+        async with SessionStore(state):
+            pass
+
+    with pytest.raises(StoreUnavailable, match="belongs to uid 12345"):
+        anyio.run(open_)
+
+
+def test_a_state_path_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.write_text("not a directory")
+
+    async def open_() -> None:
+        async with SessionStore(state):
+            pass
+
+    with pytest.raises(StoreUnavailable, match="not a directory"):
+        anyio.run(open_)
