@@ -24,6 +24,7 @@ from tether.parent.launchers import launcher_usages
 from tether.parent.limits import Limits
 from tether.parent.roles import ROLES
 from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
+from tether.parent.terminal import clean
 from tether.protocol.messages import RunResult
 
 
@@ -88,12 +89,12 @@ def _progress(out: TextIO) -> object:
         elif isinstance(ev, ChildEvent):
             d = ev.data
             if ev.kind == "step":
-                print(f"  step {d.get('iteration', d.get('step', ''))}", file=out)
+                print(f"  step {line(d.get('iteration', d.get('step', '')))}", file=out)
             elif ev.kind == "tool_call":
                 args = msgspec.json.encode(d.get("arguments", {})).decode()
-                print(f"  tool {d.get('name', '?')} {args[:120]}", file=out)
+                print(f"  tool {line(d.get('name', '?'))} {line(args)[:120]}", file=out)
             elif ev.kind == "text" and d.get("text"):
-                print(f"  says: {str(d['text'])[:200]}", file=out)
+                print(f"  says: {line(d['text'])[:200]}", file=out)
             elif ev.kind == "compaction":
                 print("  compacted the transcript", file=out)
         elif isinstance(ev, RunFinished):
@@ -105,8 +106,17 @@ def _progress(out: TextIO) -> object:
     return show
 
 
+def line(value: object) -> str:
+    """A child's value as one line of plain text."""
+    return clean(str(value), multiline=False)
+
+
 def render(result: RunResult) -> str:
-    """The readable form of a result, for people."""
+    """The readable form of a result, for people (the child's words cleaned for a terminal)."""
+    return clean(_render(result))
+
+
+def _render(result: RunResult) -> str:
     lines = []
     if result.success:
         lines.append(f"completed: {result.summary or result.message}")
@@ -129,9 +139,9 @@ def render(result: RunResult) -> str:
         if result.summary and result.summary != result.message:
             lines.append(f"summary: {result.summary}")
     for a in result.artifacts:
-        lines.append(f"  artifact {a.path} ({a.fs_type}, {a.size} bytes)")
+        lines.append(f"  artifact {line(a.path)} ({a.fs_type}, {a.size} bytes)")
     for s in result.skipped:
-        lines.append(f"  skipped {s.path}: {s.reason}")
+        lines.append(f"  skipped {line(s.path)}: {line(s.reason)}")
     lines.append(
         f"turns {result.turn_count}, iterations {result.iteration_count}, tokens "
         f"{result.usage.input_tokens} in / {result.usage.output_tokens} out"
