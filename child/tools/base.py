@@ -8,6 +8,8 @@ so tools stay independent of the agent loop and the wire.
 from __future__ import annotations
 
 import errno
+import os
+import stat
 from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -108,6 +110,19 @@ def refusal(path: str, exc: Exception) -> ToolOutcome:
     if isinstance(exc, OSError):
         return ToolOutcome(content=f"{path}: {exc.strerror or exc}", is_error=True)
     return ToolOutcome(content=f"{path}: {exc}", is_error=True)
+
+
+def refuse_hard_links(st: os.stat_result, path: str) -> ToolOutcome | None:
+    """Writing a file with more than one name changes it under every name, and another name
+    may be outside the workspace (a hard link cannot be told apart from the original): such a
+    file is read, never written. `None` when `st` is a file with one name."""
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        return ToolOutcome(
+            content=f"refused: {path} has {st.st_nlink} hard links, and writing it would change "
+            "it under every name, some possibly outside the workspace; write a new file instead",
+            is_error=True,
+        )
+    return None
 
 
 PATH_ERRORS = (OutsideWorkspace, BadPath, OSError)

@@ -19,6 +19,7 @@ from tether.child.tools.base import (
     ToolOutcome,
     parse_arguments,
     refusal,
+    refuse_hard_links,
     schema_of,
 )
 from tether.child.tools.write_file import write_all
@@ -65,6 +66,9 @@ def _edit(fd: int, args: EditFileArgs) -> ToolOutcome:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         return ToolOutcome(content=f"{args.path} is not a regular file", is_error=True)
+    refused = refuse_hard_links(st, args.path)
+    if refused is not None:
+        return refused
     if st.st_size > MAX_EDIT_BYTES:
         return ToolOutcome(content=f"{args.path} is too large to edit", is_error=True)
     raw = b""

@@ -19,6 +19,7 @@ from tether.child.tools.base import (
     ToolOutcome,
     parse_arguments,
     refusal,
+    refuse_hard_links,
     schema_of,
 )
 
@@ -50,8 +51,13 @@ class WriteFileTool:
                 if st is not None and not stat.S_ISREG(st.st_mode):
                     what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
                     return ToolOutcome(content=f"{args.path} is {what}", is_error=True)
-                fd = loc.open(os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                # Truncate only once the file we opened is known to be ours alone.
+                fd = loc.open(os.O_WRONLY | os.O_CREAT)
                 try:
+                    refused = refuse_hard_links(os.fstat(fd), args.path)
+                    if refused is not None:
+                        return refused
+                    os.ftruncate(fd, 0)
                     write_all(fd, data)
                 finally:
                     os.close(fd)

@@ -201,3 +201,20 @@ async def test_bash_commands_get_their_own_group_but_stay_in_the_childs_session(
     pgid, sid = (int(x) for x in got.content.splitlines()[1].split())
     assert sid == os.getsid(0)
     assert pgid != os.getpgid(0)
+
+
+async def test_a_file_with_more_than_one_hard_link_is_read_but_never_written(
+    ws: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("secret stays\n")
+    os.link(outside, ws / "linked.txt")
+    read = await call(ws, "read_file", path="linked.txt")
+    assert not read.is_error and "secret stays" in read.content
+    wrote = await call(ws, "write_file", path="linked.txt", content="clobbered")
+    edited = await call(ws, "edit_file", path="linked.txt", oldString="secret", newString="leaked")
+    for outcome in (wrote, edited):
+        assert outcome.is_error and "2 hard links" in outcome.content
+    assert outside.read_text() == "secret stays\n"
+    fresh = await call(ws, "write_file", path="new.txt", content="mine")
+    assert not fresh.is_error and (ws / "new.txt").read_text() == "mine"
