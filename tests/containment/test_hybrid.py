@@ -70,7 +70,7 @@ def v2cg() -> Iterator[ChildCgroup]:
 def _join(cg: ChildCgroup, argv: list[str]) -> subprocess.Popen[bytes]:
     """Start `argv` stopped inside `cg` (it joins before its first instruction runs)."""
     procs = " ".join(f"echo $$ > {p};" for p in cg.procs_files)
-    return subprocess.Popen(["/bin/sh", "-c", f"{procs} exec \"$0\" \"$@\"", *argv])
+    return subprocess.Popen(["/bin/sh", "-c", f'{procs} exec "$0" "$@"', *argv])
 
 
 def _wait(until: Callable[[], bool], seconds: float = 10) -> bool:
@@ -226,7 +226,7 @@ async def test_a_hybrid_run_is_torn_down_through_its_v2_cgroup(tmp_path: Path) -
         with anyio.fail_after(20):
             while not pids.exists() or not pids.read_text():
                 await anyio.sleep(0.01)
-        child = sup._live[handle.pid] if handle.pid in sup._live else None
+        child = sup._live.get(handle.pid or -1)
         assert child is not None and child.cgroup is not None
         dirs = list(child.cgroup.dirs.values())
         unified = dirs[0].name
