@@ -27,7 +27,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 
@@ -36,7 +36,7 @@ from tether.parent.classify import Observed
 from tether.parent.config import ChildConfig, pool_key
 from tether.parent.events import Event, RunFinished, RunStarted
 from tether.parent.host import Host
-from tether.parent.launchers import Local, resolve_launcher
+from tether.parent.launchers import Launcher, Local, resolve_launcher
 from tether.parent.limits import Limits
 from tether.parent.pool import Pooled
 from tether.parent.process import SpawnError
@@ -50,6 +50,17 @@ if TYPE_CHECKING:
     from tether.parent.supervisor import Supervisor
 
 EventCallback = Callable[[Event], None]
+
+RunState = Literal["starting", "running", "stopping", "done"]
+"""Where a run is: `starting` (spawning its child, or the handshake), `running` (the child is
+initialized and has the run), `stopping` (the run has its answer or was cut; the child is being
+taken down), `done` (the result is ready and the child is gone)."""
+
+
+def launcher_name(spec: str | Launcher) -> str:
+    """How a result names its launcher: the spec as given (`bwrap-net`, `ssh:HOST`), or a
+    `Launcher` object's name."""
+    return spec if isinstance(spec, str) else spec.name
 
 
 class RunHandle:
@@ -88,7 +99,12 @@ class RunHandle:
         self._child: SupervisedChild | None = None
         self._drive_scope: anyio.CancelScope | None = None
         self._outer_scope = anyio.CancelScope()
+        self._stopping = False
+        self._started = time.monotonic()
         self.pid: int | None = None
+        """The child's process id, once it is spawned (`None` before, and when none was)."""
+        self.launcher = launcher_name(config.launcher)
+        """The launcher the child's command runs under."""
 
     # --- public -------------------------------------------------------------------------------
 
@@ -100,6 +116,33 @@ class RunHandle:
     @property
     def done(self) -> bool:
         return self._done.is_set()
+
+    @property
+    def state(self) -> RunState:
+        """Where the run is now (read-only; see `RunState`)."""
+        if self._done.is_set():
+            return "done"
+        if self._stopping:
+            return "stopping"
+        child = self._child
+        return "running" if child is not None and child.ready else "starting"
+
+    async def ping(self) -> float | None:
+        """Ask the run's child for a `ping`: the round trip in seconds, or `None` when no child
+        can answer (not initialized yet, being taken down, gone, or it answered with an error).
+
+        A wedged child does not answer at all: bound the call yourself
+        (`with anyio.move_on_after(2): rtt = await handle.ping()`). An answered ping is the
+        child speaking, so it re-arms the run's idle clock like any message from the child."""
+        child = self._child
+        if child is None or self.state != "running":
+            return None
+        started = time.perf_counter()
+        try:
+            await child.session.ping()
+        except (ConnectionClosed, RemoteError, RemoteProtocolError, LocalProtocolError):
+            return None
+        return time.perf_counter() - started
 
     async def wait(self) -> None:
         """Wait until the run has ended and its child is gone (shielded callers use this)."""
@@ -133,6 +176,7 @@ class RunHandle:
     async def execute(self) -> None:
         observed = Observed()
         answer: RunResult | None = None
+        self._started = time.monotonic()
         try:
             with self._outer_scope:
                 answer, observed = await self._spawn_and_drive(observed)
@@ -146,6 +190,9 @@ class RunHandle:
                 answer=answer,
                 brokered=self._broker.brokered,
                 prompts=1 if self._child is not None and self._child.ready else 0,
+                launcher=self.launcher,
+                pid=self.pid,
+                duration_seconds=time.monotonic() - self._started,
             )
             self._done.set()
             self._sup.publish(RunFinished(self.run_id, self._result), self._on_event)
@@ -194,6 +241,7 @@ class RunHandle:
                     answer = await self._drive(child, handshake_first=True)
                 finally:
                     child.cut_off = not child.observed.answered
+                    self._stopping = True
         finally:
             self._sup.unregister(child)
         exec_error = child.spawn_failure()
@@ -213,6 +261,7 @@ class RunHandle:
             answer = await self._drive(child, handshake_first=False)
         finally:
             child.cut_off = not child.observed.answered
+            self._stopping = True
             with anyio.CancelScope(shield=True):
                 await pooled.finish()
         return answer, child.observed
@@ -223,7 +272,8 @@ class RunHandle:
         observed = child.observed
         child.serve_with(self._broker.on_request, self._broker.on_notification)
         self._sup.publish(
-            RunStarted(self.run_id, child.pid, tuple(self._config.command)), self._on_event
+            RunStarted(self.run_id, child.pid, tuple(self._config.command), self.launcher),
+            self._on_event,
         )
         answer: RunResult | None = None
         wall = self._limits.wall_seconds

@@ -254,3 +254,12 @@ class RunResult(Wire, frozen=True):
     run_id: str = ""
     containment: str | None = None
     """The containment tier the parent ran this child under (filled in by the parent)."""
+    launcher: str | None = None
+    """The launcher the child's command ran under (`local`, `bwrap`, `ssh:HOST`, ...; filled in
+    by the parent)."""
+    pid: int | None = None
+    """The child's process id as the parent saw it (for a remote launcher: the local client's;
+    filled in by the parent, `null` when no process was started)."""
+    duration_seconds: float | None = None
+    """Seconds from the run's start to its result, teardown included (filled in by the
+    parent)."""
