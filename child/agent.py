@@ -44,6 +44,7 @@ from tether.child.tools import ToolInputError, ToolOutcome, ToolRegistry
 from tether.child.workspace import Workspace
 from tether.protocol import ConnectionClosed, LocalProtocolError, RemoteError
 from tether.protocol.messages import (
+    HEARTBEAT_SECONDS,
     AgentDefinition,
     AgentEventParams,
     AgentRunParams,
@@ -66,8 +67,6 @@ if TYPE_CHECKING:
     from tether.wire import Endpoint
 
 log = logging.getLogger("tether.child")
-
-HEARTBEAT_SECONDS = 2.0
 
 
 class Finished(Struct, frozen=True, kw_only=True):

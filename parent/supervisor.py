@@ -57,6 +57,7 @@ from tether.parent.spawning import (
     spawn_child,
 )
 from tether.parent.supervised import SupervisedChild
+from tether.parent.usage import check_model, warn_idle
 from tether.parent.zygote import Zygote
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
 from tether.protocol.messages import AgentDefinition, AgentRunParams, RunResult
@@ -149,7 +150,9 @@ class Supervisor:
         run_id: str | None = None,
     ) -> RunHandle:
         """Start one run in a fresh child and return its handle. Raises `ValueError` for bad
-        usage (unknown agent, unreadable model script, bad limits), before spawning."""
+        usage (unknown agent, unreadable model script, bad limits, no model for the built-in
+        agent loop), before spawning; warns (`RuntimeWarning`) when the idle limit is too close
+        to tether's heartbeat interval to let a slow tool call finish (`usage.py`)."""
         if self._tg is None:
             raise RuntimeError("use the Supervisor as `async with Supervisor() as sup:`")
         impl: str | None = None
@@ -173,6 +176,8 @@ class Supervisor:
         resolve_launcher(cfg.launcher)  # an unknown launcher is bad usage
         check_spawner(cfg)
         models = await resolve_models(model, definition)
+        check_model(cfg.command, definition, models.main is not None)
+        warn_idle(cfg.command, limits or Limits())
         params = AgentRunParams(
             run_id=run_id or f"run-{os.getpid()}-{next(_run_ids)}",
             prompt=prompt,

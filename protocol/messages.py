@@ -147,6 +147,13 @@ EventKind = Literal[
 ]
 
 
+HEARTBEAT_SECONDS = 2.0
+"""How often tether's own child sends a `heartbeat` event while a model turn, an approval or a
+tool call is pending. A parent's idle limit must be comfortably above it (tether's parent warns
+below twice this), or every step that takes longer is cut as `unresponsive`. Children in other
+languages choose their own interval."""
+
+
 class AgentEventParams(Wire, frozen=True):
     run_id: str
     seq: int
