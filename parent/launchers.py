@@ -113,7 +113,7 @@ class Bwrap(Launcher):
         """The Python prefixes, import path, tether's own folders, absolute paths named in the
         command, and `read_only`, outside the system directories already bound."""
         paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, *self.read_only]
-        for name in ("tether.child", "tether.protocol"):
+        for name in ("tether.child", "tether.protocol", "tether.wire"):
             # Located, not imported: the parent never loads the child's code.
             spec = importlib.util.find_spec(name)
             if spec is not None and spec.origin:

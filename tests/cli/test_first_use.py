@@ -137,3 +137,35 @@ def test_a_run_under_bwrap_names_its_launcher_in_progress_and_json(tmp_path: Pat
     result = json.loads(got.stdout)
     assert result["launcher"] == "bwrap"
     assert "started under bwrap" in got.stderr
+
+
+def test_the_readmes_runs_work_on_a_scratch_copy_and_leave_the_checkout_alone(
+    tmp_path: Path,
+) -> None:
+    from tether.parent.doctor import _bwrap
+
+    root = EXAMPLES.parent
+    before = sorted(p.name for p in (EXAMPLES / "workspace").iterdir())
+    ws = tmp_path / "ws"
+    subprocess.run(["cp", "-r", f"{EXAMPLES / 'workspace'}/.", str(ws)], check=True)
+    m = "scripted:examples/explorer.json"
+    base = ["run", "Find the TODOs", "--model", m, "--workspace", str(ws)]
+    explorer = tether(*base, "--agent", "explorer", cwd=root)
+    assert explorer.returncode == 0, explorer.stderr
+    assert "! write_file refused or failed: denied" in explorer.stderr
+    assert not (ws / "TODO-REPORT.md").exists()
+    general = tether(*base, "--quiet", cwd=root)
+    assert general.returncode == 0, general.stderr
+    assert (ws / "TODO-REPORT.md").exists()
+    timed = tether(
+        *base, "--agent", "explorer", "--timeout", "1m30s", "--idle-timeout", "10s", cwd=root
+    )
+    assert timed.returncode == 0, timed.stderr
+    own = tether(*base, "--agent", "examples/agents/summarizer.py:make", "--quiet", cwd=root)
+    assert own.returncode == 0, own.stderr
+    if _bwrap()["works"]:
+        limits = ["--memory", "512M", "--cpu", "30s", "--processes", "64", "--file-size", "100M"]
+        boxed = tether(*base, *limits, "--launcher", "bwrap", "--json", cwd=root)
+        assert boxed.returncode == 0, boxed.stdout + boxed.stderr
+        assert json.loads(boxed.stdout)["launcher"] == "bwrap"
+    assert sorted(p.name for p in (EXAMPLES / "workspace").iterdir()) == before
