@@ -313,3 +313,16 @@ async def test_a_cgroup2_oom_is_read_from_memory_events(tmp_path: Path) -> None:
         )
     assert result.failure is not None and result.failure.kind == "oom", result
     assert "MemoryError" not in result.failure.stderr_tail  # killed by the cgroup, not rlimit
+
+
+def test_doctor_names_the_hybrid_tier_and_how_it_tears_a_tree_down() -> None:
+    from tether.parent import doctor
+
+    got = doctor.report()
+    assert "hybrid" in got["cgroups"] and got["tiers"]["hybrid"] == available(probe("hybrid"))
+    if host().tier != "hybrid":
+        pytest.skip(f"auto picks {host().tier} here")
+    assert got["auto"]["tier"] == "hybrid"
+    assert "v2 cgroup" in got["auto"]["teardown"]
+    assert "auto picks hybrid" in doctor.render(got)
+    assert "teardown: cgroup." in doctor.render(got)
