@@ -26,12 +26,12 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
 
-from tether.parent.broker import ApprovePolicy, Broker, RunModels
+from tether.parent.broker import ApprovePolicy, Broker, ParentTool, RunModels
 from tether.parent.classify import Observed
 from tether.parent.config import ChildConfig, pool_key
 from tether.parent.events import Event, RunFinished, RunStarted
@@ -65,6 +65,7 @@ class RunHandle:
         models: RunModels,
         approve: ApprovePolicy | None,
         on_event: EventCallback | None,
+        parent_tools: Sequence[ParentTool] = (),
     ) -> None:
         self.run_id = params.run_id
         self._sup = sup
@@ -82,6 +83,7 @@ class RunHandle:
             max_turns=params.agent.max_iterations,
             token_budget=params.agent.token_budget,
             on_exhausted=self._budget_exhausted,
+            parent_tools=parent_tools,
         )
         self._done = anyio.Event()
         self._result: RunResult | None = None

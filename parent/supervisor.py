@@ -35,7 +35,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from tether.parent.broker import ApprovePolicy, resolve_models
+from tether.parent.broker import ApprovePolicy, ParentTool, resolve_models
 from tether.parent.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_key
 from tether.parent.env import build_child_env
 from tether.parent.events import DEFAULT_EVENT_BUFFER, Event, EventStream
@@ -59,7 +59,7 @@ from tether.parent.spawning import (
 from tether.parent.supervised import SupervisedChild
 from tether.parent.zygote import Zygote
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
-from tether.protocol.messages import AgentDefinition, AgentRunParams, RunResult
+from tether.protocol.messages import AgentDefinition, AgentRunParams, ChatMessage, RunResult
 from tether.protocol.methods import AGENT_RUN
 
 _run_ids = itertools.count(1)
@@ -147,9 +147,14 @@ class Supervisor:
         on_event: EventCallback | None = None,
         config: ChildConfig | None = None,
         run_id: str | None = None,
+        parent_tools: Sequence[ParentTool] = (),
+        history: Sequence[ChatMessage] = (),
     ) -> RunHandle:
         """Start one run in a fresh child and return its handle. Raises `ValueError` for bad
-        usage (unknown agent, unreadable model script, bad limits), before spawning."""
+        usage (unknown agent, unreadable model script, bad limits), before spawning.
+
+        `parent_tools`: tools this parent serves for the run itself (`tool/call`), offered to
+        its agent beside the child's own; `history`: a transcript the run starts from."""
         if self._tg is None:
             raise RuntimeError("use the Supervisor as `async with Supervisor() as sup:`")
         impl: str | None = None
@@ -179,6 +184,8 @@ class Supervisor:
             agent=definition,
             description=description,
             workspace=str(ws),
+            history=list(history),
+            parent_tools=[t.spec for t in parent_tools],
         )
         size = len(encode_request(0, AGENT_RUN.name, params)) - 1
         if size > DEFAULT_MAX_MESSAGE_BYTES:
@@ -186,7 +193,9 @@ class Supervisor:
                 f"the run's request is {size} bytes, more than a child reads in one message "
                 f"({DEFAULT_MAX_MESSAGE_BYTES}); put large inputs in the workspace instead"
             )
-        handle = RunHandle(self, params, cfg, limits or Limits(), tier, models, approve, on_event)
+        handle = RunHandle(
+            self, params, cfg, limits or Limits(), tier, models, approve, on_event, parent_tools
+        )
         self._handles.add(handle)
         self._tg.start_soon(self._execute, handle)
         return handle

@@ -34,6 +34,8 @@ class ToolOutcome(Struct, frozen=True, kw_only=True):
     is_error: bool = False
     completion: Completion | None = None
     """Set only by a tool that ends the run."""
+    question: str | None = None
+    """Set only by a tool that pauses a continuable run to ask its orchestrator."""
 
 
 class ToolContext(Protocol):
@@ -52,6 +54,19 @@ class ToolContext(Protocol):
 
     async def approve(self, tool: str, arguments: Mapping[str, Any]) -> ToolApproveResult:
         """Ask the parent's policy before a mutating action (denied when it has none)."""
+        ...
+
+    @property
+    def continuable(self) -> bool:
+        """The run is kept for follow-up messages (`report` and `ask_orchestrator` exist)."""
+        ...
+
+    async def emit(self, kind: Any, data: Mapping[str, Any] | None = None) -> None:
+        """Send a progress event of this run to the parent."""
+        ...
+
+    async def call_parent_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolOutcome:
+        """Have the parent run one of this run's parent tools."""
         ...
 
 
