@@ -154,10 +154,9 @@ def dump_definitions(
 
 
 def _defaults() -> dict[str, Any]:
-    return {k: v for k, v in msgspec.to_builtins(_DEFAULT).items() if v is not None}
-
-
-_DEFAULT = SubagentDefinition(type="x", description="x")
+    """What loading fills in for a key a table leaves out (the required keys have nothing)."""
+    got = msgspec.to_builtins(SubagentDefinition(type="x", description="x"))
+    return {k: v for k, v in got.items() if v is not None and k not in ("type", "description")}
 
 
 def _value(value: object) -> str:

@@ -153,16 +153,17 @@ class TaskTool:
         )
 
     def _problems(self, arguments: dict[str, Any]) -> list[ArgumentProblem]:
-        problems: list[ArgumentProblem] = []
-        seen: set[tuple[str, str]] = set()
-        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
+        """One problem per argument: the first by path, a wrong type before anything else (a
+        number is not "an unknown type", it is not a string)."""
+        errors = sorted(
+            self._validator.iter_errors(arguments),
+            key=lambda e: ([str(p) for p in e.path], e.validator != "type"),
+        )
+        problems: dict[str, ArgumentProblem] = {}
         for error in errors:
             for problem in self._explain(error, arguments):
-                key = (problem.argument, problem.problem)
-                if key not in seen:
-                    seen.add(key)
-                    problems.append(problem)
-        return problems
+                problems.setdefault(problem.argument, problem)
+        return list(problems.values())
 
     def _explain(
         self, error: jsonschema.ValidationError, arguments: dict[str, Any]
