@@ -16,11 +16,11 @@ bytes counts as modified (it was written), and a plain `chmod` does too.
   the object store can hold hundreds of thousands of files that would dominate the walk, and a
   verifier given `.git/index` as a "changed file" learns nothing. Changes to tracked files show
   up as the files themselves.
-- Cost: one `lstat` per entry and one `scandir` per directory, no file is read; on the
-  project's 2-core CI machine a 10 000-file tree snapshots in about 50 ms (docs/delegation.md
-  has the measurement). `max_entries` bounds it: past that many entries the walk stops and the
-  snapshot (and any diff with it) is marked incomplete, which the verifier policy treats as
-  "possibly large", never as "small".
+- Cost: one `lstat` per entry and one `scandir` per directory, no file is read; a 10 000-file
+  tree snapshots in about 50-65 ms on the project's shared 2-core machine, and two snapshots
+  diff in about 13 ms (`python -m benchmarks.snapshot_cost`). `max_entries` bounds it: past
+  that many entries the walk stops and the snapshot (and any diff with it) is marked
+  incomplete, which the verifier policy treats as "possibly large", never as "small".
 """
 
 from __future__ import annotations

@@ -153,8 +153,8 @@ class TaskTool:
         )
 
     def _problems(self, arguments: dict[str, Any]) -> list[ArgumentProblem]:
-        """One problem per argument: the first by path, a wrong type before anything else (a
-        number is not "an unknown type", it is not a string)."""
+        """One problem per argument (a wrong type before anything else: a number is not "an
+        unknown type", it is not a string), in the schema's order of arguments."""
         errors = sorted(
             self._validator.iter_errors(arguments),
             key=lambda e: ([str(p) for p in e.path], e.validator != "type"),
@@ -163,7 +163,11 @@ class TaskTool:
         for error in errors:
             for problem in self._explain(error, arguments):
                 problems.setdefault(problem.argument, problem)
-        return list(problems.values())
+        order = list(self.input_schema["properties"])
+        return sorted(
+            problems.values(),
+            key=lambda p: order.index(p.argument) if p.argument in order else len(order),
+        )
 
     def _explain(
         self, error: jsonschema.ValidationError, arguments: dict[str, Any]
