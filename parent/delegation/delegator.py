@@ -353,11 +353,19 @@ class Delegator:
         try:
             async with self.slots.admitted(self._on_queued(live, call, "slot")):
                 if self.budget.exceeded():
-                    return sid, _failed(
+                    # Spent by siblings while this one waited: it never runs, so it has no
+                    # ledger record, but what `subagent.queued` opened is closed.
+                    spent = _failed(
                         "budget_exhausted",
                         "the token budget of the whole tree was spent before this sub-agent "
                         "could start",
                     )
+                    if live.position is not None:
+                        self._emit(
+                            _completed(sid, definition, call, role, "truncated", spent.message),
+                            call,
+                        )
+                    return sid, spent
                 live.state, live.position, live.since = "running", None, time.monotonic()
                 started_at = now()
                 started = True

@@ -571,3 +571,32 @@ async def test_build_sub_agents_change_the_workspace_one_at_a_time_readers_along
     _, sx, _ex = by_call["c2"]
     assert sx < max(e0, e1) and runner.peak == 2  # the explorer ran beside one of them
     assert any(isinstance(e, SubagentQueued) and e.waiting_for == "workspace" for e in events)
+
+
+async def test_a_queued_spawn_whose_budget_was_spent_meanwhile_never_runs() -> None:
+    release = anyio.Event()
+
+    async def expensive(request: RunRequest) -> RunResult:
+        await release.wait()
+        return ok(usage=Usage(input_tokens=2000))
+
+    runner = Recorder(expensive)
+    d, events = delegator(runner, max_concurrent=1, token_budget=1000)
+    outs: dict[str, TaskOutput] = {}
+
+    async def one(name: str) -> None:
+        outs[name] = await run(d, call(), tool_call_id=name)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(one, "first")
+        tg.start_soon(one, "second")
+        with anyio.fail_after(10):
+            while d.slots.waiting == 0:
+                await anyio.sleep(0.01)
+        release.set()
+    assert outs["first"].status == "completed"
+    assert outs["second"].status == "truncated" and outs["second"].failure == "budget_exhausted"
+    assert "spent before this sub-agent could start" in outs["second"].message
+    assert len(runner.requests) == 1 and len(d.ledger.records) == 1
+    closed = [e for e in events if isinstance(e, SubagentCompleted) and e.tool_call_id == "second"]
+    assert [e.status for e in closed] == ["truncated"]

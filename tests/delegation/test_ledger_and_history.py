@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tether.parent.delegation import Ledger, UsageRecord, fork_history, read_ledger
 from tether.parent.delegation.ledger import OrchestratorUsage
 from tether.protocol.messages import ChatMessage, ToolCall, Usage
@@ -98,3 +101,27 @@ def test_fork_history_cuts_at_the_first_turn_with_an_unanswered_call() -> None:
 def test_fork_history_of_an_empty_transcript_is_empty() -> None:
     assert fork_history([], "t1") == []
     assert fork_history([SYSTEM], "t1") == []
+
+
+roles = st.sampled_from(["system", "user", "assistant", "tool"])
+call_ids = st.sampled_from(["a", "b", "c", "t1"])
+messages = st.builds(
+    ChatMessage,
+    role=roles,
+    content=st.text(max_size=3),
+    tool_calls=st.lists(st.builds(ToolCall, id=call_ids, name=st.just("x")), max_size=2),
+    tool_call_id=st.none() | call_ids,
+)
+
+
+@given(st.lists(messages, max_size=12), st.none() | call_ids)
+def test_fork_history_is_a_prefix_without_system_messages_and_no_unanswered_call(
+    transcript: list[ChatMessage], call_id: str | None
+) -> None:
+    got = fork_history(transcript, call_id)
+    assert got == [m for m in transcript if m.role != "system"][: len(got)]
+    for i, m in enumerate(got):
+        if m.role == "assistant":
+            answered = {r.tool_call_id for r in got[i + 1 :] if r.role == "tool"}
+            assert all(c.id in answered for c in m.tool_calls)
+            assert call_id is None or all(c.id != call_id for c in m.tool_calls)
