@@ -9,9 +9,9 @@ import argparse
 import json
 import sys
 
-from tether.parent.delegation.builtins import builtin_registry
-from tether.parent.delegation.files import load_registry
-from tether.parent.delegation.tool import FORMATS, task_tool
+FORMATS = ("json-schema", "openai", "openai-responses", "anthropic")
+"""The names of `tool.FORMATS`, spelled out so that building `tether`'s parser imports nothing
+heavy (a test checks they agree)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,6 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Raises ValueError (bad usage, exit 2) for a bad file or one without definitions."""
+    from tether.parent.delegation.builtins import builtin_registry
+    from tether.parent.delegation.files import load_registry
+    from tether.parent.delegation.tool import task_tool
+
     registry = builtin_registry() if args.agents is None else load_registry(args.agents)
     tool = task_tool(registry)
     if tool is None:

@@ -255,3 +255,18 @@ def test_the_installed_tether_command_has_task_schema() -> None:
     )
     assert got.returncode == 0, got.stderr
     assert json.loads(got.stdout)["function"]["name"] == "task"
+
+
+def test_the_cli_offers_exactly_the_tools_formats() -> None:
+    from tether.parent.delegation import cli, tool
+
+    assert list(cli.FORMATS) == list(tool.FORMATS)
+
+
+def test_importing_the_supervisor_does_not_import_the_schema_validator() -> None:
+    code = (
+        "import sys, tether.parent.supervisor, tether.parent.cli; "
+        "sys.exit(1 if 'jsonschema' in sys.modules else 0)"
+    )
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=False)
+    assert got.returncode == 0, got.stderr
