@@ -16,6 +16,7 @@ import anyio
 
 from tether.parent.cli import _progress, render
 from tether.parent.limits import Limits
+from tether.parent.roles import role
 from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import AgentDefinition
 
@@ -41,7 +42,7 @@ async def _cases(show: object, workspace: Path) -> int:
                 "1. An agent reads the workspace, writes a TODO report and completes with it",
                 dict(
                     prompt="Find the TODO notes in this workspace and write a report.",
-                    agent="general",
+                    agent=role("general", read_only=False),  # general is read-only by default
                     model=f"scripted:{HERE / 'explorer.json'}",
                 ),
             ),

@@ -18,6 +18,7 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from tether.parent import conformance
+from tether.parent.delegation import cli as delegation_cli
 from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.host import TIERS
 from tether.parent.launchers import launcher_usages
@@ -78,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     conformance.add_arguments(
         sub.add_parser("conformance", help="check that a child command speaks the protocol")
+    )
+    delegation_cli.add_arguments(
+        sub.add_parser("task-schema", help="print the model-facing task tool's schema")
     )
     return p
 
@@ -214,6 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.cmd == "conformance":
             return conformance.main(args)
+        if args.cmd == "task-schema":
+            return delegation_cli.main(args)
         args.interrupted, args.interrupted_once = None, False
         result = anyio.run(_run, args)
     except (UsageError, ValueError) as exc:

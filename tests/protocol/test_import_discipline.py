@@ -28,7 +28,7 @@ ALLOWED_THIRD_PARTY = {
     "wire": {"msgspec", "anyio"},
     # oslash is jsonrpcserver's own result type (`Either`), used only next to it.
     "child": {"msgspec", "anyio", "jsonrpcserver", "oslash"},
-    "parent": {"msgspec", "anyio", "psutil", "httpx"},
+    "parent": {"msgspec", "anyio", "psutil", "httpx", "jsonschema"},
 }
 FORBIDDEN_SIBLING = {
     "protocol": ("tether.child", "tether.parent", "tether.wire"),
