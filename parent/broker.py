@@ -33,6 +33,7 @@ from tether.protocol import ErrorCode, RemoteError, WireError
 from tether.protocol.messages import (
     AgentDefinition,
     AgentEventParams,
+    ChatMessage,
     ModelCompleteParams,
     ModelCompleteResult,
     ToolApproveParams,
@@ -47,6 +48,8 @@ log = logging.getLogger("tether.parent")
 
 ApprovePolicy = Callable[[ToolApproveParams], Awaitable[ToolApproveResult] | ToolApproveResult]
 EventSink = Callable[[ChildEvent], None]
+TurnHook = Callable[[ModelCompleteParams, ModelCompleteResult], Awaitable[None]]
+"""Told of every brokered model turn (the request and the answer), before the child gets it."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,7 @@ class Broker:
         token_budget: int | None = None,
         on_exhausted: Callable[[str], None] | None = None,
         parent_tools: Sequence[ParentTool] = (),
+        on_turn: TurnHook | None = None,
     ) -> None:
         """`max_turns` / `token_budget`: the definition's budgets, enforced here too; past
         either, the request is refused and `on_exhausted(why)` is told (the run ends)."""
@@ -188,6 +192,10 @@ class Broker:
         self._on_exhausted = on_exhausted
         self.exhausted: str | None = None
         self._parent_tools = {t.spec.name: t for t in parent_tools}
+        self._on_turn = on_turn
+        self.last_request: list[ChatMessage] = []
+        """The transcript the child sent with its latest model turn: the run's completed turns
+        as the parent saw them (a fork's history is cut from it)."""
         self.brokered = Brokered()
         self._model_slots = anyio.Semaphore(MAX_MODEL_CALLS)
 
@@ -250,7 +258,18 @@ class Broker:
             b.turns += 1
         b.input_tokens += max(0, result.usage.input_tokens)
         b.output_tokens += max(0, result.usage.output_tokens)
+        if params.purpose == "turn":
+            self.last_request = list(params.messages)
+            if self._on_turn is not None:
+                # Before the child sees the answer: a turn it acts on is already recorded.
+                await self._on_turn(params, result)
         return result
+
+    def completed_turns(self) -> list[ChatMessage]:
+        """The run's transcript up to its latest turn, without system messages: what a forked
+        sub-agent starts from (the turn in flight, whose answer is being acted on, is not in
+        it)."""
+        return [m for m in self.last_request if m.role != "system"]
 
     async def _call_parent_tool(self, params: ToolCallParams) -> ToolCallResult:
         tool = self._parent_tools.get(params.name)

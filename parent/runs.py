@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from tether.parent.broker import ApprovePolicy, Broker, ParentTool, RunModels
+from tether.parent.broker import ApprovePolicy, Broker, ParentTool, RunModels, TurnHook
 from tether.parent.classify import Observed
 from tether.parent.config import ChildConfig, pool_key
 from tether.parent.events import Event, RunFinished, RunStarted
@@ -66,6 +66,7 @@ class RunHandle:
         approve: ApprovePolicy | None,
         on_event: EventCallback | None,
         parent_tools: Sequence[ParentTool] = (),
+        on_turn: TurnHook | None = None,
     ) -> None:
         self.run_id = params.run_id
         self._sup = sup
@@ -84,6 +85,7 @@ class RunHandle:
             token_budget=params.agent.token_budget,
             on_exhausted=self._budget_exhausted,
             parent_tools=parent_tools,
+            on_turn=on_turn,
         )
         self._done = anyio.Event()
         self._result: RunResult | None = None
@@ -93,6 +95,11 @@ class RunHandle:
         self.pid: int | None = None
 
     # --- public -------------------------------------------------------------------------------
+
+    @property
+    def broker(self) -> Broker:
+        """What this run's child asked of the parent, and what the parent counted."""
+        return self._broker
 
     async def result(self) -> RunResult:
         await self._done.wait()

@@ -35,7 +35,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from tether.parent.broker import ApprovePolicy, ParentTool, resolve_models
+from tether.parent.broker import ApprovePolicy, ParentTool, TurnHook, resolve_models
 from tether.parent.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_key
 from tether.parent.env import build_child_env
 from tether.parent.events import DEFAULT_EVENT_BUFFER, Event, EventStream
@@ -149,12 +149,15 @@ class Supervisor:
         run_id: str | None = None,
         parent_tools: Sequence[ParentTool] = (),
         history: Sequence[ChatMessage] = (),
+        on_turn: TurnHook | None = None,
     ) -> RunHandle:
         """Start one run in a fresh child and return its handle. Raises `ValueError` for bad
         usage (unknown agent, unreadable model script, bad limits), before spawning.
 
         `parent_tools`: tools this parent serves for the run itself (`tool/call`), offered to
-        its agent beside the child's own; `history`: a transcript the run starts from."""
+        its agent beside the child's own; `history`: a transcript the run starts from;
+        `on_turn`: told of every model turn the parent brokers for the run, before the child
+        gets the answer (to record the transcript durably)."""
         if self._tg is None:
             raise RuntimeError("use the Supervisor as `async with Supervisor() as sup:`")
         impl: str | None = None
@@ -194,7 +197,16 @@ class Supervisor:
                 f"({DEFAULT_MAX_MESSAGE_BYTES}); put large inputs in the workspace instead"
             )
         handle = RunHandle(
-            self, params, cfg, limits or Limits(), tier, models, approve, on_event, parent_tools
+            self,
+            params,
+            cfg,
+            limits or Limits(),
+            tier,
+            models,
+            approve,
+            on_event,
+            parent_tools,
+            on_turn,
         )
         self._handles.add(handle)
         self._tg.start_soon(self._execute, handle)

@@ -69,3 +69,40 @@ async def test_a_run_offered_no_parent_tools_cannot_call_one(tmp_path: Path) -> 
         )
     assert plain.success
     assert hostile.summary.startswith("error -32601 no parent tool 'task' is offered")
+
+
+async def test_the_broker_knows_the_runs_completed_turns_and_reports_each_turn(
+    tmp_path: Path,
+) -> None:
+    recorded: list[tuple[int, str]] = []
+    forked: list[list[tuple[str, str]]] = []
+    handles = []
+
+    async def on_turn(params: object, result: object) -> None:
+        from tether.parent import ModelCompleteParams, ModelCompleteResult
+
+        assert isinstance(params, ModelCompleteParams)
+        assert isinstance(result, ModelCompleteResult)
+        recorded.append((len(params.messages), result.message.tool_calls[0].name))
+
+    async def task(params: ToolCallParams) -> ToolCallResult:
+        turns = handles[0].broker.completed_turns()
+        forked.append([(m.role, m.content) for m in turns])
+        return ToolCallResult(content="done")
+
+    spec = ToolSpec(name="task", description="Delegate.", input_schema={"type": "object"})
+    async with Supervisor() as sup:
+        handle = await sup.start(
+            "orchestrate",
+            workspace=tmp_path,
+            agent="explorer",
+            model=ScriptedModel.from_json(SCRIPT),
+            parent_tools=[ParentTool(spec, task)],
+            on_turn=on_turn,
+        )
+        handles.append(handle)
+        assert (await handle.result()).success
+    # The fork sees the task prompt, never the system prompt or the turn in flight.
+    assert forked == [[("user", "orchestrate")]]
+    assert [name for _, name in recorded] == ["task", "complete"]
+    assert recorded[1][0] > recorded[0][0]
