@@ -107,6 +107,8 @@ EventCallback = Callable[[ChildEvent], None]
 CLOSE_TIMEOUT = 5.0
 """How long closing the connection may take (it cancels the package's handler tasks)."""
 _IDLE_POLL = 1.0
+TEXT_PAUSE = 0.2
+"""A message the agent has not finished is shown as far as it got after this much quiet."""
 
 
 class Meter(Protocol):
@@ -380,6 +382,12 @@ class AcpDriver:
                     scope.cancel()
                     return
                 waits.append(start + wall - now)
+            shown = self._folder.pending_since
+            if shown is not None:
+                if now - shown >= TEXT_PAUSE:
+                    self._folder.emit_pending()
+                else:
+                    waits.append(shown + TEXT_PAUSE - now)
             if idle is not None and self._prompting:
                 quiet = now - self._last_activity(now)
                 if quiet >= idle:
@@ -427,7 +435,7 @@ class AcpDriver:
         self._refusals.append(what)
 
     def fold(self, update: Any) -> None:
-        self._folder.fold(update)
+        self._folder.fold(update, time.monotonic())
 
     async def decide_permission(
         self, tool_call: ToolCallUpdate, options: Sequence[PermissionOption]

@@ -9,9 +9,10 @@ No I/O and no connection here; `acp.py` drives the agent and calls these.
   in its own block.
 - `UpdateFolder`: folds `session/update` notifications into tether events and the final text.
   Message chunks are joined into one `text` event per message (a message ends where a chunk
-  carries a new `messageId`, or a tool call, a plan or the end of the turn comes between); the
-  summary is the last message the
-  agent wrote. Thoughts become `text` events marked `thought` and never the summary. Tool calls
+  carries a new `messageId`, or a tool call, a plan or the end of the turn comes between), and
+  a message the agent pauses in the middle of is shown as far as it got (`emit_pending`), so
+  a listener is not kept waiting for its end. The summary is the last whole message the agent
+  wrote. Thoughts become `text` events marked `thought` and never the summary. Tool calls
   become `tool_call` events, and their terminal updates (`completed`/`failed`) `tool_result`
   events; plans become `step` events carrying the plan. What the agent claims about its usage
   (`usage_update`) is ignored: usage is what the parent metered.
@@ -129,19 +130,26 @@ class UpdateFolder:
     """Updates that carry nothing tether reports (mode, commands, usage claims, ...)."""
     _seq: int = 0
     _message_id: str | None = None
+    pending_since: float | None = None
+    """When text that no event has shown yet started arriving (`None`: all shown)."""
     _text: list[str] = field(default_factory=list)
+    _text_shown: int = 0
     _thought: list[str] = field(default_factory=list)
+    _thought_shown: int = 0
 
-    def fold(self, update: Any) -> None:
+    def fold(self, update: Any, now: float = 0.0) -> None:
+        """Fold one update; `now` (a monotonic time) dates unshown text for `emit_pending`."""
         if isinstance(update, AgentMessageChunk):
             self._flush_thought()
             if update.message_id is not None and update.message_id != self._message_id:
                 self._flush_text()
                 self._message_id = update.message_id
             self._text.append(_text_of(update.content))
+            self._pending(now)
         elif isinstance(update, AgentThoughtChunk):
             self._flush_text()
             self._thought.append(_text_of(update.content))
+            self._pending(now)
         elif isinstance(update, ToolCallStart):
             self.flush()
             seen = self.tools.setdefault(update.tool_call_id, ToolCallSeen(update.tool_call_id))
@@ -195,6 +203,10 @@ class UpdateFolder:
                 return text.strip()
         return ""
 
+    def _pending(self, now: float) -> None:
+        if self.pending_since is None:
+            self.pending_since = now
+
     def tool(self, tool_call_id: str) -> ToolCallSeen | None:
         return self.tools.get(tool_call_id)
 
@@ -207,19 +219,33 @@ class UpdateFolder:
     def _flush_text(self) -> None:
         if not self._text:
             return
-        text = "".join(self._text)
+        self.emit_pending()
+        self.messages.append("".join(self._text))
         self._text.clear()
-        self.messages.append(text)
-        if text:
-            self._emit("text", {"text": text})
+        self._text_shown = 0
 
     def _flush_thought(self) -> None:
         if not self._thought:
             return
-        text = "".join(self._thought)
+        self.emit_pending()
         self._thought.clear()
-        if text:
-            self._emit("text", {"text": text, "thought": True})
+        self._thought_shown = 0
+
+    def emit_pending(self) -> None:
+        """Emit what arrived of the message (and thought) being written and was not shown yet,
+        without ending it: the driver calls this when the agent pauses mid-message, so a
+        listener sees progress before the message ends. The summary still gets the whole."""
+        self.pending_since = None
+        if self._thought:
+            text = "".join(self._thought)
+            if text[self._thought_shown :]:
+                self._emit("text", {"text": text[self._thought_shown :], "thought": True})
+            self._thought_shown = len(text)
+        if self._text:
+            text = "".join(self._text)
+            if text[self._text_shown :]:
+                self._emit("text", {"text": text[self._text_shown :]})
+            self._text_shown = len(text)
 
     def _emit_result(self, seen: ToolCallSeen, content: Any) -> None:
         output = _tool_output(content)

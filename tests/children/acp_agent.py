@@ -154,7 +154,7 @@ class ScriptAgent:
             elif op == "crash":
                 os._exit(arg)
             elif op == "raw":
-                os.write(1, arg.encode())
+                _write_raw(arg.encode())
             elif op == "post":
                 await self.say(sid, await asyncio.to_thread(_post, arg))
             elif op == "echo_prompt":
@@ -168,6 +168,17 @@ class ScriptAgent:
             if self.cancelled.is_set():
                 return PromptResponse(stop_reason="cancelled")
         return PromptResponse(stop_reason="end_turn")
+
+
+def _write_raw(data: bytes) -> None:
+    """Write to stdout past the package's framing (asyncio made fd 1 non-blocking)."""
+    os.set_blocking(1, True)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(1, view) :]
+    finally:
+        os.set_blocking(1, False)
 
 
 def _post(arg: dict[str, Any]) -> str:
