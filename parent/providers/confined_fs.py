@@ -79,9 +79,13 @@ class ConfinedFiles:
                 raise _refusal(path, exc) from None
         finally:
             os.close(dir_fd)
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
+        try:
+            st = os.fstat(fd)
             _require_regular(path, st)
+        except BaseException:
+            os.close(fd)
+            raise
+        with os.fdopen(fd, "rb") as f:
             if st.st_size > MAX_READ_BYTES:
                 raise FileRefused(
                     f"{path} is {st.st_size} bytes; the parent serves files up to "
