@@ -83,7 +83,11 @@ class ClientGone(Exception):
 class Responder:
     """Sends the response to one request: `send()` whole, or `start()` + `write()` + `end()`."""
 
-    def __init__(self, conn: h11.Connection, stream: ByteStream, send_timeout: float) -> None:
+    def __init__(
+        self, conn: h11.Connection, stream: ByteStream, send_timeout: float, head: bool = False
+    ) -> None:
+        self._head = head
+        """Answering a HEAD request: headers only."""
         self._conn = conn
         self._stream = stream
         self._send_timeout = send_timeout
@@ -92,7 +96,7 @@ class Responder:
 
     async def send(self, status: int, body: bytes, headers: Sequence[tuple[str, str]] = ()) -> None:
         await self.start(status, [*headers, ("content-length", str(len(body)))])
-        if body:
+        if body and not self._head:
             await self.write(body)
         await self.end()
 
@@ -215,7 +219,6 @@ class HttpServer:
         limits = self.limits
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_head_bytes)
         while not self._closing:
-            responder = Responder(conn, stream, limits.send_timeout)
             try:
                 request = await self._read_request(conn, stream, context)
             except _Reject as exc:
@@ -223,6 +226,7 @@ class HttpServer:
                 return
             if request is None:
                 return
+            responder = Responder(conn, stream, limits.send_timeout, request.method == "HEAD")
             self.requests += 1
             try:
                 await self.handler(request, responder)

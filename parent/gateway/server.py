@@ -172,6 +172,9 @@ class Gateway:
 
     async def _handle(self, request: Request, responder: Responder) -> None:
         path = request.path
+        if request.method == "HEAD":  # a client's reachability probe: headers only
+            await responder.send(200, b"", [_JSON])
+            return
         if path in ("/v1/messages", "/messages"):
             dialect = _ANTHROPIC
         elif path in ("/v1/chat/completions", "/chat/completions"):
