@@ -22,7 +22,7 @@ run's events and summary:
 - `{"stop": REASON}` ends the turn with that stop reason (default `end_turn`).
 
 argv: `--mute` reads its input and never answers; `--version N` answers `initialize` with
-protocol version N; `--spawn-sleeper` starts a `sleep` grandchild at start (for ladder tests).
+protocol version N.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -197,8 +196,6 @@ def _post(arg: dict[str, Any]) -> str:
 
 def main() -> None:
     args = sys.argv[1:]
-    if "--spawn-sleeper" in args:
-        subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL)
     if "--mute" in args:
         while sys.stdin.buffer.readline():
             pass

@@ -504,3 +504,23 @@ async def test_closing_the_gateway_lets_a_call_in_progress_finish() -> None:
             await anyio.sleep(0.1)
             await gw._server.close()
     assert got == [200]
+
+
+async def test_a_head_probe_gets_headers_only(gateway: Gateway) -> None:
+    async with client(gateway) as c:
+        r = await c.head("/")
+    assert r.status_code == 200 and r.content == b""
+
+
+async def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() -> None:
+    limits = GatewayLimits(http=HttpLimits(idle_timeout=0.3))
+    async with Gateway(limits) as gw:
+        grant = gw.grant("run-idle", Recording(TEXT))
+        request = (
+            b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"x-api-key: " + grant.token.encode() + b"\r\ncontent-length: %d\r\n\r\n"
+        )
+        body = msgspec.json.encode(anthropic_body())
+        got, took = await _raw_exchange(gw, request % len(body) + body, wait=10)
+    assert got.startswith(b"HTTP/1.1 200 ") and b"Hello from tether." in got
+    assert took < 5  # the server closed the idle connection; the client did not time out

@@ -26,7 +26,8 @@ ALLOWED_THIRD_PARTY = {
     "protocol": {"msgspec"},
     # oslash is jsonrpcserver's own result type (`Either`), used only next to it.
     "child": {"msgspec", "anyio", "jsonrpcserver", "oslash"},
-    "parent": {"msgspec", "anyio", "psutil", "httpx"},
+    # h11: the model gateway; acp (+ pydantic, its models' errors): the ACP driver.
+    "parent": {"msgspec", "anyio", "psutil", "httpx", "h11", "acp", "pydantic"},
 }
 FORBIDDEN_SIBLING = {
     "protocol": ("tether.child", "tether.parent"),
