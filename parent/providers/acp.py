@@ -29,7 +29,9 @@ ACP agent has no `shutdown` request, so closing its stdin is the first rung.
    its own commands, under the same containment as itself.
 4. The stop reason becomes the run's status (`stop_outcome`); the summary is the agent's last
    message; usage and the model-call count are what the parent metered (`meter`, the gateway's
-   grant for this child), never what the agent claims.
+   grant for this child), never what the agent claims. A turn that fails (an error answer or
+   stop reason) while the meter says the budget is spent is `budget_exhausted`: the gateway
+   refused the agent's model calls, and the agent reports that as its own failure.
 
 `cancel()` sends `session/cancel`, answers every pending permission request `cancelled`, and
 gives the agent `AcpLimits.cancel_grace` to end the prompt with `cancelled`; past it the run is
@@ -92,6 +94,7 @@ from tether.protocol.messages import (
     Artifact,
     ChatMessage,
     Failure,
+    FailureKind,
     RunResult,
     ToolApproveParams,
     ToolApproveResult,
@@ -126,6 +129,11 @@ class Meter(Protocol):
     @property
     def last_active(self) -> float:
         """`time.monotonic()` of the last call's start or end."""
+        ...
+
+    @property
+    def exhausted(self) -> bool:
+        """The agent's token budget is spent (its model calls are being refused)."""
         ...
 
 
@@ -313,9 +321,11 @@ class AcpDriver:
             self._folder.flush()
             self._answer = self._answer_of(response.stop_reason)
         except RequestError as exc:
-            self.observed.agent_error = (
-                f"the agent answered {step} with an error: {_error_text(exc)}"
-            )
+            why = f"the agent answered {step} with an error: {_error_text(exc)}"
+            if step == "session/prompt" and self._budget_spent():
+                self._answer = self._failed("budget_exhausted", _BUDGET + why)
+            else:
+                self.observed.agent_error = why
         except ValidationError as exc:
             self.observed.protocol_error = (
                 f"the agent's answer to {step} is malformed: {_first(exc)}"
@@ -336,16 +346,34 @@ class AcpDriver:
             terminal=False,
         )
 
+    def _budget_spent(self) -> bool:
+        return self._meter is not None and self._meter.exhausted
+
+    def _failed(self, kind: FailureKind, message: str) -> RunResult:
+        """A result for a prompt the agent ended in failure."""
+        self._folder.flush()
+        return msgspec.structs.replace(
+            self._answer_of("end_turn"),
+            success=False,
+            status="error",
+            message=message,
+            failure=Failure(kind=kind),
+        )
+
     def _answer_of(self, stop_reason: str) -> RunResult:
         outcome = stop_outcome(stop_reason, cancel_requested=self._cancel.is_set())
         failure = None
+        message = outcome.error or ""
         if outcome.status != "completed":
-            failure = Failure(kind="cancelled" if outcome.by_cancel else "agent_error")
+            kind: FailureKind = "cancelled" if outcome.by_cancel else "agent_error"
+            if outcome.status == "error" and self._budget_spent():
+                kind, message = "budget_exhausted", _BUDGET + message
+            failure = Failure(kind=kind)
         return RunResult(
             success=outcome.status == "completed",
             status=outcome.status,
             summary=self._folder.summary,
-            message=outcome.error or "",
+            message=message,
             artifacts=self._artifacts(),
             turn_count=1,
             iteration_count=self._meter.calls if self._meter else 0,
@@ -624,6 +652,9 @@ class _Client:
 
     async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
         return None
+
+
+_BUDGET = "the sub-agent's token budget ran out; "
 
 
 def _no_terminals() -> RequestError:

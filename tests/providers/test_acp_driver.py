@@ -29,6 +29,7 @@ class FakeMeter:
         self.calls = calls
         self.in_flight = 0
         self.last_active = 0.0
+        self.exhausted = False
 
 
 async def drive(
@@ -330,6 +331,18 @@ async def test_a_stop_reason_other_than_end_turn_is_an_error_with_the_reason(
     assert result.failure is not None and result.failure.kind == "agent_error"
     assert words in result.message and reason in result.message
     assert result.summary == "partial"
+
+
+async def test_a_turn_that_fails_once_the_budget_is_spent_is_budget_exhausted(
+    tmp_path: Path,
+) -> None:
+    meter = FakeMeter(Usage(900, 200), 3)
+    meter.exhausted = True
+    outcome, _, _ = await drive(tmp_path, [{"stop": "refusal"}], meter=meter)
+    result = outcome.result()
+    assert result.failure is not None and result.failure.kind == "budget_exhausted"
+    assert result.message.startswith("the sub-agent's token budget ran out")
+    assert result.usage == Usage(900, 200)
 
 
 # --- a hostile or broken agent ----------------------------------------------------------------

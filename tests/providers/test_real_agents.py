@@ -216,6 +216,48 @@ async def test_claude_agent_acp_asks_before_a_command_and_explore_mode_refuses_i
     )
 
 
+@needs_claude_acp
+async def test_claude_agent_acp_surfaces_a_spent_budget_and_the_run_says_so(tmp_path: Path) -> None:
+    ws, home = tmp_path / "ws", tmp_path / "home"
+    ws.mkdir()
+    home.mkdir()
+    script = AgentScript(
+        answer(
+            "Writing.",
+            Usage(input_tokens=100, output_tokens=20),
+            ToolCall(
+                id="toolu_03",
+                name="Write",
+                arguments={"file_path": str(ws / "a.txt"), "content": "a"},
+            ),
+        ),
+        answer("never reached", Usage(input_tokens=1, output_tokens=1)),
+    )
+    async with Gateway() as gateway:
+        grant = gateway.grant("run-budget", script, budget=50)
+        env = {
+            **base_env(home),
+            "ANTHROPIC_API_KEY": grant.token,
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+        }
+        outcome, _, _ = await drive(
+            gateway,
+            grant,
+            [NODE or "node", str(CLAUDE_ACP)],
+            env,
+            AcpTask("run-budget", "Write a.txt.", ws),
+            url_env=("ANTHROPIC_BASE_URL",),
+        )
+    result = outcome.result()
+    assert not result.success and result.failure is not None
+    assert result.failure.kind == "budget_exhausted", result
+    assert "402" in result.message and "budget is spent (" in result.message
+    assert len(script.main_calls) == 1  # the second turn was refused, not answered
+    assert grant.refused >= 1 and grant.calls == 1 + script.side_calls
+    assert result.usage == grant.usage and grant.usage.input_tokens >= 100
+
+
 @needs_node
 async def test_a_node_acp_agent_calls_the_openai_endpoint_and_writes_through_the_parent(
     tmp_path: Path,
