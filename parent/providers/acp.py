@@ -216,6 +216,7 @@ class AcpDriver:
         meter: Meter | None = None,
         limits: AcpLimits | None = None,
         client_info: Implementation | None = None,
+        observed: Observed | None = None,
     ) -> None:
         self.task = task
         self.limits = limits or AcpLimits()
@@ -225,7 +226,8 @@ class AcpDriver:
             max_line_bytes=self.limits.max_line_bytes,
             send_timeout=self.limits.send_timeout,
         )
-        self.observed = Observed()
+        self.observed = observed if observed is not None else Observed()
+        """Filled in as things happen; pass the spawner's own record to share one."""
         self._meter = meter
         self._files = ConfinedFiles(task.workspace)
         self._approve = approve

@@ -216,6 +216,11 @@ async def test_a_crash_mid_prompt_is_a_failed_result_not_an_exception(tmp_path: 
     assert result.failure is not None and result.failure.kind == "protocol"
     assert "without answering" in result.message
     assert "about to die" in texts(events)
+    # The spawner adds the exit status it saw to the same record, and the crash is named.
+    outcome.observed.exit_code = 3
+    refined = outcome.result()
+    assert refined.failure is not None and refined.failure.kind == "exit_nonzero"
+    assert refined.failure.exit_code == 3
 
 
 async def test_writes_outside_the_workspace_are_refused(tmp_path: Path) -> None:
