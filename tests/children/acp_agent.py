@@ -9,7 +9,7 @@ run's events and summary:
   `{"update": {"id", "status", "output"?}}` updates it;
 - `{"plan": [TEXT, ...]}` sends a plan;
 - `{"ask": {"id", "title"?, "kind"?}}` requests permission (allow_once / reject_once) and says
-  `permission ID: OPTION` (or `cancelled`);
+  `permission ID: OPTION`, or says `permission ID: cancelled` and ends the turn `cancelled`;
 - `{"write": {"path", "content"}}`, `{"read": {"path", "line"?, "limit"?}}`,
   `{"terminal": COMMAND}` call the client and say what came back;
 - `{"wait": SECONDS}` waits, ending the turn `cancelled` if `session/cancel` comes;
@@ -122,6 +122,8 @@ class ScriptAgent:
                 outcome = got.outcome
                 chosen = getattr(outcome, "option_id", None) or outcome.outcome
                 await self.say(sid, f"permission {arg['id']}: {chosen}")
+                if chosen == "cancelled":  # the client says the turn is being cancelled
+                    return PromptResponse(stop_reason="cancelled")
             elif op == "write":
                 try:
                     await self.conn.write_text_file(sid, arg["path"], arg["content"])
