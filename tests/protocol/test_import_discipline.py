@@ -28,7 +28,9 @@ ALLOWED_THIRD_PARTY = {
     "wire": {"msgspec", "anyio"},
     # oslash is jsonrpcserver's own result type (`Either`), used only next to it.
     "child": {"msgspec", "anyio", "jsonrpcserver", "oslash"},
-    "parent": {"msgspec", "anyio", "psutil", "httpx", "jsonschema"},
+    # h11: the model gateway; acp (+ pydantic, its models' errors): the ACP driver; jsonschema:
+    # the task tool validates a model's arguments.
+    "parent": {"msgspec", "anyio", "psutil", "httpx", "h11", "acp", "pydantic", "jsonschema"},
 }
 FORBIDDEN_SIBLING = {
     "protocol": ("tether.child", "tether.parent", "tether.wire"),
