@@ -29,6 +29,7 @@ the child's stdout never delays any of this, because exit is seen through the pi
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -103,6 +104,8 @@ class LiveChild:
         )
         self.stderr_done = anyio.Event()
         self.disposed: DisposeReport | None = None
+        self.cleanup: Callable[[], None] | None = None
+        """Runs at the end of `dispose()` (a sandbox's private directory is removed)."""
 
     @property
     def pid(self) -> int:
@@ -118,33 +121,35 @@ class LiveChild:
         max_message_bytes: int,
         ring_bytes: int,
         cgroup: ChildCgroup | None = None,
-        launch: Callable[[dict[str, str]], list[str]] | None = None,
+        launch: Callable[[dict[str, str], list[str]], list[str]] | None = None,
         spawn: Callable[[SpawnSpec], ChildProcess] | None = None,
+        cleanup: Callable[[], None] | None = None,
     ) -> LiveChild:
         """Spawn the child (into `cgroup`, when given); raises `SpawnError` when it cannot
-        start. `launch`, given the child's final environment, returns the argv to exec instead
-        of `spec.argv` (a launcher's prefix around it). `spawn` starts the process instead of
+        start. `launch`, given the child's final environment and `spec.argv`, returns the argv
+        to exec instead (a launcher's prefix around it). `spawn` starts the process instead of
         `ChildProcess.spawn` (the zygote's fork), from the same spec: environment with the tree
-        marker, rlimits, cgroup files."""
+        marker, rlimits, cgroup files, isolation plan. `cleanup` runs once the child is
+        disposed (or could not be spawned)."""
         marker = new_tree_marker()
         env = dict(spec.env)
         env[TREE_ENV] = marker
         try:
             proc = (spawn or ChildProcess.spawn)(
-                SpawnSpec(
-                    launch(env) if launch is not None else spec.argv,
-                    env,
-                    spec.cwd,
-                    spec.rlimits,
-                    spec.pdeathsig,
-                    cgroup.procs_files if cgroup else [],
+                dataclasses.replace(
+                    spec,
+                    argv=launch(env, spec.argv) if launch is not None else spec.argv,
+                    env=env,
+                    cgroup_procs=cgroup.procs_files if cgroup else [],
                 )
             )
         except BaseException:
             if cgroup is not None:
                 cgroup.remove()
+            if cleanup is not None:
+                cleanup()
             raise
-        return cls(
+        child = cls(
             proc,
             marker,
             cgroup=cgroup,
@@ -153,6 +158,8 @@ class LiveChild:
             max_message_bytes=max_message_bytes,
             ring_bytes=ring_bytes,
         )
+        child.cleanup = cleanup
+        return child
 
     # --- background jobs ----------------------------------------------------------------------
 
@@ -223,6 +230,9 @@ class LiveChild:
                 self.observed.pids_max_hits = self.cgroup.pids_max_hits()
                 if not self.cgroup.remove():
                     survivors = sorted(set(survivors) | self.cgroup.members())
+            cleanup, self.cleanup = self.cleanup, None
+            if cleanup is not None:
+                cleanup()
         if self.proc.lost is not None:
             self.observed.lost = self.proc.lost
         if status is not None:

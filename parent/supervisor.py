@@ -45,12 +45,14 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
+from tether.contain.privileges import set_dumpable
 from tether.parent.cgroups import TIERS, ChildCgroup, Host, available, choose, probe, sweep_stale
 from tether.parent.child import LiveChild
 from tether.parent.classify import Observed, classify, failure_of
 from tether.parent.endpoint import ConnectionClosed, NotificationHandler, RequestHandler
 from tether.parent.env import build_child_env
 from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
+from tether.parent.isolation import Choice, choose_level, isolation_setup, merged_env, probe_host
 from tether.parent.keeper import Keeper
 from tether.parent.launchers import LaunchContext, Launcher, Local, resolve_launcher
 from tether.parent.limits import DisposePolicy, Limits
@@ -73,6 +75,7 @@ from tether.protocol.messages import (
     FailureKind,
     InitializeParams,
     InitializeResult,
+    Isolation,
     ModelCompleteParams,
     PeerInfo,
     RunResult,
@@ -114,6 +117,15 @@ class ChildConfig:
     `zygote` (forked from a per-supervisor process that already imported the child runtime,
     with the same containment; see `zygote.py`). `zygote` serves only the default command
     (`python -I -m tether.child`, optionally with a custom agent) and the local launcher."""
+    isolation: str = "auto"
+    """`sandbox`, `process`, or `auto` (the strongest this host supports); see
+    `isolation.py` and docs/containment.md. `sandbox` on a host that cannot provide it is
+    refused at `start()`."""
+    sandbox_user: tuple[int, int] | None = None
+    """(uid, gid) sandboxed children run as when the supervisor is root; `None`: tether's
+    dedicated default (`tether.contain.plan.DEFAULT_SANDBOX_ID`)."""
+    read_paths: Sequence[str] = ()
+    """More paths a sandboxed child may read (and execute), beyond what it is granted."""
 
 
 @dataclass(frozen=True)
@@ -131,11 +143,21 @@ class PoolSpec:
     limits: Limits = field(default_factory=Limits)
     config: ChildConfig | None = None
     """The children's config; `None`: the supervisor's."""
+    workspace: str | os.PathLike[str] | None = None
+    """The workspace the pool's children are sandboxed for (a sandboxed child is confined to
+    one workspace from its first instruction, so only runs in this workspace take one).
+    Required when the pool's isolation level is `sandbox`."""
 
 
-def _pool_key(cfg: ChildConfig, limits: Limits, tier: Host) -> tuple[Any, ...]:
+def _pool_key(
+    cfg: ChildConfig, limits: Limits, tier: Host, level: str, workspace: str | None
+) -> tuple[Any, ...]:
     """What a child is spawned with; runs that agree on it can share a pool."""
     return (
+        level,
+        workspace if level == "sandbox" else None,
+        cfg.sandbox_user,
+        tuple(cfg.read_paths),
         tuple(cfg.command),
         tuple(cfg.pass_env),
         tuple(sorted(cfg.env.items())),
@@ -158,14 +180,25 @@ def _open_child(
     host: Host,
     tag: str,
     *,
+    level: str,
+    workspace: str | None,
     on_request: RequestHandler,
     on_notification: NotificationHandler,
-    launch: Callable[[dict[str, str]], list[str]] | None = None,
+    launch: Callable[[dict[str, str], list[str]], list[str]] | None = None,
+    launcher: Launcher | None = None,
     spawn: Callable[[SpawnSpec], ChildProcess] | None = None,
 ) -> LiveChild:
     """Spawn one child the way every child is spawned: its own cgroup (on a cgroup tier), the
-    scrubbed environment, rlimits through the trampoline (or the zygote's fork, `spawn`).
-    Raises `SpawnError`."""
+    scrubbed environment, the isolation level's plan and rlimits through the trampoline (or
+    the zygote's fork, `spawn`). Raises `SpawnError`."""
+    setup = isolation_setup(
+        level,
+        command=cfg.command,
+        workspace=workspace,
+        sandbox_user=cfg.sandbox_user,
+        read_paths=cfg.read_paths,
+        launcher=launcher,
+    )
     try:
         cgroup = (
             ChildCgroup.create(
@@ -179,15 +212,16 @@ def _open_child(
         )
     except OSError as exc:
         raise SpawnError(f"cannot create the child's cgroup: {exc.strerror or exc}") from exc
-    return LiveChild.open(
+    child = LiveChild.open(
         SpawnSpec(
-            list(cfg.command),
-            _env_of(cfg),
+            setup.argv,
+            merged_env(_env_of(cfg), setup.setup, cfg.env),
             cwd=None,
             rlimits=limits.rlimits(
                 memory_in_cgroup=cgroup is not None and host.enforces("memory"),
                 pids_in_cgroup=cgroup is not None and host.enforces("pids"),
             ),
+            plan=setup.outer_plan,
         ),
         on_request=on_request,
         on_notification=on_notification,
@@ -196,7 +230,9 @@ def _open_child(
         cgroup=cgroup,
         launch=launch,
         spawn=spawn,
+        cleanup=setup.setup.cleanup,
     )
+    return child
 
 
 async def _handshake(child: LiveChild, cfg: ChildConfig) -> bool:
@@ -246,8 +282,11 @@ class RunHandle:
         model: ModelProvider | None,
         approve: ApprovePolicy | None,
         on_event: EventCallback | None,
+        isolation: Choice | None = None,
     ) -> None:
         self.run_id = run_id
+        self.isolation = isolation or Choice("process")
+        """The isolation level this run's child gets (and why it is weaker, if it is)."""
         self._sup = sup
         self._params = params
         self._config = config
@@ -334,7 +373,10 @@ class RunHandle:
             return None, observed
         pool = self._sup._pool
         if pool is not None and isinstance(launcher, Local):
-            pooled = pool.acquire(_pool_key(cfg, self._limits, self.host), self._env())
+            key = _pool_key(
+                cfg, self._limits, self.host, self.isolation.level, self._params.workspace
+            )
+            pooled = pool.acquire(key, self._env())
             if pooled is not None:
                 return await self._drive_pooled(pooled)
         try:
@@ -345,9 +387,12 @@ class RunHandle:
                 self._limits,
                 self.host,
                 self.run_id.rsplit("-", 1)[-1],
+                level=self.isolation.level,
+                workspace=self._params.workspace,
                 on_request=self._on_request,
                 on_notification=self._on_notification,
                 launch=None if isinstance(launcher, Local) else self._launch(launcher),
+                launcher=launcher,
                 spawn=self._sup._spawner(cfg),
             )
         except SpawnError as exc:
@@ -498,11 +543,11 @@ class RunHandle:
 
     # --- helpers ------------------------------------------------------------------------------
 
-    def _launch(self, launcher: Launcher) -> Callable[[dict[str, str]], list[str]]:
-        def argv(env: dict[str, str]) -> list[str]:
+    def _launch(self, launcher: Launcher) -> Callable[[dict[str, str], list[str]], list[str]]:
+        def argv(env: dict[str, str], command: list[str]) -> list[str]:
             return launcher.argv(
                 LaunchContext(
-                    command=list(self._config.command),
+                    command=command,
                     env=env,
                     explicit_env=dict(self._config.env),
                     workspace=self._params.workspace,
@@ -540,7 +585,12 @@ class RunHandle:
                         kind=kind, rung=observed.rung, stderr_tail=observed.stderr_tail
                     ),
                 )
-            return msgspec.structs.replace(answer, run_id=self.run_id, containment=self.host.tier)
+            return msgspec.structs.replace(
+                answer,
+                run_id=self.run_id,
+                containment=self.host.tier,
+                isolation=self._isolation_report(),
+            )
         got = classify(observed)
         failure = failure_of(observed)
         assert got is not None and failure is not None  # unanswered always classifies
@@ -555,7 +605,13 @@ class RunHandle:
             failure=failure,
             run_id=self.run_id,
             containment=self.host.tier,
+            isolation=self._isolation_report(),
         )
+
+    def _isolation_report(self) -> Isolation:
+        choice = self.isolation
+        abi = probe_host().landlock_abi if choice.level == "sandbox" else None
+        return Isolation(level=choice.level, landlock_abi=abi, warning=choice.warning)
 
 
 class Supervisor:
@@ -572,6 +628,7 @@ class Supervisor:
         self._keeper: Keeper | None = None
         self._zygote: Zygote | None = None
         self._zygote_lock = anyio.Lock()
+        self._warned = False
         self.host = host()
         """What `containment="auto"` picks on this host; each run names its own tier
         (`RunHandle.host`, `RunResult.containment`)."""
@@ -580,10 +637,37 @@ class Supervisor:
             if not isinstance(resolve_launcher(cfg.launcher), Local):
                 raise ValueError("a pool holds local children only (launcher='local')")
             _check_spawner(cfg)
-            self._pool = self._make_pool(pool.size, cfg, pool.limits, host(cfg.containment))
+            choice = choose_level(cfg.isolation)
+            workspace = None
+            if pool.workspace is not None:
+                workspace = str(Path(pool.workspace).resolve())
+            elif choice.level == "sandbox":
+                raise ValueError(
+                    "a sandboxed pool serves one workspace: pass PoolSpec(workspace=...), or "
+                    "isolation='process' in the pool's config"
+                )
+            self._pool = self._make_pool(
+                pool.size, cfg, pool.limits, host(cfg.containment), choice, workspace
+            )
+            self._warn_once(choice)
         _registry.add(self)
 
-    def _make_pool(self, size: int, cfg: ChildConfig, limits: Limits, tier: Host) -> WarmPool:
+    def _warn_once(self, choice: Choice) -> None:
+        """Say on stderr, once per supervisor, that `auto` settled for less than a sandbox."""
+        if choice.warning and probe_host().why_not and not self._warned:
+            self._warned = True
+            sys.stderr.write(f"tether: warning: {choice.warning}\n")
+            sys.stderr.flush()
+
+    def _make_pool(
+        self,
+        size: int,
+        cfg: ChildConfig,
+        limits: Limits,
+        tier: Host,
+        choice: Choice,
+        workspace: str | None,
+    ) -> WarmPool:
         def open_child(
             on_request: Callable[[str, Any], Awaitable[Any]],
             on_notification: Callable[[str, Any], None],
@@ -596,6 +680,8 @@ class Supervisor:
                 limits,
                 tier,
                 "pool",
+                level=choice.level,
+                workspace=workspace,
                 on_request=on_request,
                 on_notification=on_notification,
                 spawn=self._spawner(cfg),
@@ -612,7 +698,7 @@ class Supervisor:
 
         return WarmPool(
             size,
-            _pool_key(cfg, limits, tier),
+            _pool_key(cfg, limits, tier, choice.level, workspace),
             env=lambda: _env_of(cfg),
             open=open_child,
             prepare=prepare,
@@ -679,6 +765,9 @@ class Supervisor:
             self._keeper.forget(child.pid)
 
     async def __aenter__(self) -> Supervisor:
+        # Non-dumpable: no child (same user or not) may read this process's environment,
+        # memory or descriptors through /proc, or ptrace it. Process-wide and kept.
+        set_dumpable(False)
         self._keeper = Keeper.start()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -768,10 +857,13 @@ class Supervisor:
             workspace=str(ws),
         )
         tier = host(cfg.containment)
-        resolve_launcher(cfg.launcher)  # an unknown launcher is bad usage
+        launcher = resolve_launcher(cfg.launcher)  # an unknown launcher is bad usage
         _check_spawner(cfg)
+        remote = launcher.name if launcher.provides.eof_teardown_only else None
+        choice = choose_level(cfg.isolation, remote_launcher=remote)
+        self._warn_once(choice)
         handle = RunHandle(
-            self, rid, params, cfg, limits or Limits(), tier, provider, approve, on_event
+            self, rid, params, cfg, limits or Limits(), tier, provider, approve, on_event, choice
         )
         self._handles.add(handle)
         self._tg.start_soon(self._run_handle, handle)

@@ -237,6 +237,20 @@ class Failure(Wire, frozen=True):
 
 RunStatus = Literal["completed", "aborted", "error"]
 
+IsolationLevel = Literal["sandbox", "process"]
+
+
+class Isolation(Wire, frozen=True):
+    """How the parent isolated a run's child (filled in by the parent)."""
+
+    level: IsolationLevel
+    """`sandbox` (Landlock, seccomp, no_new_privs; an unprivileged uid when the supervisor is
+    root) or `process` (environment scrub, session, limits and containment tier only)."""
+    landlock_abi: int | None = None
+    """The Landlock ABI the child's domain was built for (`sandbox` only)."""
+    warning: str | None = None
+    """Why the level is weaker than `sandbox`, when `auto` had to settle for less."""
+
 
 class RunResult(Wire, frozen=True):
     success: bool
@@ -254,3 +268,5 @@ class RunResult(Wire, frozen=True):
     run_id: str = ""
     containment: str | None = None
     """The containment tier the parent ran this child under (filled in by the parent)."""
+    isolation: Isolation | None = None
+    """The isolation level the parent ran this child under (filled in by the parent)."""
