@@ -106,6 +106,10 @@ def contain(
         signals_for_python()
     if plan is not None and plan.sandboxed:
         enter_sandbox(plan)
+        if ppid is not None:
+            # A change of credentials clears the death signal: arm it again, and check again
+            # that the parent did not die in between.
+            arm_death_signal(ppid)
 
 
 def _private_dirs(plan: Plan) -> None:

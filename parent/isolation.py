@@ -273,16 +273,27 @@ def interpreter_reads() -> list[str]:
     return paths
 
 
+def _named_paths(arg: str) -> list[str]:
+    """Absolute paths in one argument: itself, the value of `--flag=PATH`, and the file of a
+    `PATH:callable` agent spec."""
+    candidates = [arg]
+    if arg.startswith("-") and "=" in arg:
+        candidates.append(arg.split("=", 1)[1])
+    for c in list(candidates):
+        if ":" in c:
+            candidates.append(c.rsplit(":", 1)[0])
+    return [c for c in candidates if os.path.isabs(c) and os.path.exists(c)]
+
+
 def command_reads(command: Sequence[str]) -> list[str]:
     """Absolute paths a command names: a directory as is, a file with its directory (an
     interpreter imports a script's siblings; `/` itself is never granted)."""
     found: list[str] = []
     for arg in command:
-        if not os.path.isabs(arg) or not os.path.exists(arg):
-            continue
-        found.append(arg)
-        if not os.path.isdir(arg) and os.path.dirname(arg) != "/":
-            found.append(os.path.dirname(arg))
+        for path in _named_paths(arg):
+            found.append(path)
+            if not os.path.isdir(path) and os.path.dirname(path) != "/":
+                found.append(os.path.dirname(path))
     return found
 
 
@@ -336,7 +347,7 @@ def plan_for(
             home=PRIVATE_HOME,
             cwd=ws,
         )
-        return Setup(plan, _private_env("/tmp"))
+        return Setup(plan, private_env("/tmp"))
     if host.root:
         uid, gid = sandbox_user or (DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)
         owner = None
@@ -356,7 +367,7 @@ def plan_for(
             home=PRIVATE_HOME,
             cwd=ws,
         )
-        return Setup(plan, _private_env("/tmp"))
+        return Setup(plan, private_env("/tmp"))
     private = tempfile.mkdtemp(prefix="tether-sandbox-")
     for sub in ("home", "tmp", "run"):
         os.mkdir(os.path.join(private, sub), 0o700)
@@ -369,12 +380,12 @@ def plan_for(
         home=os.path.join(private, "home"),
         cwd=ws,
     )
-    env = _private_env(private)
+    env = private_env(private)
     env["TMPDIR"] = os.path.join(private, "tmp")
     return Setup(plan, env, lambda: shutil.rmtree(private, ignore_errors=True))
 
 
-def _private_env(tmp: str) -> dict[str, str]:
+def private_env(tmp: str) -> dict[str, str]:
     home = PRIVATE_HOME if tmp == "/tmp" else os.path.join(tmp, "home")
     return {
         "HOME": home,
