@@ -385,9 +385,16 @@ def plan_for(
     return Setup(plan, env, lambda: shutil.rmtree(private, ignore_errors=True))
 
 
+ISOLATION_ENV = "TETHER_ISOLATION"
+"""Tells the child runtime it is sandboxed, so its tools mark denials as the sandbox's."""
+
+
 def private_env(tmp: str) -> dict[str, str]:
+    """What a sandboxed child's environment gets: its level, and HOME, TMPDIR and XDG_* in
+    its private temp directory `tmp`."""
     home = PRIVATE_HOME if tmp == "/tmp" else os.path.join(tmp, "home")
     return {
+        ISOLATION_ENV: "sandbox",
         "HOME": home,
         "TMPDIR": tmp,
         "XDG_CONFIG_HOME": f"{home}/.config",
