@@ -67,6 +67,14 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="containment tier: auto, cgroup2, cgroup1 or process-group (see tether doctor)",
     )
+    run.add_argument(
+        "--isolation",
+        default="auto",
+        choices=("auto", "sandbox", "process"),
+        help="isolation level: sandbox (Landlock, seccomp, an unprivileged uid as root), "
+        "process (scrub, session, limits only), or auto: the strongest this host supports "
+        "(see tether doctor)",
+    )
     run.add_argument("--description", default="", help="short label for the run")
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -131,6 +139,8 @@ def render(result: RunResult) -> str:
         lines.append(f"  artifact {a.path} ({a.fs_type}, {a.size} bytes)")
     for s in result.skipped:
         lines.append(f"  skipped {s.path}: {s.reason}")
+    if result.isolation is not None and result.isolation.warning:
+        lines.append(f"  isolation {result.isolation.level}: {result.isolation.warning}")
     lines.append(
         f"turns {result.turn_count}, iterations {result.iteration_count}, tokens "
         f"{result.usage.input_tokens} in / {result.usage.output_tokens} out"
@@ -151,7 +161,9 @@ async def _run(args: argparse.Namespace) -> RunResult:
     command = shlex.split(args.command) if args.command is not None else None
     if command == []:
         raise UsageError("tether run: --command must not be empty")
-    config = ChildConfig(launcher=args.launcher, containment=args.containment)
+    config = ChildConfig(
+        launcher=args.launcher, containment=args.containment, isolation=args.isolation
+    )
     async with Supervisor(config) as sup:
         handle = await sup.start(
             args.prompt,
