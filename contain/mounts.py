@@ -8,19 +8,23 @@ Run as root in the trampoline (or the zygote's forked child), before the uid cha
    nothing mounted here ever propagates out; an unmount on the host still reaches in, so the
    sandbox never pins a host mount.
 2. Detached clones (`open_tree(OPEN_TREE_CLONE|AT_RECURSIVE)`) of everything the child must
-   see again after step 3 — the workspace and the read grants that step 3 would hide — taken
-   while they are still visible. The workspace clone gets an idmapping (`mount_setattr`,
-   `MOUNT_ATTR_IDMAP` with a user namespace mapping its on-disk owner to the sandbox uid) plus
-   `nosuid,nodev`: the child owns what it finds there, and whatever it creates lands on disk
-   owned by the workspace's real owner.
-3. Cover points get a fresh tmpfs: /tmp, /var/tmp and /dev/shm (private, mode 1777), and
+   see again after step 4 (the workspace and the read grants that step 4 would hide), taken
+   while they are still visible; read grants read-only. The workspace clone gets an
+   idmapping (`mount_setattr`, `MOUNT_ATTR_IDMAP` with a user namespace mapping its on-disk
+   owner to the sandbox uid) plus `nosuid,nodev`: the child owns what it finds there, and
+   whatever it creates lands on disk owned by the workspace's real owner.
+3. Every mount the child sees is made read-only (`mount_setattr(/, AT_RECURSIVE,
+   MOUNT_ATTR_RDONLY)`): whatever the file modes say, nothing outside the workspace and the
+   private temp dirs can be written, created, chmod-ed, chown-ed, touched or given xattrs
+   (EROFS). Device files still work (a read-only mount does not stop I/O to a device).
+4. Cover points get a fresh tmpfs: /tmp, /var/tmp and /dev/shm (private, mode 1777), and
    every directory on the way to a grant that the sandbox uid cannot traverse (mode 0755,
-   empty) — for instance /root, mode 0700, when the interpreter lives beneath it. Covering
+   empty), for instance /root, mode 0700, when the interpreter lives beneath it. Covering
    hides everything else there (/root/.ssh).
-4. The clones are moved back to their own paths (mount points created in the tmpfs as
+5. The clones are moved back to their own paths (mount points created in the tmpfs as
    needed), the workspace last, over itself when nothing covered it.
 
-`layout()` decides steps 2-4 from the grants and a traversal test; it is pure, so the rules
+`layout()` decides steps 2, 4 and 5 from the grants and a traversal test; it is pure, so the rules
 are tested without mounting anything.
 
 Only the standard library (see `_sys.py`).
@@ -47,6 +51,7 @@ OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 AT_EMPTY_PATH = 0x1000
 AT_RECURSIVE = 0x8000
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
+MOUNT_ATTR_RDONLY = 0x1
 MOUNT_ATTR_NOSUID = 0x2
 MOUNT_ATTR_NODEV = 0x4
 MOUNT_ATTR_IDMAP = 0x100000
@@ -142,13 +147,15 @@ def open_tree_clone(path: str) -> int:
     )
 
 
-def set_attr(fd: int, attr_set: int, userns_fd: int = 0) -> None:
+def set_attr(fd: int, attr_set: int, userns_fd: int = 0, path: str = "") -> None:
+    """Set mount attributes recursively on the mount tree of `fd` (or of `path`, with
+    `fd` = AT_FDCWD)."""
     attr = _MountAttr(attr_set, 0, 0, userns_fd)
     syscall(
         "mount_setattr",
         fd,
-        b"",
-        AT_EMPTY_PATH | AT_RECURSIVE,
+        os.fsencode(path),
+        (0 if path else AT_EMPTY_PATH) | AT_RECURSIVE,
         ctypes.addressof(attr),
         ctypes.sizeof(attr),
     )
@@ -242,6 +249,8 @@ def private_namespace(
         unshare(CLONE_NEWNS)
         mount("none", "/", None, MS_REC | MS_SLAVE)
         clones = {path: open_tree_clone(path) for path in plan.restore if os.path.exists(path)}
+        for fd in clones.values():
+            set_attr(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
         ws_fd = None
         if plan.workspace:
             ws_fd = open_tree_clone(plan.workspace)
@@ -250,6 +259,7 @@ def private_namespace(
                 MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (MOUNT_ATTR_IDMAP if userns else 0),
                 userns or 0,
             )
+        set_attr(-100, MOUNT_ATTR_RDONLY, path="/")
         done = Applied()
         for cover, mode in plan.covers:
             if not os.path.isdir(cover):
