@@ -52,6 +52,8 @@ class LaunchContext:
     """Only the values the caller set (`ChildConfig.env`): what a remote side gets."""
     workspace: str
     limits: Limits
+    read_paths: Sequence[str] = ()
+    """More paths the child may read (`ChildConfig.read_paths`)."""
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,12 @@ class Bwrap(Launcher):
         supervisor's working directory or other entries of its `sys.path`."""
         from tether.parent.isolation import command_reads, interpreter_reads
 
-        paths = [*interpreter_reads(), *command_reads(ctx.command), *self.read_only]
+        paths = [
+            *interpreter_reads(),
+            *command_reads(ctx.command),
+            *ctx.read_paths,
+            *self.read_only,
+        ]
         out = []
         for raw in paths:
             if not raw or not os.path.exists(raw):

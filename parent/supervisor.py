@@ -552,6 +552,7 @@ class RunHandle:
                     explicit_env=dict(self._config.env),
                     workspace=self._params.workspace,
                     limits=self._limits,
+                    read_paths=tuple(self._config.read_paths),
                 )
             )
 

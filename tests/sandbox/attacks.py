@@ -123,6 +123,29 @@ def reopen_fds(pid: int, payload: bytes) -> str:
     raise OSError(errno.ENOENT, "no fd found")
 
 
+class _Handle(ctypes.Structure):
+    _fields_ = (
+        ("handle_bytes", ctypes.c_uint),
+        ("handle_type", ctypes.c_int),
+        ("ino", ctypes.c_uint32),
+        ("gen", ctypes.c_uint32),
+    )
+
+
+def handle_escape(anchor: str) -> int:
+    """The classic escape from a bind mount: open the filesystem's root inode (2, generation
+    0, FILEID_INO32_GEN) by handle, relative to any directory on it. Needs
+    CAP_DAC_READ_SEARCH."""
+    fd = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        handle = _Handle(8, 1, 2, 0)
+        got = _sys("open_by_handle_at", fd, ctypes.addressof(handle), os.O_RDONLY)
+        os.close(got)
+        return got
+    finally:
+        os.close(fd)
+
+
 def udp(port: int, family: int = socket.AF_INET, host: str = "127.0.0.1") -> int:
     with socket.socket(family, socket.SOCK_DGRAM) as s:
         return s.sendto(b"leak", (host, port))
@@ -262,7 +285,7 @@ def run(targets: dict[str, Any]) -> dict[str, str]:
             lambda: open(os.path.join(outside, "new.txt"), "w").write("x")  # noqa: SIM115
         ),
         "read_etc_shadow": outcome(lambda: read("/etc/shadow")),
-        "open_by_handle_at": outcome(lambda: _sys("open_by_handle_at", -100, 0, 0)),
+        "open_by_handle_at": outcome(lambda: handle_escape(ws)),
         "unshare_user_namespace": outcome(lambda: _sys("unshare", 0x10000000)),
         "io_uring": outcome(lambda: _sys("io_uring_setup", 1, 0)),
         "setuid_root": outcome(lambda: os.setuid(0)),
