@@ -108,6 +108,22 @@ async def test_bash_output_marks_sandbox_denials_as_such(targets: Targets) -> No
     assert outputs and "denied by the sandbox" in outputs[0], outputs
 
 
+async def test_the_parents_fields_win_over_what_a_process_level_child_claims(
+    targets: Targets,
+) -> None:
+    async with Supervisor(config(isolation="process", read_paths=[str(CHILDREN)])) as sup:
+        assert sup._keeper is not None
+        targets.write(supervisor=os.getpid(), keeper=sup._keeper.pid)
+        with anyio.fail_after(60):
+            result = await sup.run(
+                "x", workspace=targets.workspace, command=[PY, "-I", str(HOSTILE)]
+            )
+    assert result.summary == "attacked"  # the child's answer, claiming sandbox and no tier
+    assert result.isolation is not None and result.isolation.level == "process"
+    assert result.isolation.landlock_abi is None
+    assert result.containment not in (None, "none")
+
+
 def test_the_attack_list_covers_what_the_issue_names() -> None:
     """A guard against an attack quietly dropping out of `attacks.py`."""
     assert len(REFUSED) == len(set(REFUSED)) >= 35
