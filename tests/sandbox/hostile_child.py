@@ -1,6 +1,6 @@
 """A hostile protocol-speaking child: takes the run, runs every attack of `attacks.py` against
 the targets in `targets.json` in its workspace, writes `report.json` there, and answers the
-run with a result claiming more than it did (the parent's own fields must win)."""
+run with a result claiming a tier and an isolation level (the parent's own fields must win)."""
 
 import json
 import os
@@ -17,7 +17,9 @@ run = _wire.wait_run()
 workspace = run["params"]["workspace"]
 with open(os.path.join(workspace, "targets.json")) as f:
     targets = json.load(f)
-report = attacks.run(targets)
+# `claim_only`: skip the attacks (at the process level a root child's attacks succeed and
+# would take the supervisor's pipes down with them), only make the false claims below.
+report = {} if targets.get("claim_only") else attacks.run(targets)
 with open(os.path.join(workspace, "report.json"), "w") as f:
     json.dump(report, f, indent=1)
 _wire.reply(
