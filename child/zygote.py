@@ -53,7 +53,10 @@ import tether.child.dispatch
 import tether.child.loop
 import tether.child.runs
 import tether.child.tools
-import tether.child.workspace  # noqa: F401
+import tether.child.workspace
+import tether.contain.landlock
+import tether.contain.mounts
+import tether.contain.seccomp  # noqa: F401 - the sandbox of every forked child
 from tether.child import entry, fdguard
 from tether.contain.plan import Plan
 from tether.contain.privileges import set_dumpable

@@ -29,6 +29,7 @@ reports (0: Landlock unavailable), to exercise the degraded paths on a capable h
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -242,7 +243,8 @@ def _pth_dirs(site_dir: str) -> list[str]:
     return found
 
 
-def interpreter_reads() -> list[str]:
+@functools.cache
+def interpreter_reads() -> tuple[str, ...]:
     """What a `python -I` child needs to read: the interpreter's prefixes and executable, the
     standard library, site-packages and the directories its `.pth` files add, and tether's
     own package folders (both the path Python imports them by and, for an editable install,
@@ -270,7 +272,7 @@ def interpreter_reads() -> list[str]:
             init = os.path.join(where, "__init__.py")
             if os.path.islink(init):
                 paths.append(os.path.dirname(os.path.realpath(init)))
-    return paths
+    return tuple(paths)
 
 
 def _named_paths(arg: str) -> list[str]:
@@ -295,6 +297,12 @@ def command_reads(command: Sequence[str]) -> list[str]:
             if not os.path.isdir(path) and os.path.dirname(path) != "/":
                 found.append(os.path.dirname(path))
     return found
+
+
+@functools.cache
+def _base_reads(interpreter: bool) -> tuple[str, ...]:
+    """The system paths, and Python's own when `interpreter`: the same for every child."""
+    return tuple(_normalized([*system_reads(), *(interpreter_reads() if interpreter else [])]))
 
 
 def _normalized(paths: Sequence[str]) -> list[str]:
@@ -327,15 +335,10 @@ def plan_for(
         return Setup(Plan())
     host = host or probe_host()
     ws = os.path.realpath(workspace) if workspace else None
-    reads = [
-        *system_reads(),
-        *(interpreter_reads() if interpreter else []),
-        *command_reads(command),
-        *read_paths,
-    ]
+    reads = {*_base_reads(interpreter), *_normalized([*command_reads(command), *read_paths])}
     if ws is not None:
-        reads = [p for p in reads if not (p == ws or p.startswith(ws.rstrip("/") + "/"))]
-    granted = _normalized(reads)
+        reads = {p for p in reads if not (p == ws or p.startswith(ws.rstrip("/") + "/"))}
+    granted = sorted(reads)
     abi = host.landlock_abi
     if inside_launcher:
         plan = Plan(
