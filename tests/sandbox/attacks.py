@@ -292,6 +292,8 @@ def run(targets: dict[str, Any]) -> dict[str, str]:
         "leave_cgroup": outcome(leave_cgroup),
         "raise_nofile": outcome(lambda: raise_limit("RLIMIT_NOFILE")),
     }
+    if targets.get("cwd_file"):
+        results["supervisor_cwd_read"] = outcome(lambda: read(targets["cwd_file"]))
     for extra in targets.get("others", []):
         pid = int(extra)
         results[f"signal_{pid}"] = outcome(lambda pid=pid: os.kill(pid, 0))

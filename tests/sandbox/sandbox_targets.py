@@ -85,7 +85,9 @@ def config(**kwargs: Any) -> ChildConfig:
 
 
 def not_refused(report: dict[str, str], names: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """The attacks in `names` that did not come back refused (empty when all were)."""
+    """The attacks in `names` (and the supervisor's-cwd read, when it was tried) that did not
+    come back refused (empty when all were)."""
+    names = [*names, *(["supervisor_cwd_read"] if "supervisor_cwd_read" in report else [])]
     return {
         name: report.get(name, "missing")
         for name in names
@@ -117,6 +119,8 @@ class Targets:
             "unix_dgram": str(self.outside / "dgram.sock"),
             "abstract": self.abstract_name,
             "canaries": list(CANARIES.values()),
+            # A file in the supervisor's working directory: never granted to a child.
+            "cwd_file": next((str(p) for p in sorted(Path.cwd().iterdir()) if p.is_file()), ""),
             **fields,
         }
         (self.workspace / "targets.json").write_text(json.dumps(data))
