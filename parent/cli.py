@@ -7,6 +7,7 @@ usage (unknown options, an unreadable model script, bad limits) — nothing is s
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import signal
 import sys
@@ -161,6 +162,8 @@ async def _run(args: argparse.Namespace) -> RunResult:
     command = shlex.split(args.command) if args.command is not None else None
     if command == []:
         raise UsageError("tether run: --command must not be empty")
+    if command is not None:
+        command = [_absolute_if_here(arg) for arg in command]
     config = ChildConfig(
         launcher=args.launcher, containment=args.containment, isolation=args.isolation
     )
@@ -180,6 +183,15 @@ async def _run(args: argparse.Namespace) -> RunResult:
             result = await handle.result()
             tg.cancel_scope.cancel()
         return result
+
+
+def _absolute_if_here(arg: str) -> str:
+    """`examples/child.js` → its absolute path, when it names something here: a sandboxed
+    child starts in its workspace, not in our working directory, and is granted (read) only
+    the absolute paths its command names."""
+    if os.sep in arg and not os.path.isabs(arg) and not arg.startswith("-") and os.path.exists(arg):
+        return os.path.abspath(arg)
+    return arg
 
 
 async def _cancel_on_signal(handle: RunHandle, args: argparse.Namespace, tg: TaskGroup) -> None:
