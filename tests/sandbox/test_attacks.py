@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import anyio
 import pytest
@@ -94,7 +95,7 @@ async def test_a_hostile_model_driving_bash_is_refused_every_attack_and_cannot_f
 
 async def test_bash_output_marks_sandbox_denials_as_such(targets: Targets) -> None:
     events: list[object] = []
-    model = _bash_then_complete("cat /etc/shadow; touch /etc/x")
+    model = _bash_then_complete("cat /etc/shadow; touch /etc/tether-sandbox-x; echo x > ../x")
     async with Supervisor(config()) as sup:
         result = await sup.run(
             "x", agent="tester", workspace=targets.workspace, model=model, on_event=events.append
@@ -106,6 +107,9 @@ async def test_bash_output_marks_sandbox_denials_as_such(targets: Targets) -> No
         if getattr(e, "kind", "") == "tool_result" and e.data.get("name") == "bash"  # type: ignore[attr-defined]
     ]
     assert outputs and "denied by the sandbox" in outputs[0], outputs
+    assert "Permission denied" in outputs[0] and "Read-only file system" in outputs[0], outputs
+    assert not Path("/etc/tether-sandbox-x").exists()
+    assert not (targets.workspace.parent / "x").exists()
 
 
 async def test_the_parents_fields_win_over_what_a_process_level_child_claims(
