@@ -20,7 +20,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from tether.contain._sys import libc, prctl, syscall
+from tether.contain._sys import prctl, syscall
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -131,14 +131,3 @@ def drop_capabilities_unprivileged() -> None:
         prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
     except OSError:
         pass
-
-
-__all__ = [
-    "cap_sets",
-    "clear_capabilities",
-    "drop_to",
-    "libc",
-    "set_dumpable",
-    "set_no_new_privs",
-    "set_pdeathsig",
-]
