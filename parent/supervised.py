@@ -127,6 +127,8 @@ class SupervisedChild:
         self.disposed: DisposeReport | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._stdin_closed_at: float | None = None
+        self.cleanup: Callable[[], None] | None = None
+        """Runs at the end of `dispose()` (a sandbox's private directory is removed)."""
 
     @property
     def pid(self) -> int:
@@ -235,6 +237,9 @@ class SupervisedChild:
                 self.observed.pids_max_hits = self.cgroup.pids_max_hits()
                 if not self.cgroup.remove():
                     survivors = sorted(set(survivors) | self.cgroup.members())
+            cleanup, self.cleanup = self.cleanup, None
+            if cleanup is not None:
+                cleanup()
         observed = self.observed
         if self.proc.lost is not None:
             observed.lost = self.proc.lost
