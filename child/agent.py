@@ -31,6 +31,7 @@ hosts a user's agent instead of `AgentLoop`; SPEC is `package.module:callable` o
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -58,15 +59,21 @@ from tether.protocol.messages import (
     SkippedPath,
     ToolApproveParams,
     ToolApproveResult,
+    ToolCallParams,
     ToolSpec,
     Usage,
 )
-from tether.protocol.methods import AGENT_EVENT, MODEL_COMPLETE, TOOL_APPROVE
+from tether.protocol.methods import AGENT_EVENT, MODEL_COMPLETE, TOOL_APPROVE, TOOL_CALL
 
 if TYPE_CHECKING:
     from tether.wire import Endpoint
 
 log = logging.getLogger("tether.child")
+
+CURRENT_CALL_ID: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "tether_current_tool_call_id", default=""
+)
+"""The model's id of the tool call being run, for tools that pass it on (parent tools)."""
 
 
 class Finished(Struct, frozen=True, kw_only=True):
@@ -86,11 +93,26 @@ class Failed(Struct, frozen=True, kw_only=True):
     summary: str = ""
 
 
-AgentOutcome = Finished | Failed
+class NeedsInput(Struct, frozen=True, kw_only=True):
+    """A continuable run paused to ask its orchestrator something (`ask_orchestrator`); the
+    answer arrives as the next `agent/message`."""
+
+    question: str
+    summary: str = ""
+
+
+AgentOutcome = Finished | Failed | NeedsInput
 
 
 class Agent(Protocol):
     async def run(self, ctx: AgentContext) -> AgentOutcome: ...
+
+
+class Continuable(Protocol):
+    """An agent whose finished run can take a follow-up message on its own transcript
+    (`agent/message`); the built-in loop is one. An agent without `resume` is not continued."""
+
+    async def resume(self, ctx: AgentContext, message: str) -> AgentOutcome: ...
 
 
 class RunProgress:
@@ -157,6 +179,10 @@ class AgentContext:
     def read_only(self) -> bool:
         return self.params.agent.read_only
 
+    @property
+    def continuable(self) -> bool:
+        return self.params.continuable
+
     # --- talking to the parent ----------------------------------------------------------------
 
     async def emit(self, kind: EventKind, data: Mapping[str, Any] | None = None) -> None:
@@ -198,7 +224,9 @@ class AgentContext:
         self.progress.output_tokens += result.usage.output_tokens
         return result
 
-    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolOutcome:
+    async def call_tool(
+        self, name: str, arguments: Mapping[str, Any], *, call_id: str = ""
+    ) -> ToolOutcome:
         """Run one tool the way the runtime allows it, and never raise for what it does.
 
         In explore mode a mutating tool is hard-denied here whatever the definition lists or
@@ -224,6 +252,7 @@ class AgentContext:
             if not verdict.allow:
                 why = f": {verdict.reason}" if verdict.reason else ""
                 return ToolOutcome(content=f"denied by the parent{why}", is_error=True)
+        token = CURRENT_CALL_ID.set(call_id)
         try:
             async with self.heartbeats(f"tool:{name}"):
                 return await tool.run(self, dict(arguments))
@@ -234,6 +263,19 @@ class AgentContext:
             # goes to stderr.
             log.error("tool %s failed", name, exc_info=exc)
             return ToolOutcome(content=f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)
+        finally:
+            CURRENT_CALL_ID.reset(token)
+
+    async def call_parent_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolOutcome:
+        """Ask the parent to run one of this run's `parentTools` (`tool/call`)."""
+        params = ToolCallParams(
+            run_id=self.run_id, name=name, arguments=dict(arguments), call_id=CURRENT_CALL_ID.get()
+        )
+        try:
+            got = await self._peer.request(TOOL_CALL, params)
+        except RemoteError as exc:
+            return ToolOutcome(content=f"the parent refused {name}: {exc.message}", is_error=True)
+        return ToolOutcome(content=got.content, is_error=got.is_error)
 
     async def approve(self, tool: str, arguments: Mapping[str, Any]) -> ToolApproveResult:
         if self.read_only:

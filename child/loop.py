@@ -26,7 +26,7 @@ import logging
 
 import msgspec
 
-from tether.child.agent import AgentContext, AgentOutcome, Failed, Finished
+from tether.child.agent import AgentContext, AgentOutcome, Failed, Finished, NeedsInput
 from tether.child.tools import Completion, ToolOutcome
 from tether.protocol import ConnectionClosed, ProtocolError, RemoteError
 from tether.protocol.messages import ChatMessage, ToolCall
@@ -56,8 +56,17 @@ class AgentLoop:
         self._task: ChatMessage | None = None
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
-        definition = ctx.definition
         self.messages = self._opening(ctx)
+        return await self._loop(ctx)
+
+    async def resume(self, ctx: AgentContext, message: str) -> AgentOutcome:
+        """Continue a finished run with the next user message, on the same transcript (the
+        run's budgets apply to this activation anew)."""
+        self.messages.append(ChatMessage(role="user", content=message))
+        return await self._loop(ctx)
+
+    async def _loop(self, ctx: AgentContext) -> AgentOutcome:
+        definition = ctx.definition
         for iteration in range(1, definition.max_iterations + 1):
             spent = _over_budget(ctx)
             if spent is not None:
@@ -94,6 +103,8 @@ class AgentLoop:
                 continue
 
             completion = await self._call_tools(ctx, reply.tool_calls)
+            if isinstance(completion, str):
+                return NeedsInput(question=completion, summary=ctx.progress.last_text)
             if completion is not None:
                 return Finished(
                     summary=completion.summary,
@@ -156,9 +167,12 @@ class AgentLoop:
             },
         )
 
-    async def _call_tools(self, ctx: AgentContext, calls: list[ToolCall]) -> Completion | None:
-        """Run a turn's calls in order; every call gets a result message, even failed ones."""
-        completion: Completion | None = None
+    async def _call_tools(
+        self, ctx: AgentContext, calls: list[ToolCall]
+    ) -> Completion | str | None:
+        """Run a turn's calls in order; every call gets a result message, even failed ones.
+        Returns what ends the run: a completion, a question for the orchestrator, or `None`."""
+        completion: Completion | str | None = None
         for call in calls:
             await ctx.emit(
                 "tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments}
@@ -168,9 +182,11 @@ class AgentLoop:
                     content="not run: the task was already completed", is_error=True
                 )
             else:
-                outcome = await ctx.call_tool(call.name, call.arguments)
+                outcome = await ctx.call_tool(call.name, call.arguments, call_id=call.id)
             if outcome.completion is not None:
                 completion = outcome.completion
+            elif outcome.question is not None:
+                completion = outcome.question
             await ctx.emit(
                 "tool_result",
                 {

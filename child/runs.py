@@ -1,20 +1,31 @@
-"""The table of live runs: start one, cancel one, cancel all, and turn how it ended into a
-`RunResult`.
+"""The table of runs: start one, continue a kept one, cancel one, cancel all, and turn how an
+activation ended into a `RunResult`.
 
-Each run executes inside its own cancel scope; `agent/cancel` and `shutdown` cancel that scope
-and the run answers `status: "aborted"` with whatever progress it made. A run id is busy while
-its run is live; finished runs are not kept (continuable runs come later).
+Each activation (the run itself, and each `agent/message` that continues it) executes inside
+its own cancel scope; `agent/cancel` and `shutdown` cancel that scope and it answers
+`status: "aborted"` with whatever progress it made. A run id is busy while an activation of it
+is live. A run started with `continuable: true` is kept when it ends — its agent (with its
+transcript) and its context (event numbering goes on) — until the child exits; a run that is
+not continuable is forgotten.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 import msgspec
 
-from tether.child.agent import Agent, AgentContext, AgentOutcome, Failed, Finished, RunProgress
+from tether.child.agent import (
+    Agent,
+    AgentContext,
+    AgentOutcome,
+    Failed,
+    Finished,
+    NeedsInput,
+    RunProgress,
+)
 from tether.child.loop import AgentLoop
 from tether.child.tools import ToolRegistry
 from tether.child.workspace import Workspace
@@ -40,6 +51,17 @@ class _Live:
         self.reason = ""
 
 
+class _Kept:
+    """A finished continuable run: what `agent/message` continues."""
+
+    __slots__ = ("agent", "ctx", "params")
+
+    def __init__(self, params: AgentRunParams, agent: Agent, ctx: AgentContext) -> None:
+        self.params = params
+        self.agent = agent
+        self.ctx = ctx
+
+
 class RunTable:
     def __init__(
         self,
@@ -52,21 +74,51 @@ class RunTable:
         self._tools = tools
         self._agent_factory = agent_factory
         self._live: dict[str, _Live] = {}
+        self._kept: dict[str, _Kept] = {}
         self.parent_capabilities = ClientCapabilities()
 
     def is_live(self, run_id: str) -> bool:
         return run_id in self._live
 
     async def run(self, params: AgentRunParams) -> RunResult:
-        """Run to the end and return the result; a run id already live is RUN_BUSY."""
-        if params.run_id in self._live:
-            raise WireError(ErrorCode.RUN_BUSY, f"run {params.run_id!r} is already running")
+        """Run to the end and return the result; a run id already in use is RUN_BUSY."""
+        if params.run_id in self._live or params.run_id in self._kept:
+            raise WireError(ErrorCode.RUN_BUSY, f"run {params.run_id!r} is already in use")
         live = self._live[params.run_id] = _Live()
         try:
             return await self._run(params, live)
         finally:
             del self._live[params.run_id]
             live.done.set()
+
+    async def message(self, run_id: str, message: str) -> RunResult:
+        """Continue a kept run with the next user message: RUN_BUSY while an activation of it
+        is live (messages are not queued), UNKNOWN_RUN for a run that was not kept."""
+        if run_id in self._live:
+            raise WireError(ErrorCode.RUN_BUSY, f"run {run_id!r} is still running")
+        kept = self._kept.get(run_id)
+        if kept is None:
+            raise WireError(
+                ErrorCode.UNKNOWN_RUN,
+                f"no finished continuable run {run_id!r} in this child (runs are kept only "
+                "when started with continuable: true)",
+            )
+        resume = getattr(kept.agent, "resume", None)
+        if resume is None:
+            raise WireError(
+                ErrorCode.UNKNOWN_RUN, f"the agent of run {run_id!r} cannot be continued"
+            )
+        live = self._live[run_id] = _Live()
+        ctx = kept.ctx
+        ctx.progress = RunProgress()
+        try:
+            outcome = await self._activate(
+                kept.params, ctx, live, lambda: resume(ctx, message), started=False
+            )
+        finally:
+            del self._live[run_id]
+            live.done.set()
+        return _result(kept.params, ctx.progress, outcome)
 
     async def _run(self, params: AgentRunParams, live: _Live) -> RunResult:
         try:
@@ -78,31 +130,53 @@ class RunTable:
             )
             return _result(params, RunProgress(), failed)
         definition = params.agent
+        tools = self._tools.select(
+            definition.tools, read_only=definition.read_only, continuable=params.continuable
+        ).with_parent_tools(params.parent_tools)
         ctx = AgentContext(
             params,
             workspace=workspace,
-            tools=self._tools.select(definition.tools, read_only=definition.read_only),
+            tools=tools,
             peer=self._peer,
             parent_capabilities=self.parent_capabilities,
             runtime_tools=self._tools,
         )
+        agent = self._agent_factory(params)
+        outcome = await self._activate(params, ctx, live, lambda: agent.run(ctx), started=True)
+        if params.continuable:
+            self._kept[params.run_id] = _Kept(params, agent, ctx)
+        return _result(params, ctx.progress, outcome)
+
+    async def _activate(
+        self,
+        params: AgentRunParams,
+        ctx: AgentContext,
+        live: _Live,
+        body: Callable[[], Awaitable[AgentOutcome]],
+        *,
+        started: bool,
+    ) -> AgentOutcome:
+        """One activation of a run under its cancel scope; never raises for what the agent
+        does."""
+        definition = params.agent
         outcome: AgentOutcome | None = None
         with live.scope:
             try:
                 # `started` and the user-turn count belong to the runtime, not to the agent,
                 # so a replacement agent gets them too.
                 ctx.progress.turn_count += 1
-                await ctx.emit(
-                    "started",
-                    {
-                        "agentType": definition.type,
-                        "description": params.description,
-                        "tools": ctx.tools.names(),
-                        "readOnly": definition.read_only,
-                    },
-                )
-                outcome = await self._agent_factory(params).run(ctx)
-                if not isinstance(outcome, Finished | Failed):
+                if started:
+                    await ctx.emit(
+                        "started",
+                        {
+                            "agentType": definition.type,
+                            "description": params.description,
+                            "tools": ctx.tools.names(),
+                            "readOnly": definition.read_only,
+                        },
+                    )
+                outcome = await body()
+                if not isinstance(outcome, Finished | Failed | NeedsInput):
                     log.error("run %s: the agent returned %r", params.run_id, outcome)
                     outcome = Failed(
                         kind="agent_error",
@@ -120,7 +194,7 @@ class RunTable:
         if outcome is None:  # our own cancel, absorbed by the run's scope
             why = f": {live.reason}" if live.reason else ""
             outcome = Failed(kind="cancelled", message=f"the run was cancelled{why}")
-        return _result(params, ctx.progress, outcome)
+        return outcome
 
     def cancel(self, run_id: str, reason: str = "") -> bool:
         live = self._live.get(run_id)
@@ -150,6 +224,15 @@ def _result(params: AgentRunParams, progress: RunProgress, outcome: AgentOutcome
         iteration_count=progress.iteration_count,
         usage=progress.usage,
     )
+    if isinstance(outcome, NeedsInput):
+        return msgspec.structs.replace(
+            base,
+            success=True,
+            status="needs_input",
+            summary=outcome.summary or progress.last_text,
+            message="the run asks its orchestrator a question",
+            question=outcome.question,
+        )
     if isinstance(outcome, Finished):
         return msgspec.structs.replace(
             base,

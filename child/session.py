@@ -90,6 +90,8 @@ DEFAULT_TOOL_NAMES = (
     "edit_file",
     "bash",
     "complete",
+    "report",
+    "ask_orchestrator",
 )
 """`tools.default_tools().names()`, known without importing the tools (a test keeps them equal)."""
 AGENT_MODULES = ("tether.child.runs",)
@@ -206,7 +208,8 @@ class Session:
             pid=os.getpid(),
             capabilities=ServerCapabilities(
                 agent_run=True,
-                agent_message=False,
+                agent_message=True,
+                parent_tools=True,
                 tools=self._tools.names() if self._tools is not None else list(DEFAULT_TOOL_NAMES),
             ),
         )
@@ -240,13 +243,7 @@ class Session:
 
     async def agent_message(self, params: AgentMessageParams) -> RunResult:
         self._refuse_if_shutting_down()
-        if self._runs is not None and self._runs.is_live(params.run_id):
-            raise WireError(ErrorCode.RUN_BUSY, f"run {params.run_id!r} is still running")
-        raise WireError(
-            ErrorCode.UNKNOWN_RUN,
-            f"cannot continue run {params.run_id!r}: this child does not keep finished runs "
-            "(continuable runs are not supported yet)",
-        )
+        return await self.runs.message(params.run_id, params.message)
 
     async def agent_cancel(self, params: AgentCancelParams) -> None:
         # An unknown id is not an error: the run may have ended while the cancel was in flight.

@@ -19,6 +19,7 @@ from tether.parent.cli import render
 from tether.parent.events import Event
 from tether.parent.limits import Limits
 from tether.parent.progress import printer
+from tether.parent.roles import role
 from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import AgentDefinition
 
@@ -44,7 +45,7 @@ async def _cases(show: Callable[[Event], None], workspace: Path) -> int:
                 "1. An agent reads the workspace, writes a TODO report and completes with it",
                 dict(
                     prompt="Find the TODO notes in this workspace and write a report.",
-                    agent="general",
+                    agent=role("general", read_only=False),  # general is read-only by default
                     model=f"scripted:{HERE / 'explorer.json'}",
                 ),
             ),

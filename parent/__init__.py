@@ -7,7 +7,7 @@ The public surface, all importable from here::
 Everything else in `tether.parent.*` is internal and may change between releases.
 """
 
-from tether.parent.broker import ApprovePolicy
+from tether.parent.broker import ApprovePolicy, ParentTool
 from tether.parent.config import ChildConfig, PoolSpec
 from tether.parent.events import ChildEvent, Event, EventStream, RunFinished, RunStarted
 from tether.parent.host import host
@@ -28,6 +28,9 @@ from tether.protocol.messages import (
     SkippedPath,
     ToolApproveParams,
     ToolApproveResult,
+    ToolCallParams,
+    ToolCallResult,
+    ToolSpec,
     Usage,
 )
 
@@ -47,6 +50,7 @@ __all__ = [
     "ModelCompleteParams",
     "ModelCompleteResult",
     "ModelProvider",
+    "ParentTool",
     "PoolSpec",
     "RunFinished",
     "RunHandle",
@@ -57,6 +61,9 @@ __all__ = [
     "Supervisor",
     "ToolApproveParams",
     "ToolApproveResult",
+    "ToolCallParams",
+    "ToolCallResult",
+    "ToolSpec",
     "Usage",
     "host",
     "resolve_launcher",

@@ -20,12 +20,21 @@ included; a v2 cgroup is killed whole through its `cgroup.kill`), and repeats th
 one finds nothing, for at most `SWEEP_SECONDS`; then it removes the emptied cgroups.
 """
 
+import ctypes
 import os
 import signal
 import sys
 import time
 
 SWEEP_SECONDS = 5.0
+PR_SET_DUMPABLE = 4
+
+
+def _undumpable() -> None:
+    """Non-dumpable: no process of the same user can ptrace the keeper or open its /proc
+    files, so none can reopen its end of the supervisor's pipe (`/proc/PID/fd/0`, opened for
+    writing) and write the farewell that disarms it."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def _zombie(pid: int) -> bool:
@@ -115,6 +124,7 @@ def sweep(
 
 
 def main(argv: list[str]) -> None:
+    _undumpable()
     needle = b"\0" + argv[1].encode()
     leaders: set[int] = set()
     cgroups: dict[int, list[str]] = {}

@@ -21,7 +21,7 @@ honest child never meets them: a turn past the budget is refused and the run is 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,10 +33,14 @@ from tether.protocol import ErrorCode, RemoteError, WireError
 from tether.protocol.messages import (
     AgentDefinition,
     AgentEventParams,
+    ChatMessage,
     ModelCompleteParams,
     ModelCompleteResult,
     ToolApproveParams,
     ToolApproveResult,
+    ToolCallParams,
+    ToolCallResult,
+    ToolSpec,
     Usage,
 )
 
@@ -44,6 +48,19 @@ log = logging.getLogger("tether.parent")
 
 ApprovePolicy = Callable[[ToolApproveParams], Awaitable[ToolApproveResult] | ToolApproveResult]
 EventSink = Callable[[ChildEvent], None]
+TurnHook = Callable[[ModelCompleteParams, ModelCompleteResult], Awaitable[None]]
+"""Told of every brokered model turn (the request and the answer), before the child gets it."""
+
+
+@dataclass(frozen=True)
+class ParentTool:
+    """A tool the parent serves for one run (`tool/call`): what the model is shown (`spec`),
+    and what runs it. `call` returns the result the model reads; it should not raise, and if
+    it does the model hears a short error instead (the run goes on)."""
+
+    spec: ToolSpec
+    call: Callable[[ToolCallParams], Awaitable[ToolCallResult]]
+
 
 MAX_MODEL_CALLS = 4
 """`model/complete` requests of one child served at once; more wait their turn."""
@@ -140,6 +157,7 @@ class Brokered:
     input_tokens: int = 0
     output_tokens: int = 0
     approvals: int = 0
+    parent_tool_calls: int = 0
     events: int = 0
     dropped_events: int = 0
     by_purpose: dict[str, int] = field(default_factory=dict)
@@ -160,6 +178,8 @@ class Broker:
         max_turns: int | None = None,
         token_budget: int | None = None,
         on_exhausted: Callable[[str], None] | None = None,
+        parent_tools: Sequence[ParentTool] = (),
+        on_turn: TurnHook | None = None,
     ) -> None:
         """`max_turns` / `token_budget`: the definition's budgets, enforced here too; past
         either, the request is refused and `on_exhausted(why)` is told (the run ends)."""
@@ -171,6 +191,11 @@ class Broker:
         self._token_budget = token_budget
         self._on_exhausted = on_exhausted
         self.exhausted: str | None = None
+        self._parent_tools = {t.spec.name: t for t in parent_tools}
+        self._on_turn = on_turn
+        self.last_request: list[ChatMessage] = []
+        """The transcript the child sent with its latest model turn: the run's completed turns
+        as the parent saw them (a fork's history is cut from it)."""
         self.brokered = Brokered()
         self._model_slots = anyio.Semaphore(MAX_MODEL_CALLS)
 
@@ -181,6 +206,9 @@ class Broker:
         if method == "tool/approve":
             assert isinstance(params, ToolApproveParams)
             return await self._approve_tool(params)
+        if method == "tool/call":
+            assert isinstance(params, ToolCallParams)
+            return await self._call_parent_tool(params)
         raise WireError(ErrorCode.METHOD_NOT_FOUND, f"the parent does not serve {method!r}")
 
     async def on_notification(self, method: str, params: Any) -> None:
@@ -230,7 +258,37 @@ class Broker:
             b.turns += 1
         b.input_tokens += max(0, result.usage.input_tokens)
         b.output_tokens += max(0, result.usage.output_tokens)
+        if params.purpose == "turn":
+            self.last_request = list(params.messages)
+            if self._on_turn is not None:
+                # Before the child sees the answer: a turn it acts on is already recorded.
+                await self._on_turn(params, result)
         return result
+
+    def completed_turns(self) -> list[ChatMessage]:
+        """The run's transcript up to its latest turn, without system messages: what a forked
+        sub-agent starts from (the turn in flight, whose answer is being acted on, is not in
+        it)."""
+        return [m for m in self.last_request if m.role != "system"]
+
+    async def _call_parent_tool(self, params: ToolCallParams) -> ToolCallResult:
+        tool = self._parent_tools.get(params.name)
+        if tool is None or params.run_id != self.run_id:
+            # Only the tools the parent offered to this run: a sub-agent asking to delegate,
+            # or a child naming a tool it was never given, is refused, never served.
+            raise WireError(
+                ErrorCode.METHOD_NOT_FOUND,
+                f"no parent tool {params.name[:80]!r} is offered to this run",
+            )
+        self.brokered.parent_tool_calls += 1
+        try:
+            return await tool.call(params)
+        except Exception as exc:
+            log.error("run %s: parent tool %s failed", self.run_id, params.name, exc_info=exc)
+            return ToolCallResult(
+                content=f"{params.name} failed in the parent: {type(exc).__name__}",
+                is_error=True,
+            )
 
     async def _approve_tool(self, params: ToolApproveParams) -> ToolApproveResult:
         self.brokered.approvals += 1

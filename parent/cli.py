@@ -7,6 +7,7 @@ usage (unknown options, an unreadable model script, bad limits) — nothing is s
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import signal
 import sys
@@ -18,6 +19,7 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from tether.parent import conformance
+from tether.parent.delegation import cli as delegation_cli
 from tether.parent.host import TIERS
 from tether.parent.launchers import launcher_usages
 from tether.parent.progress import line, printer
@@ -83,6 +85,14 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help=f"containment tier: auto, {', '.join(TIERS)} (see tether doctor)",
     )
+    run.add_argument(
+        "--isolation",
+        default="auto",
+        choices=("auto", "sandbox", "process"),
+        help="isolation level: sandbox (Landlock, seccomp, an unprivileged uid as root), "
+        "process (scrub, session, limits only), or auto: the strongest this host supports "
+        "(see tether doctor)",
+    )
     run.add_argument("--description", default="", help="short label for the run")
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -92,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     conformance.add_arguments(
         sub.add_parser("conformance", help="check that a child command speaks the protocol")
+    )
+    delegation_cli.add_arguments(
+        sub.add_parser("task-schema", help="print the model-facing task tool's schema")
     )
     return p
 
@@ -127,6 +140,8 @@ def _render(result: RunResult) -> str:
         lines.append(f"  artifact {line(a.path)} ({a.fs_type}, {a.size} bytes)")
     for s in result.skipped:
         lines.append(f"  skipped {line(s.path)}: {line(s.reason)}")
+    if result.isolation is not None and result.isolation.warning:
+        lines.append(f"  isolation {result.isolation.level}: {result.isolation.warning}")
     lines.append(
         f"turns {result.turn_count}, iterations {result.iteration_count}, tokens "
         f"{result.usage.input_tokens} in / {result.usage.output_tokens} out"
@@ -156,7 +171,11 @@ async def _run(args: argparse.Namespace) -> RunResult:
     command = shlex.split(args.command) if args.command is not None else None
     if command == []:
         raise UsageError("tether run: --command must not be empty")
-    config = ChildConfig(launcher=args.launcher, containment=args.containment)
+    if command is not None:
+        command = [_absolute_if_here(arg) for arg in command]
+    config = ChildConfig(
+        launcher=args.launcher, containment=args.containment, isolation=args.isolation
+    )
     async with Supervisor(config) as sup:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)
@@ -177,6 +196,15 @@ async def _run(args: argparse.Namespace) -> RunResult:
             result = await handle.result()
             tg.cancel_scope.cancel()
         return result
+
+
+def _absolute_if_here(arg: str) -> str:
+    """`examples/child.js` → its absolute path, when it names something here: a sandboxed
+    child starts in its workspace, not in our working directory, and is granted (read) only
+    the absolute paths its command names."""
+    if os.sep in arg and not os.path.isabs(arg) and not arg.startswith("-") and os.path.exists(arg):
+        return os.path.abspath(arg)
+    return arg
 
 
 async def _cancel_on_signal(handle: RunHandle, args: argparse.Namespace, tg: TaskGroup) -> None:
@@ -216,6 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.cmd == "conformance":
             return conformance.main(args)
+        if args.cmd == "task-schema":
+            return delegation_cli.main(args)
         args.interrupted, args.interrupted_once = None, False
         result = anyio.run(_run, args)
     except (UsageError, ValueError) as exc:

@@ -6,9 +6,13 @@ workspace, component by component from an open directory without following any s
 is there decides the artifact's type, size and time; a path outside the workspace, missing, or
 not a file, directory or symbolic link moves to `skipped` with the reason.
 
-Verdicts: a verifier's `VERDICT: PASS|FAIL|PARTIAL` is parsed by the parent from the run's
-final text; a missing or garbled verdict is PARTIAL, never a false PASS. Whatever verdict field
-a child sends is ignored.
+Verdicts: a verifier's verdict is parsed by the parent from the run's final text; whatever
+verdict field a child sends is ignored. A verdict line is `VERDICT:` then `PASS`, `FAIL` or
+`PARTIAL`, case-insensitive, with spaces or markdown emphasis between them (`**VERDICT:**
+PASS`). The word must end there: `PASSED`, `PASS/FAIL`, `PASS-ish` or the template
+`PASS|FAIL|PARTIAL` echoed back are not verdicts. No verdict line: `PARTIAL` (unverified), never
+a false `PASS`. Several verdict lines: the most severe wins (`FAIL` over `PARTIAL` over `PASS`):
+a verifier that wrote FAIL anywhere has not passed the change, whatever it wrote after.
 """
 
 from __future__ import annotations
@@ -25,14 +29,26 @@ from tether.protocol.messages import Artifact, FsType, SkippedPath
 
 Verdict = Literal["PASS", "FAIL", "PARTIAL"]
 
-_VERDICT = re.compile(r"VERDICT:\s*(PASS|FAIL|PARTIAL)\b", re.IGNORECASE)
+VERDICT_LINE = re.compile(r"VERDICT:[\s*_`]*(PASS|FAIL|PARTIAL)(?![\w|/-])", re.IGNORECASE)
+_SEVERITY: dict[str, int] = {"PASS": 0, "PARTIAL": 1, "FAIL": 2}
+
+
+def verdicts(text: str) -> list[Verdict]:
+    """Every verdict the text states, in order."""
+    found: list[Verdict] = []
+    for m in VERDICT_LINE.finditer(text):
+        word = m.group(1).upper()  # Unicode case folding may match e.g. U+017F for "S"
+        if word in _SEVERITY:
+            found.append(cast(Verdict, word))
+    return found
 
 
 def parse_verdict(text: str) -> Verdict:
-    """The verdict of a verifier's final text: the last `VERDICT:` line that names one of
-    PASS, FAIL, PARTIAL (case-insensitive); PARTIAL when there is none."""
-    found = _VERDICT.findall(text)
-    return cast(Verdict, found[-1].upper()) if found else "PARTIAL"
+    """The verdict of a verifier's final text (see the module docstring)."""
+    found = verdicts(text)
+    if not found:
+        return "PARTIAL"
+    return max(found, key=_SEVERITY.__getitem__)
 
 
 def check_artifacts(

@@ -1,39 +1,27 @@
-"""Built-in agent roles. Read-only roles run in explore mode: the child hard-denies mutation."""
+"""Built-in agent roles, in the form a child runs (`AgentDefinition`).
+
+The roles themselves (instructions, default modes) live in `tether.parent.delegation.builtins`;
+this module gives their wire form to whoever spawns a child by role name. Each role's wire
+definition carries the sub-agent system prompt, a note on its mode and the role's instructions.
+Read-only roles (explorer, reviewer, verifier, general) run in explore mode: the child
+hard-denies mutation. tester defaults to build mode. `role(name, read_only=...)` overrides the
+default for one spawn.
+"""
 
 from __future__ import annotations
 
+from tether.parent.delegation.builtins import BUILTIN_ROLES
 from tether.protocol.messages import AgentDefinition
 
-ROLES: dict[str, AgentDefinition] = {
-    d.type: d
-    for d in (
-        AgentDefinition(
-            type="explorer",
-            description="Reads and searches a codebase to answer a question; changes nothing.",
-            read_only=True,
-        ),
-        AgentDefinition(
-            type="reviewer",
-            description="Reviews a change or a file set and reports problems; changes nothing.",
-            read_only=True,
-        ),
-        AgentDefinition(
-            type="verifier",
-            description="Checks a change adversarially and ends with VERDICT: PASS|FAIL|PARTIAL.",
-            read_only=True,
-        ),
-        AgentDefinition(
-            type="tester",
-            description="Writes and runs tests for a change.",
-            read_only=False,
-        ),
-        AgentDefinition(
-            type="general",
-            description="General-purpose agent that may read, write and run commands.",
-            read_only=False,
-        ),
-    )
-}
+ROLES: dict[str, AgentDefinition] = {d.type: d.to_wire() for d in BUILTIN_ROLES}
+
+
+def role(name: str, *, read_only: bool | None = None) -> AgentDefinition:
+    """A built-in role's wire definition; `read_only` overrides its default mode."""
+    for d in BUILTIN_ROLES:
+        if d.type == name:
+            return d.to_wire(read_only=read_only)
+    raise ValueError(_unknown(name))
 
 
 def resolve_agent(agent: str | AgentDefinition) -> AgentDefinition:
@@ -42,5 +30,8 @@ def resolve_agent(agent: str | AgentDefinition) -> AgentDefinition:
     try:
         return ROLES[agent]
     except KeyError:
-        known = ", ".join(sorted(ROLES))
-        raise ValueError(f"unknown agent {agent!r}; built-in roles: {known}") from None
+        raise ValueError(_unknown(agent)) from None
+
+
+def _unknown(name: str) -> str:
+    return f"unknown agent {name!r}; built-in roles: {', '.join(sorted(ROLES))}"

@@ -26,6 +26,7 @@ import dataclasses
 import itertools
 import os
 import signal
+import sys
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -35,11 +36,13 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from tether.parent.broker import ApprovePolicy, resolve_models
+from tether.contain.privileges import set_dumpable
+from tether.parent.broker import ApprovePolicy, ParentTool, TurnHook, resolve_models
 from tether.parent.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_key
 from tether.parent.env import build_child_env
 from tether.parent.events import DEFAULT_EVENT_BUFFER, Event, EventStream
 from tether.parent.host import host
+from tether.parent.isolation import Choice, choose_level, probe_host
 from tether.parent.keeper import Keeper
 from tether.parent.launchers import Local, resolve_launcher
 from tether.parent.limits import Limits
@@ -60,7 +63,7 @@ from tether.parent.supervised import SupervisedChild
 from tether.parent.usage import check_model, warn_idle
 from tether.parent.zygote import Zygote
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
-from tether.protocol.messages import AgentDefinition, AgentRunParams, RunResult
+from tether.protocol.messages import AgentDefinition, AgentRunParams, ChatMessage, RunResult
 from tether.protocol.methods import AGENT_RUN
 
 _run_ids = itertools.count(1)
@@ -79,6 +82,7 @@ class Supervisor:
         self._keeper: Keeper | None = None
         self._zygote: Zygote | None = None
         self._zygote_lock = anyio.Lock()
+        self._warned = False
         self.host = host()
         """What `containment="auto"` picks on this host; each run names its own tier
         (`RunHandle.host`, `RunResult.containment`)."""
@@ -87,12 +91,32 @@ class Supervisor:
             if not isinstance(resolve_launcher(cfg.launcher), Local):
                 raise ValueError("a pool holds local children only (launcher='local')")
             check_spawner(cfg)
-            self._pool = self._make_pool(pool.size, cfg, pool.limits)
+            choice = choose_level(cfg.isolation)
+            workspace = None
+            if pool.workspace is not None:
+                workspace = str(Path(pool.workspace).resolve())
+            elif choice.level == "sandbox":
+                raise ValueError(
+                    "a sandboxed pool serves one workspace: pass PoolSpec(workspace=...), or "
+                    "isolation='process' in the pool's config"
+                )
+            self._pool = self._make_pool(pool.size, cfg, pool.limits, choice, workspace)
+            self._warn_once(choice)
         _registry.add(self)
 
     # --- the context ------------------------------------------------------------------------
 
+    def _warn_once(self, choice: Choice) -> None:
+        """Say on stderr, once per supervisor, that `auto` settled for less than a sandbox."""
+        if choice.warning and probe_host().why_not and not self._warned:
+            self._warned = True
+            sys.stderr.write(f"tether: warning: {choice.warning}\n")
+            sys.stderr.flush()
+
     async def __aenter__(self) -> Supervisor:
+        # Non-dumpable: no child (same user or not) may read this process's environment,
+        # memory or descriptors through /proc, or ptrace it. Process-wide and kept.
+        set_dumpable(False)
         self._keeper = Keeper.start()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -148,11 +172,19 @@ class Supervisor:
         on_event: EventCallback | None = None,
         config: ChildConfig | None = None,
         run_id: str | None = None,
+        parent_tools: Sequence[ParentTool] = (),
+        history: Sequence[ChatMessage] = (),
+        on_turn: TurnHook | None = None,
     ) -> RunHandle:
         """Start one run in a fresh child and return its handle. Raises `ValueError` for bad
         usage (unknown agent, unreadable model script, bad limits, no model for the built-in
         agent loop), before spawning; warns (`RuntimeWarning`) when the idle limit is too close
-        to tether's heartbeat interval to let a slow tool call finish (`usage.py`)."""
+        to tether's heartbeat interval to let a slow tool call finish (`usage.py`).
+
+        `parent_tools`: tools this parent serves for the run itself (`tool/call`), offered to
+        its agent beside the child's own; `history`: a transcript the run starts from;
+        `on_turn`: told of every model turn the parent brokers for the run, before the child
+        gets the answer (to record the transcript durably)."""
         if self._tg is None:
             raise RuntimeError("use the Supervisor as `async with Supervisor() as sup:`")
         impl: str | None = None
@@ -173,17 +205,20 @@ class Supervisor:
         if impl is not None:
             cfg = dataclasses.replace(cfg, command=(*cfg.command, "--agent", impl))
         tier = host(cfg.containment)
-        resolve_launcher(cfg.launcher)  # an unknown launcher is bad usage
+        launcher = resolve_launcher(cfg.launcher)  # an unknown launcher is bad usage
         check_spawner(cfg)
+        remote = launcher.name if launcher.provides.eof_teardown_only else None
+        choice = choose_level(cfg.isolation, remote_launcher=remote)
+        self._warn_once(choice)
         models = await resolve_models(model, definition)
-        check_model(cfg.command, definition, models.main is not None)
-        warn_idle(cfg.command, limits or Limits())
         params = AgentRunParams(
             run_id=run_id or f"run-{os.getpid()}-{next(_run_ids)}",
             prompt=prompt,
             agent=definition,
             description=description,
             workspace=str(ws),
+            history=list(history),
+            parent_tools=[t.spec for t in parent_tools],
         )
         size = len(encode_request(0, AGENT_RUN.name, params)) - 1
         if size > DEFAULT_MAX_MESSAGE_BYTES:
@@ -191,7 +226,21 @@ class Supervisor:
                 f"the run's request is {size} bytes, more than a child reads in one message "
                 f"({DEFAULT_MAX_MESSAGE_BYTES}); put large inputs in the workspace instead"
             )
-        handle = RunHandle(self, params, cfg, limits or Limits(), tier, models, approve, on_event)
+        check_model(cfg.command, definition, models.main is not None)
+        warn_idle(cfg.command, limits or Limits())
+        handle = RunHandle(
+            self,
+            params,
+            cfg,
+            limits or Limits(),
+            tier,
+            models,
+            approve,
+            on_event,
+            parent_tools,
+            on_turn,
+            choice,
+        )
         self._handles.add(handle)
         self._tg.start_soon(self._execute, handle)
         return handle
@@ -276,7 +325,14 @@ class Supervisor:
         """The warm pool, if this supervisor keeps one."""
         return self._pool
 
-    def _make_pool(self, size: int, cfg: ChildConfig, limits: Limits) -> WarmPool:
+    def _make_pool(
+        self,
+        size: int,
+        cfg: ChildConfig,
+        limits: Limits,
+        choice: Choice,
+        workspace: str | None,
+    ) -> WarmPool:
         tier = host(cfg.containment)
         spawner_box: list[Spawner | None] = [None]
 
@@ -284,7 +340,15 @@ class Supervisor:
             missing = missing_command(cfg.command, child_env(cfg))
             if missing:
                 raise SpawnError(missing)
-            return spawn_child(cfg, limits, tier, "pool", spawner=spawner_box[0])
+            return spawn_child(
+                cfg,
+                limits,
+                tier,
+                "pool",
+                spawner=spawner_box[0],
+                workspace=workspace,
+                level=choice.level,
+            )
 
         async def prepare() -> None:
             spawner_box[0] = await self.spawner(cfg)
@@ -294,7 +358,7 @@ class Supervisor:
 
         return WarmPool(
             size,
-            pool_key(cfg, limits, tier),
+            pool_key(cfg, limits, tier, choice.level, workspace),
             env=lambda: child_env(cfg),
             open=open_child,
             prepare=prepare,

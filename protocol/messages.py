@@ -39,6 +39,9 @@ class ClientCapabilities(Wire, frozen=True):
 class ServerCapabilities(Wire, frozen=True):
     agent_run: bool = True
     agent_message: bool = False
+    """The child keeps continuable runs and answers `agent/message`."""
+    parent_tools: bool = False
+    """The child offers a run's `parentTools` to its agent and calls them with `tool/call`."""
     tools: list[str] = field(default_factory=list)
 
 
@@ -123,6 +126,9 @@ class AgentRunParams(Wire, frozen=True):
     workspace: str = "."
     history: list[ChatMessage] = field(default_factory=list)
     continuable: bool = False
+    parent_tools: list[ToolSpec] = field(default_factory=list)
+    """Tools the parent itself serves for this run (`tool/call`), e.g. delegation's `task`; a
+    child that announced `parentTools` offers them to its agent beside its own."""
 
 
 class AgentMessageParams(Wire, frozen=True):
@@ -176,6 +182,20 @@ class ModelCompleteResult(Wire, frozen=True):
     message: ChatMessage
     usage: Usage = field(default_factory=Usage)
     stop_reason: StopReason = "end_turn"
+
+
+class ToolCallParams(Wire, frozen=True):
+    run_id: str
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    call_id: str = ""
+    """The model's id for this tool call, when it has one."""
+
+
+class ToolCallResult(Wire, frozen=True):
+    content: str
+    """What the model reads as the tool's result."""
+    is_error: bool = False
 
 
 class ToolApproveParams(Wire, frozen=True):
@@ -242,7 +262,23 @@ class Failure(Wire, frozen=True):
     stderr_tail: str = ""
 
 
-RunStatus = Literal["completed", "aborted", "error"]
+RunStatus = Literal["completed", "aborted", "error", "needs_input"]
+"""`needs_input`: a continuable run paused to ask its orchestrator `question`; an answer
+(`agent/message`) continues it."""
+
+IsolationLevel = Literal["sandbox", "process"]
+
+
+class Isolation(Wire, frozen=True):
+    """How the parent isolated a run's child (filled in by the parent)."""
+
+    level: IsolationLevel
+    """`sandbox` (Landlock, seccomp, no_new_privs; an unprivileged uid when the supervisor is
+    root) or `process` (environment scrub, session, limits and containment tier only)."""
+    landlock_abi: int | None = None
+    """The Landlock ABI the child's domain was built for (`sandbox` only)."""
+    warning: str | None = None
+    """Why the level is weaker than `sandbox`, when `auto` had to settle for less."""
 
 
 class RunResult(Wire, frozen=True):
@@ -261,6 +297,10 @@ class RunResult(Wire, frozen=True):
     run_id: str = ""
     containment: str | None = None
     """The containment tier the parent ran this child under (filled in by the parent)."""
+    question: str | None = None
+    """With `status: "needs_input"`: what the run asks before it can go on."""
+    isolation: Isolation | None = None
+    """The isolation level the parent ran this child under (filled in by the parent)."""
     launcher: str | None = None
     """The launcher the child's command ran under (`local`, `bwrap`, `ssh:HOST`, ...; filled in
     by the parent)."""

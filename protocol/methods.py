@@ -94,6 +94,14 @@ MODEL_COMPLETE: MethodSpec[m.ModelCompleteParams, m.ModelCompleteResult] = Metho
     m.ModelCompleteResult,
     "One model turn, brokered by the parent (credentials stay there).",
 )
+TOOL_CALL: MethodSpec[m.ToolCallParams, m.ToolCallResult] = MethodSpec(
+    "tool/call",
+    "request",
+    "child_to_parent",
+    m.ToolCallParams,
+    m.ToolCallResult,
+    "Call one of the run's parentTools; the parent runs it and answers its result.",
+)
 TOOL_APPROVE: MethodSpec[m.ToolApproveParams, m.ToolApproveResult] = MethodSpec(
     "tool/approve",
     "request",
@@ -115,6 +123,7 @@ METHODS: dict[str, MethodSpec[Any, Any]] = {
         EXIT,
         AGENT_EVENT,
         MODEL_COMPLETE,
+        TOOL_CALL,
         TOOL_APPROVE,
     )
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from tether.child.tools.ask import AskOrchestratorTool
 from tether.child.tools.base import (
     Completion,
     Tool,
@@ -24,7 +25,9 @@ from tether.child.tools.edit_file import EditFileTool
 from tether.child.tools.glob import GlobTool
 from tether.child.tools.grep import GrepTool
 from tether.child.tools.list_dir import ListDirTool
+from tether.child.tools.parent_tool import ParentTool
 from tether.child.tools.read_file import ReadFileTool
+from tether.child.tools.report import ReportTool
 from tether.child.tools.write_file import WriteFileTool
 from tether.protocol.messages import ToolSpec
 
@@ -51,23 +54,40 @@ class ToolRegistry:
     def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())
 
-    def select(self, names: list[str] | None, *, read_only: bool) -> ToolRegistry:
+    def select(
+        self, names: list[str] | None, *, read_only: bool, continuable: bool = False
+    ) -> ToolRegistry:
         """The set one run gets: the named tools (all when `None`), minus mutating tools in
-        explore mode. `complete` is always kept: without it a run could only end by budget.
+        explore mode, minus the tools only continuable runs have (`continuable_only`) unless
+        the run is one. `complete` is always kept: without it a run could only end by budget.
         Unknown names are ignored; the parent's definition may list tools another child has.
         """
-        wanted = None if names is None else {*names, COMPLETE}
+        wanted = None if names is None else {*names, COMPLETE, *CONTINUABLE_TOOLS}
         return ToolRegistry(
             t
             for t in self._tools.values()
-            if (wanted is None or t.name in wanted) and not (read_only and t.mutates)
+            if (wanted is None or t.name in wanted)
+            and not (read_only and t.mutates)
+            and (continuable or not getattr(t, "continuable_only", False))
         )
+
+    def with_parent_tools(self, specs: Iterable[ToolSpec]) -> ToolRegistry:
+        """This set plus the run's parent tools; a parent tool never shadows the child's own."""
+        out = ToolRegistry(self)
+        for spec in specs:
+            if spec.name not in out._tools:
+                out.register(ParentTool(spec))
+        return out
 
     def specs(self) -> list[ToolSpec]:
         return [
             ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema)
             for t in self._tools.values()
         ]
+
+
+CONTINUABLE_TOOLS = ("report", "ask_orchestrator")
+"""Tools only a continuable run gets."""
 
 
 def default_tools() -> ToolRegistry:
@@ -82,6 +102,8 @@ def default_tools() -> ToolRegistry:
             EditFileTool(),
             BashTool(),
             CompleteTool(),
+            ReportTool(),
+            AskOrchestratorTool(),
         ]
     )
 

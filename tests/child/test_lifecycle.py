@@ -19,7 +19,8 @@ def test_initialize_answers_with_version_server_info_pid_and_capabilities() -> N
         assert result["serverInfo"]["version"]
         assert result["pid"] == child.proc.pid
         assert result["capabilities"]["agentRun"] is True
-        assert result["capabilities"]["agentMessage"] is False
+        assert result["capabilities"]["agentMessage"] is True
+        assert result["capabilities"]["parentTools"] is True
         assert "complete" in result["capabilities"]["tools"]
         assert result["maxMessageBytes"] == 32 * 1024 * 1024
 

@@ -229,14 +229,12 @@ def test_shutdown_aborts_live_runs_answers_null_and_refuses_new_runs(tmp_path: P
         assert child.wait_exit() == 0
 
 
-def test_agent_message_gets_a_clear_error_while_continuation_is_unsupported(
-    tmp_path: Path,
-) -> None:
+def test_agent_message_for_a_run_it_never_kept_gets_a_clear_error(tmp_path: Path) -> None:
     with ChildProcess() as child:
         child.initialize()
         response = child.call("agent/message", {"runId": "r1", "message": "and then?"})
         assert response["error"]["code"] == UNKNOWN_RUN
-        assert "not supported" in response["error"]["message"]
+        assert "continuable: true" in response["error"]["message"]
         assert child.call("ping")["result"] == {}
 
 

@@ -95,7 +95,16 @@ def test_progress_shows_a_refused_tool_call_and_its_reason(tmp_path: Path) -> No
 def test_progress_shows_heartbeats_while_a_tool_call_is_slow(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(SLOW_TOOL)
-    got = tether("run", "hi", "--model", f"scripted:{script}", "--workspace", str(tmp_path))
+    got = tether(
+        "run",
+        "hi",
+        "--agent",
+        "tester",  # the built-in role that may run commands (build mode)
+        "--model",
+        f"scripted:{script}",
+        "--workspace",
+        str(tmp_path),
+    )
     assert got.returncode == 0, got.stderr
     assert "still waiting on tool:bash" in got.stderr
 
@@ -154,8 +163,8 @@ def test_the_readmes_runs_work_on_a_scratch_copy_and_leave_the_checkout_alone(
     assert explorer.returncode == 0, explorer.stderr
     assert "! write_file refused or failed: denied" in explorer.stderr
     assert not (ws / "TODO-REPORT.md").exists()
-    general = tether(*base, "--quiet", cwd=root)
-    assert general.returncode == 0, general.stderr
+    builder = tether(*base, "--agent", "tester", "--quiet", cwd=root)
+    assert builder.returncode == 0, builder.stderr
     assert (ws / "TODO-REPORT.md").exists()
     timed = tether(
         *base, "--agent", "explorer", "--timeout", "1m30s", "--idle-timeout", "10s", cwd=root

@@ -141,6 +141,10 @@ SAMPLES: dict[str, tuple[Any, Any]] = {
         m.ToolApproveParams(run_id="run-1", tool="bash", arguments={"command": "rm -rf build"}),
         m.ToolApproveResult(allow=False, reason="no policy: denied by default"),
     ),
+    "tool/call": (
+        m.ToolCallParams(run_id="run-1", name="task", arguments={"prompt": "x"}, call_id="c1"),
+        m.ToolCallResult(content='{"status": "completed"}'),
+    ),
 }
 
 

@@ -1,0 +1,128 @@
+"""The delegation layer: sub-agent definitions, the model-facing task tool, the verifier
+policy, admission control, the usage ledger, and the delegator that runs one task call end to
+end against an injected runner. See docs/delegation.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tether.parent.delegation.admission import Gate, TreeBudget
+    from tether.parent.delegation.builtins import BUILTIN_ROLES, BUILTIN_TYPES, builtin_registry
+    from tether.parent.delegation.definitions import DefinitionError, Registry, SubagentDefinition
+    from tether.parent.delegation.delegator import Delegator, Runner, RunRequest
+    from tether.parent.delegation.events import (
+        SubagentCompleted,
+        SubagentEvent,
+        SubagentProgress,
+        SubagentQueued,
+        SubagentStarted,
+        SubagentStatus,
+    )
+    from tether.parent.delegation.files import dump_definitions, load_definitions, load_registry
+    from tether.parent.delegation.history import fork_history
+    from tether.parent.delegation.ledger import Ledger, LedgerTotals, UsageRecord, read_ledger
+    from tether.parent.delegation.output import TaskOutput, TaskStatus, Verification, task_status
+    from tether.parent.delegation.prompts import ORCHESTRATOR_SYSTEM_PROMPT, SUBAGENT_SYSTEM_PROMPT
+    from tether.parent.delegation.snapshot import Snapshot, WorkspaceDiff, diff, take_snapshot
+    from tether.parent.delegation.tool import TaskRequest, TaskTool, task_tool
+    from tether.parent.delegation.verification import VerifierPolicy
+    from tether.parent.evidence import parse_verdict
+
+_LAZY: dict[str, str] = {
+    "BUILTIN_ROLES": "tether.parent.delegation.builtins",
+    "BUILTIN_TYPES": "tether.parent.delegation.builtins",
+    "DefinitionError": "tether.parent.delegation.definitions",
+    "Delegator": "tether.parent.delegation.delegator",
+    "Gate": "tether.parent.delegation.admission",
+    "Ledger": "tether.parent.delegation.ledger",
+    "LedgerTotals": "tether.parent.delegation.ledger",
+    "ORCHESTRATOR_SYSTEM_PROMPT": "tether.parent.delegation.prompts",
+    "Registry": "tether.parent.delegation.definitions",
+    "RunRequest": "tether.parent.delegation.delegator",
+    "Runner": "tether.parent.delegation.delegator",
+    "SUBAGENT_SYSTEM_PROMPT": "tether.parent.delegation.prompts",
+    "Snapshot": "tether.parent.delegation.snapshot",
+    "SubagentCompleted": "tether.parent.delegation.events",
+    "SubagentDefinition": "tether.parent.delegation.definitions",
+    "SubagentEvent": "tether.parent.delegation.events",
+    "SubagentProgress": "tether.parent.delegation.events",
+    "SubagentQueued": "tether.parent.delegation.events",
+    "SubagentStarted": "tether.parent.delegation.events",
+    "SubagentStatus": "tether.parent.delegation.events",
+    "TaskOutput": "tether.parent.delegation.output",
+    "TaskRequest": "tether.parent.delegation.tool",
+    "TaskStatus": "tether.parent.delegation.output",
+    "TaskTool": "tether.parent.delegation.tool",
+    "TreeBudget": "tether.parent.delegation.admission",
+    "UsageRecord": "tether.parent.delegation.ledger",
+    "Verification": "tether.parent.delegation.output",
+    "VerifierPolicy": "tether.parent.delegation.verification",
+    "WorkspaceDiff": "tether.parent.delegation.snapshot",
+    "builtin_registry": "tether.parent.delegation.builtins",
+    "diff": "tether.parent.delegation.snapshot",
+    "dump_definitions": "tether.parent.delegation.files",
+    "fork_history": "tether.parent.delegation.history",
+    "load_definitions": "tether.parent.delegation.files",
+    "load_registry": "tether.parent.delegation.files",
+    "parse_verdict": "tether.parent.evidence",
+    "read_ledger": "tether.parent.delegation.ledger",
+    "take_snapshot": "tether.parent.delegation.snapshot",
+    "task_status": "tether.parent.delegation.output",
+    "task_tool": "tether.parent.delegation.tool",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "BUILTIN_ROLES",
+    "BUILTIN_TYPES",
+    "ORCHESTRATOR_SYSTEM_PROMPT",
+    "SUBAGENT_SYSTEM_PROMPT",
+    "DefinitionError",
+    "Delegator",
+    "Gate",
+    "Ledger",
+    "LedgerTotals",
+    "Registry",
+    "RunRequest",
+    "Runner",
+    "Snapshot",
+    "SubagentCompleted",
+    "SubagentDefinition",
+    "SubagentEvent",
+    "SubagentProgress",
+    "SubagentQueued",
+    "SubagentStarted",
+    "SubagentStatus",
+    "TaskOutput",
+    "TaskRequest",
+    "TaskStatus",
+    "TaskTool",
+    "TreeBudget",
+    "UsageRecord",
+    "Verification",
+    "VerifierPolicy",
+    "WorkspaceDiff",
+    "builtin_registry",
+    "diff",
+    "dump_definitions",
+    "fork_history",
+    "load_definitions",
+    "load_registry",
+    "parse_verdict",
+    "read_ledger",
+    "take_snapshot",
+    "task_status",
+    "task_tool",
+]

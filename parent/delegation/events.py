@@ -1,0 +1,97 @@
+"""What the delegator tells its listeners about sub-agents, as typed event objects.
+
+Each event has a `name` (`subagent.queued`, `subagent.started`, `subagent.progress`,
+`subagent.completed`) and the sub-agent's `id`, `type` and `label`. `subagent.progress` relays
+one event of the child (its `kind` and `data`, as in `agent/event`: `step`, `tool_call`,
+`text`, `heartbeat`, ...) with the running figures a live view needs. Phase 2 puts these on the
+supervisor's stream beside its own `RunStarted` / `ChildEvent` / `RunFinished`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from tether.parent.delegation.output import TaskStatus
+
+Role = Literal["task", "verifier", "fix"]
+"""Why a sub-agent ran: the task call itself, a verification of its change, or a fix."""
+WaitingFor = Literal["slot", "workspace"]
+"""What a queued sub-agent waits for: a free slot under the concurrency cap, or its turn to
+change the shared workspace (build-mode sub-agents change it one at a time)."""
+
+
+@dataclass(frozen=True)
+class SubagentQueued:
+    name: ClassVar[str] = "subagent.queued"
+    id: str
+    type: str
+    label: str
+    tool_call_id: str
+    position: int
+    """1 = next to start."""
+    waiting_for: WaitingFor
+    limit: int
+    """The cap it waits under (concurrent sub-agents, or 1 writer)."""
+
+
+@dataclass(frozen=True)
+class SubagentStarted:
+    name: ClassVar[str] = "subagent.started"
+    id: str
+    type: str
+    label: str
+    tool_call_id: str
+    role: Role
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class SubagentProgress:
+    name: ClassVar[str] = "subagent.progress"
+    id: str
+    type: str
+    label: str
+    kind: str
+    data: dict[str, Any]
+    step: int
+    last_tool: str | None
+    elapsed: float
+    tokens: int
+    """Input + output tokens counted so far (as the runner reported them)."""
+
+
+@dataclass(frozen=True)
+class SubagentCompleted:
+    name: ClassVar[str] = "subagent.completed"
+    id: str
+    type: str
+    label: str
+    tool_call_id: str
+    role: Role
+    success: bool
+    status: TaskStatus
+    message: str
+    run_id: str = ""
+
+
+SubagentEvent = SubagentQueued | SubagentStarted | SubagentProgress | SubagentCompleted
+
+
+@dataclass(frozen=True)
+class SubagentStatus:
+    """One live sub-agent, for `list`-style queries (`Delegator.status()`)."""
+
+    id: str
+    type: str
+    label: str
+    tool_call_id: str
+    role: Role
+    state: Literal["queued", "running"]
+    position: int | None
+    """Queue position while queued."""
+    elapsed: float
+    """Seconds since it was queued (queued) or started (running)."""
+    step: int
+    last_tool: str | None
+    tokens: int

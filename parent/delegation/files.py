@@ -1,0 +1,195 @@
+"""Definitions files: TOML, one `[[agent]]` table per definition, keys spelled as on the wire.
+
+```toml
+[[agent]]
+type = "researcher"
+description = "Finds and summarises prior work on a question."
+model = "openai:gpt-4o-mini"
+maxSteps = 30
+readOnly = true
+instructions = '''
+Cite every source by path.
+'''
+
+[[agent]]
+type = "explorer"          # a built-in role's type: start from that role
+model = "anthropic:claude-haiku"
+```
+
+A table whose `type` is a built-in role's starts from that role (its description,
+instructions and mode) and changes only the keys it gives; any other type needs at least a
+`description`. The file's definitions are the whole set: a role the file does not mention is
+not offered. Unknown keys, duplicate types, and values of the wrong kind are refused with the
+file, the table's index, the key and what was expected (`DefinitionError`).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from tether.parent.delegation.builtins import BUILTIN_ROLES
+from tether.parent.delegation.definitions import (
+    KEYS,
+    DefinitionError,
+    Registry,
+    SubagentDefinition,
+    check_keys,
+    definition_from_mapping,
+)
+
+
+def load_definitions(
+    path: str | os.PathLike[str], *, base: Iterable[SubagentDefinition] = BUILTIN_ROLES
+) -> list[SubagentDefinition]:
+    """Read a definitions file; raise `DefinitionError` saying precisely what is wrong."""
+    file = os.fspath(path)
+    try:
+        with open(file, "rb") as fh:
+            doc = tomllib.load(fh)
+    except OSError as exc:
+        raise DefinitionError(f"cannot read the file: {exc.strerror or exc}", file=file) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise DefinitionError(f"not valid TOML: {exc}", file=file) from None
+    return definitions_from_document(doc, file=file, base=base)
+
+
+def definitions_from_document(
+    doc: dict[str, Any],
+    *,
+    file: str | None = None,
+    base: Iterable[SubagentDefinition] = BUILTIN_ROLES,
+) -> list[SubagentDefinition]:
+    """The definitions of a parsed TOML document (see the module docstring)."""
+    for key in doc:
+        if key != "agent":
+            raise DefinitionError(
+                "unknown top-level key; a definitions file holds only [[agent]] tables",
+                file=file,
+                key=key,
+            )
+    tables = doc.get("agent", [])
+    if isinstance(tables, dict):
+        raise DefinitionError(
+            "expected [[agent]] tables (an array of tables), found a single [agent] table",
+            file=file,
+            key="agent",
+        )
+    if not isinstance(tables, list):
+        raise DefinitionError(
+            f"expected [[agent]] tables, found a {type(tables).__name__}", file=file, key="agent"
+        )
+    inherited = {d.type: d for d in base}
+    seen: dict[str, int] = {}
+    out: list[SubagentDefinition] = []
+    for index, table in enumerate(tables):
+        if not isinstance(table, dict):
+            raise DefinitionError(
+                f"expected a table, found a {type(table).__name__}", file=file, index=index
+            )
+        name = table.get("type")
+        if isinstance(name, str) and name in seen:
+            raise DefinitionError(
+                f"duplicate type {name!r}: already defined by [[agent]] #{seen[name] + 1}",
+                file=file,
+                index=index,
+                type=name,
+                key="type",
+            )
+        merged = dict(table)
+        if isinstance(name, str) and name in inherited:
+            # Unknown keys are checked on the table itself, then the role fills in the rest.
+            check_keys(table, file=file, index=index)
+            merged = {**_builtins(inherited[name]), **table}
+        definition = definition_from_mapping(merged, file=file, index=index)
+        seen[definition.type] = index
+        out.append(definition)
+    return out
+
+
+def load_registry(
+    path: str | os.PathLike[str], *, base: Iterable[SubagentDefinition] = BUILTIN_ROLES
+) -> Registry:
+    return Registry(load_definitions(path, base=base))
+
+
+def _builtins(d: SubagentDefinition) -> dict[str, Any]:
+    return {k: v for k, v in msgspec.to_builtins(d).items() if v is not None}
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+def dump_definitions(
+    definitions: Iterable[SubagentDefinition],
+    *,
+    base: Iterable[SubagentDefinition] = BUILTIN_ROLES,
+) -> str:
+    """A definitions file that `load_definitions(..., base=base)` reads back as the same
+    definitions: each table gives the keys that differ from what loading would fill in (the
+    built-in role of the same type, or the defaults)."""
+    inherited = {d.type: _builtins(d) for d in base}
+    chunks = []
+    for d in definitions:
+        values = msgspec.to_builtins(d)
+        reference = inherited.get(d.type) or _defaults()
+        lines = ["[[agent]]", f"type = {_value(d.type)}"]
+        for key in KEYS:
+            if key == "type":
+                continue
+            value = values.get(key)
+            if value == reference.get(key):
+                continue
+            if value is None:
+                raise ValueError(
+                    f"{d.type}: {key} cannot be unset in a file where the role {d.type!r} sets it"
+                )
+            lines.append(f"{key} = {_value(value)}")
+        chunks.append("\n".join(lines) + "\n")
+    return "\n".join(chunks)
+
+
+def _defaults() -> dict[str, Any]:
+    """What loading fills in for a key a table leaves out (the required keys have nothing)."""
+    got = msgspec.to_builtins(SubagentDefinition(type="x", description="x"))
+    return {k: v for k, v in got.items() if v is not None and k not in ("type", "description")}
+
+
+def _value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return _string(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def _string(s: str) -> str:
+    """A TOML basic string (multi-line when `s` has newlines): `\\`, `"` and control
+    characters escaped; surrogates cannot be written at all."""
+    multiline = "\n" in s
+    out = []
+    for ch in s:
+        code = ord(ch)
+        if 0xD800 <= code <= 0xDFFF:
+            raise ValueError("a lone surrogate cannot be written to TOML")
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == '"':
+            out.append('\\"')
+        elif ch == "\n" and multiline:
+            out.append("\n")
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04X}")
+        else:
+            out.append(ch)
+    body = "".join(out)
+    # After the opening quotes of a multi-line string, a newline is dropped: start with one.
+    return f'"""\n{body}"""' if multiline else f'"{body}"'
