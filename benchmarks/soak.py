@@ -213,7 +213,7 @@ async def checkpoint(sup: Supervisor, cycles: int, started: float) -> Checkpoint
 async def soak(spawner: str, cycles: int, every: int, workspace: Path) -> SpawnerSoak:
     out = SpawnerSoak(spawner, cycles)
     config = ChildConfig(spawner="zygote" if spawner == "zygote" else "exec")
-    pool = PoolSpec(POOL_SIZE) if spawner == "pool" else None
+    pool = PoolSpec(POOL_SIZE, workspace=workspace) if spawner == "pool" else None
     model = ScriptedModel.from_json(SCRIPT)
     async with Supervisor(config, pool=pool) as sup:
         started = time.monotonic()
