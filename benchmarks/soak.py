@@ -373,6 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown or args.cycles < 1 or args.every < 1 or args.mixed < 0:
         ap.error(f"bad arguments (unknown spawners: {sorted(unknown)})")
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    load_at_start = os.getloadavg()[0]
     command = "scripts/soak" + (" " + " ".join(argv) if argv else " " + " ".join(sys.argv[1:]))
 
     async def everything() -> tuple[list[SpawnerSoak], list[MixedRound]]:
@@ -390,7 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return soaks, rounds
 
     soaks, rounds = anyio.run(everything)
-    text = markdown(soaks, rounds, command.strip(), when, args.every)
+    load_at_end = os.getloadavg()[0]
+    load = f"load average (1 min) {load_at_start:.1f} at the start, {load_at_end:.1f} at the end"
+    text = markdown(soaks, rounds, command.strip(), f"{when}; {load}", args.every)
     print()
     print(text)
     if args.write:
