@@ -42,7 +42,7 @@ from tether.parent.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_ke
 from tether.parent.env import build_child_env
 from tether.parent.events import DEFAULT_EVENT_BUFFER, Event, EventStream
 from tether.parent.host import host
-from tether.parent.isolation import Choice, choose_level, probe_host
+from tether.parent.isolation import Choice, choose_level, probe_host, workspace_problem
 from tether.parent.keeper import Keeper
 from tether.parent.launchers import Local, resolve_launcher
 from tether.parent.limits import Limits
@@ -206,6 +206,10 @@ class Supervisor:
         check_spawner(cfg)
         remote = launcher.name if launcher.provides.eof_teardown_only else None
         choice = choose_level(cfg.isolation, remote_launcher=remote)
+        if choice.level == "sandbox":
+            problem = workspace_problem(str(ws))
+            if problem is not None:
+                raise ValueError(problem)
         self._warn_once(choice)
         models = await resolve_models(model, definition)
         params = AgentRunParams(
