@@ -388,11 +388,17 @@ class Supervisor:
 
     def publish(self, event: Event, extra: EventCallback | None = None) -> None:
         """Hand `event` to the run's own callback and to every subscriber."""
-        for cb in ([extra] if extra else []) + list(self._subscribers):
+        if extra is not None:
             try:
-                cb(event)
+                extra(event)
             except Exception:  # a listener's bug must not break the run
                 pass
+        if self._subscribers:
+            for cb in tuple(self._subscribers):  # a callback may unsubscribe
+                try:
+                    cb(event)
+                except Exception:
+                    pass
 
     # --- interpreter exit -------------------------------------------------------------------
 
