@@ -502,7 +502,11 @@ class Delegator:
                 call,
                 live.role,
                 status,
-                result.message or result.summary,
+                # A finished run's summary says more than "the agent called complete"; any
+                # other end is told by why it ended.
+                (result.summary or result.message)
+                if status == "completed"
+                else (result.message or result.summary),
                 success=status == "completed",
                 run_id=result.run_id,
             ),
