@@ -70,6 +70,7 @@ async def _orchestrate(
             usage = handle.broker.brokered
             view.state.tokens = lambda: usage.input_tokens + usage.output_tokens
 
+    refused: ValueError | None = None
     async with Supervisor(config) as sup:  # type: ignore[arg-type]
         async with anyio.create_task_group() as tg:
 
@@ -80,22 +81,27 @@ async def _orchestrate(
             tg.start_soon(watch_signals)
             if view is not None:
                 tg.start_soon(view.refresh)
-            got = await sup.orchestrate(
-                args.prompt,
-                model=args.model,
-                definitions=registry,
-                workspace=args.workspace,
-                limits=limits,
-                max_steps=args.max_steps,
-                max_concurrent=args.max_concurrent,
-                token_budget=args.token_budget,
-                verifier=policy,
-                ledger=args.ledger,
-                description=args.description,
-                on_event=view,
-                on_start=started,
-            )
+            try:
+                got = await sup.orchestrate(
+                    args.prompt,
+                    model=args.model,
+                    definitions=registry,
+                    workspace=args.workspace,
+                    limits=limits,
+                    max_steps=args.max_steps,
+                    max_concurrent=args.max_concurrent,
+                    token_budget=args.token_budget,
+                    verifier=policy,
+                    ledger=args.ledger,
+                    description=args.description,
+                    on_event=view,
+                    on_start=started,
+                )
+            except ValueError as exc:  # bad usage: raised as itself, not in a group
+                refused = exc
             tg.cancel_scope.cancel()
+        if refused is not None:
+            raise refused
         if view is not None:
             view.draw()
         return got
