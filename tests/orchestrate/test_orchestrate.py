@@ -557,3 +557,44 @@ async def test_sub_agent_events_are_on_the_supervisors_stream_with_the_orchestra
     assert max(e.step for e in progress) == 2 and progress[-1].last_tool == "complete"
     runs = {e.run_id for e in events if isinstance(e, RunStarted)}
     assert runs == {got.result.run_id, completed[0].run_id}  # two children, siblings
+
+
+# --- the demo's script tells the truth --------------------------------------------------------
+
+
+async def test_the_demo_book_runs_and_its_claims_hold_on_the_files(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    ws = tmp_path / "ws"
+    shutil.copytree(EXAMPLES / "workspace", ws)
+    book = EXAMPLES / "orchestrate.json"
+    async with Supervisor() as sup:
+        got = await sup.orchestrate("Fix it.", model=f"scripted:{book}", workspace=ws)
+    assert got.success
+    [fix] = [t.output for t in got.tasks if t.tool_call_id == "call-fix"]
+    assert fix.verification is not None and fix.verification.verdict == "PASS"
+
+    def run_tests() -> str:
+        done = subprocess.run(
+            ["python3", "-B", "-m", "tests.test_adjust"],
+            cwd=ws,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        return done.stdout
+
+    # What the fixed tester and the second verifier say is so.
+    assert run_tests().strip().endswith("3 passed, 0 failed")
+    # What the first verifier found in the first version is so too.
+    scripts = json.loads(book.read_text())["scripts"]
+    [first] = [s for s in scripts if s["when"] == "Role: tester"]
+    [edit] = [c for c in first["turns"][1]["toolCalls"] if c["name"] == "edit_file"]
+    text = (ws / "inventory.py").read_text()
+    fixed = [c for s in scripts if "Fix cycle" in s["when"] for c in s["turns"][0]["toolCalls"]]
+    (ws / "inventory.py").write_text(
+        text.replace(fixed[0]["arguments"]["newString"], edit["arguments"]["newString"])
+    )
+    assert "FAIL test_allows_taking_what_is_there" in run_tests()
