@@ -57,7 +57,7 @@ from tether.parent.delegation.events import (
     SubagentStatus,
     WaitingFor,
 )
-from tether.parent.delegation.history import fork_history
+from tether.parent.delegation.history import fork_history, without_tools
 from tether.parent.delegation.ledger import Ledger, UsageRecord, now
 from tether.parent.delegation.output import (
     TaskOutput,
@@ -235,7 +235,10 @@ class Delegator:
             )
         definition = self.definitions[got.subagent_type]
         read_only = definition.read_only if got.read_only is None else got.read_only
-        fork = tuple(fork_history(history, tool_call_id)) if got.fork_context else ()
+        fork: tuple[ChatMessage, ...] = ()
+        if got.fork_context:
+            # The sub-agent has no task tool: earlier task exchanges reach it as text.
+            fork = tuple(without_tools(fork_history(history, tool_call_id), {self.tool.name}))
         call = _Call(got, tool_call_id, on_event)
         if read_only:
             sid, result = await self._run(call, definition, True, got.prompt, fork, "task")

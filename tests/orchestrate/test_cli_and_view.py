@@ -187,3 +187,15 @@ def test_on_a_terminal_the_block_is_redrawn_in_place_and_elsewhere_never() -> No
         "tether: orchestrator run-1: started (pid 42)",
         "tether:   sa-1 explorer 'look': started (task, read-only)",
     ]
+
+
+def test_every_flag_the_doc_lists_is_one_tether_orchestrate_takes() -> None:
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "delegation.md").read_text()
+    usage = doc[doc.index("tether orchestrate PROMPT --model M") :]
+    usage = usage[: usage.index("```")]
+    flags = set(re.findall(r"--[a-z][a-z-]+", usage))
+    assert len(flags) > 15
+    helped = tether("orchestrate", "--help").stdout
+    assert [f for f in sorted(flags) if f not in helped] == []
