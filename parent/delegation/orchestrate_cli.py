@@ -22,7 +22,7 @@ import msgspec
 from tether.parent.terminal import clean
 
 if TYPE_CHECKING:
-    from tether.parent.delegation.orchestrator import Orchestration
+    from tether.parent.delegation.orchestrator import Orchestration, Running
     from tether.parent.runs import RunHandle
 
 
@@ -61,11 +61,12 @@ async def _orchestrate(
 
     view = None if args.quiet else LiveView(sys.stderr)
     handles: list[RunHandle] = []
-    running = anyio.Event()
+    ready = anyio.Event()
 
-    def started(handle: RunHandle) -> None:
+    def started(running: Running) -> None:
+        handle = running.handle
         handles.append(handle)
-        running.set()
+        ready.set()
         if view is not None:
             usage = handle.broker.brokered
             view.state.tokens = lambda: usage.input_tokens + usage.output_tokens
@@ -75,7 +76,7 @@ async def _orchestrate(
         async with anyio.create_task_group() as tg:
 
             async def watch_signals() -> None:
-                await running.wait()
+                await ready.wait()
                 await _cancel_on_signal(handles[0], args, tg)
 
             tg.start_soon(watch_signals)

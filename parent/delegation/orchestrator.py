@@ -50,7 +50,7 @@ from tether.parent.broker import ParentTool
 from tether.parent.delegation.builtins import builtin_registry
 from tether.parent.delegation.definitions import Registry, SubagentDefinition
 from tether.parent.delegation.delegator import DEFAULT_MAX_CONCURRENT, Delegator
-from tether.parent.delegation.events import SubagentEvent
+from tether.parent.delegation.events import SubagentEvent, SubagentStatus
 from tether.parent.delegation.history import fork_history, without_tools
 from tether.parent.delegation.ledger import Ledger, LedgerTotals
 from tether.parent.delegation.output import TaskOutput
@@ -91,6 +91,25 @@ class TaskCall:
     tool_call_id: str
     arguments: Any
     output: TaskOutput
+
+
+@dataclass(frozen=True)
+class Running:
+    """An orchestration under way: what `orchestrate(on_start=...)` is handed once the
+    orchestrator's child is started, for live queries."""
+
+    handle: RunHandle
+    """The orchestrator's run (`cancel()`, `broker.brokered` for its tokens so far)."""
+    delegator: Delegator
+
+    def status(self) -> list[SubagentStatus]:
+        """Every queued or running sub-agent: state, queue position, elapsed time, step, last
+        tool, tokens so far."""
+        return self.delegator.status()
+
+    def limits(self) -> dict[str, Any]:
+        """The cap, how many run and wait, the tree budget and what is spent of it."""
+        return self.delegator.limits()
 
 
 @dataclass
@@ -166,7 +185,7 @@ async def orchestrate(
     providers: Mapping[str, ProviderRunner] | None = None,
     description: str = "",
     on_event: EventCallback | None = None,
-    on_start: Callable[[RunHandle], None] | None = None,
+    on_start: Callable[[Running], None] | None = None,
 ) -> Orchestration:
     """Run an orchestrator on `prompt` with the task tool over `definitions` (default: the
     built-in roles; an empty set gives it no task tool) and return an `Orchestration`.
@@ -176,8 +195,9 @@ async def orchestrate(
     (default: the same). `max_concurrent`, `token_budget`, `verifier`: admission control and the
     verifier policy (`Delegator`). `ledger`: a `Ledger`, or a path for its JSON Lines file.
     `models`: provider objects by the name a definition's `model` gives; `providers`: runners
-    by the name a definition's `provider` gives (`spawn` is built in). `on_start(handle)`, if
-    given, is called with the orchestrator's `RunHandle` once it is started.
+    by the name a definition's `provider` gives (`spawn` is built in). `on_start(running)`, if
+    given, is called once the orchestrator's child is started, with a `Running` for live
+    queries (`status()`, `limits()`) and the orchestrator's `RunHandle`.
 
     Raises `ValueError` for bad usage before anything is spawned; never for what a child did.
     """
@@ -266,7 +286,7 @@ async def orchestrate(
     box.append(handle)
     runner.also_stop.append(handle)
     if on_start is not None:
-        on_start(handle)
+        on_start(Running(handle, delegator))
     try:
         result = await handle.result()
     except anyio.get_cancelled_exc_class():

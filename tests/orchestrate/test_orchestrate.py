@@ -598,3 +598,46 @@ async def test_the_demo_book_runs_and_its_claims_hold_on_the_files(tmp_path: Pat
         text.replace(fixed[0]["arguments"]["newString"], edit["arguments"]["newString"])
     )
     assert "FAIL test_allows_taking_what_is_there" in run_tests()
+
+
+# --- live visibility --------------------------------------------------------------------------
+
+
+async def test_running_sub_agents_can_be_listed_and_a_slow_turn_sends_heartbeats(
+    workspace: Path,
+) -> None:
+    from tether.parent.delegation.orchestrator import Running
+
+    model = Recorder(
+        fan_out(
+            task("c1", "explorer", "slow one", "Find A."),
+            task("c2", "explorer", "waits", "Find B."),
+        ),
+        explorer_script(delay=2.6),  # longer than the child's 2 s heartbeat period
+    )
+    seen = Timeline()
+    live: list[Running] = []
+    listed: list[list[tuple[str, str, int | None]]] = []
+    limits: list[dict[str, Any]] = []
+
+    def on_event(event: Event) -> None:
+        seen(event)
+        if isinstance(event, SubagentProgress) and event.kind == "step" and not listed:
+            listed.append([(s.label, s.state, s.position) for s in live[0].status()])
+            limits.append(live[0].limits())
+
+    async with Supervisor() as sup:
+        got = await sup.orchestrate(
+            "Go.",
+            model=model,
+            workspace=workspace,
+            max_concurrent=1,
+            on_event=on_event,
+            on_start=live.append,
+        )
+    assert got.success
+    assert sorted(listed[0]) == [("slow one", "running", None), ("waits", "queued", 1)]
+    assert (limits[0]["maxConcurrent"], limits[0]["running"], limits[0]["queued"]) == (1, 1, 1)
+    beats = [e for _, e in seen.of(SubagentProgress) if e.kind == "heartbeat"]
+    assert beats and beats[0].data["waitingFor"] == "model" and beats[0].elapsed >= 2.0
+    assert live[0].status() == []  # nothing queued or running once it is over
