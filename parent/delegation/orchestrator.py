@@ -23,8 +23,9 @@ What a task call gets:
 
 Usage: the ledger holds one record per sub-agent run and the orchestrator's own usage, both as
 the parent's brokers counted them. The tree's token budget counts the orchestrator's tokens as
-well as every sub-agent's: once spent, new task calls are refused and every live run of the
-tree, the orchestrator included, ends as `budget_exhausted`.
+well as every sub-agent's: once spent, new task calls are refused, every live sub-agent ends as
+`budget_exhausted` (its result reaches the ledger and the orchestrator's model as `truncated`),
+and the orchestrator's next model turn is refused, which ends it as `budget_exhausted` too.
 
 Events: the orchestrator's own run events and the delegator's `subagent.*` events (tagged with
 the orchestrator's run id) go to `on_event` and to the supervisor's subscribers; the sub-agents'
@@ -64,6 +65,7 @@ from tether.parent.delegation.verification import VerifierPolicy
 from tether.parent.limits import Limits
 from tether.parent.models import ModelProvider
 from tether.parent.runs import EventCallback
+from tether.protocol import ErrorCode, WireError
 from tether.protocol.messages import (
     AgentDefinition,
     ModelCompleteParams,
@@ -219,7 +221,7 @@ async def orchestrate(
         providers=providers,
     )
     # Resolved once: the orchestrator and every sub-agent without a model of its own share it.
-    provider = await runner.model_for(model) if isinstance(model, str) else model
+    provider = await runner.resolve(model) if isinstance(model, str) else model
     runner.default_model = provider
     box: list[RunHandle] = []
 
@@ -259,6 +261,8 @@ async def orchestrate(
         parent_tools.append(ParentTool(spec, serve_task))
 
     counted = Usage()
+    if token_budget is not None:
+        provider = _TreeGuard(provider, delegator, box)
 
     async def on_turn(params: ModelCompleteParams, result: ModelCompleteResult) -> None:
         nonlocal counted
@@ -284,7 +288,6 @@ async def orchestrate(
         on_turn=on_turn,
     )
     box.append(handle)
-    runner.also_stop.append(handle)
     if on_start is not None:
         on_start(Running(handle, delegator))
     try:
@@ -298,6 +301,26 @@ async def orchestrate(
     # the orchestrator is the broker's, exactly.
     _add_usage(book, counted, result.usage)
     return Orchestration(result=result, ledger=book, tasks=tasks)
+
+
+class _TreeGuard:
+    """The orchestrator's model behind the tree budget: once the tree has spent it, the
+    orchestrator's next model request is refused and its run ends as `budget_exhausted`
+    (checked before the call, so no turn is paid for past the budget)."""
+
+    def __init__(self, inner: ModelProvider, delegator: Delegator, box: list[RunHandle]) -> None:
+        self.inner = inner
+        self.delegator = delegator
+        self.box = box
+
+    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+        budget = self.delegator.budget
+        if budget.exceeded():
+            why = f"{TREE_SPENT} ({budget.spent} of {budget.total} tokens used)"
+            if self.box:
+                self.box[0].exhaust(why)
+            raise WireError(ErrorCode.BUDGET_EXHAUSTED, why)
+        return await self.inner.complete(params)
 
 
 def _add_usage(book: Ledger, before: Usage, now: Usage) -> None:

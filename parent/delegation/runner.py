@@ -22,8 +22,8 @@ Theory of operation
 5. usage: after every brokered turn the broker's running count goes to `request.report_usage`
    (the child's own claims are never used), then the tree budget is checked; once
    `request.over_budget()` holds, every run this runner has live is ended as
-   `budget_exhausted` (`RunHandle.exhaust`), and so are the runs in `also_stop` (the
-   orchestrator: the budget is the whole tree's).
+   `budget_exhausted` (`RunHandle.exhaust`); their results come back to the delegator and the
+   ledger like any other.
 6. cancellation: a cancelled task call disposes its child before the cancellation goes on
    (`Supervisor.run`'s rule), so cancelling an orchestrator leaves no sub-agent behind.
 
@@ -77,8 +77,6 @@ class SupervisorRunner:
         self.limits = limits
         self.config = config
         self.providers: dict[str, ProviderRunner] = {SPAWN: self.spawn, **(providers or {})}
-        self.also_stop: list[RunHandle] = []
-        """Runs ended with the sub-agents when the tree's budget is spent (the orchestrator)."""
         self._built: dict[str, ModelProvider] = {}
         self._live: set[RunHandle] = set()
 
@@ -144,13 +142,16 @@ class SupervisorRunner:
         request.report_usage(result.usage)
         return result
 
-    async def model_for(self, name: str | None) -> str | ModelProvider | None:
+    async def model_for(self, name: str | None) -> ModelProvider | None:
         """The provider a definition's `model` names (the default model for `None`); raises
         `ValueError` for a model string that cannot be built."""
         if name is None:
-            if isinstance(self.default_model, str):
-                return await self.model_for(self.default_model)
-            return self.default_model
+            default = self.default_model
+            return await self.resolve(default) if isinstance(default, str) else default
+        return await self.resolve(name)
+
+    async def resolve(self, name: str) -> ModelProvider:
+        """A model by name: one of `models`, else the model string built (once)."""
         if name in self.models:
             return self.models[name]
         built = self._built.get(name)
@@ -164,8 +165,8 @@ class SupervisorRunner:
     # --- the tree budget ----------------------------------------------------------------------
 
     def stop_all(self, why: str) -> None:
-        """End every live sub-agent run, and the runs in `also_stop`, as `budget_exhausted`."""
-        for handle in [*self._live, *self.also_stop]:
+        """End every live sub-agent run as `budget_exhausted`."""
+        for handle in list(self._live):
             handle.exhaust(why)
 
     @property

@@ -496,7 +496,13 @@ async def test_the_tree_budget_stops_the_sub_agent_and_the_orchestrator(workspac
     [record] = got.ledger.records
     assert (record.status, record.failure) == ("truncated", "budget_exhausted")
     assert record.usage.input_tokens <= 400  # stopped at the turn that passed the budget
+    assert got.tasks[0].output.status == "truncated"
+    # The orchestrator's next turn was refused before its model was asked: it ends too.
     assert got.result.failure is not None and got.result.failure.kind == "budget_exhausted"
+    assert "token budget of the whole delegation tree is spent" in got.result.message
+    [orchestrator] = model.runs(ORCHESTRATOR)
+    assert len(orchestrator) == 1
+    assert got.totals().total.input_tokens <= 300 + 200  # at most the one turn that passed it
 
 
 async def test_an_unknown_provider_is_an_error_result_and_spawns_nothing(workspace: Path) -> None:
