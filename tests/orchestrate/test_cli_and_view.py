@@ -199,3 +199,41 @@ def test_every_flag_the_doc_lists_is_one_tether_orchestrate_takes() -> None:
     assert len(flags) > 15
     helped = tether("orchestrate", "--help").stdout
     assert [f for f in sorted(flags) if f not in helped] == []
+
+
+def test_sigint_cancels_the_orchestration_prints_it_and_exits_130(tmp_path: Path) -> None:
+    import signal
+
+    scripts = [
+        script(
+            ORCHESTRATOR,
+            turn(
+                task("c1", "explorer", "hang one", "Find A."),
+                task("c2", "explorer", "hang two", "Find B."),
+            ),
+        ),
+        script("Role: explorer", turn(call("list_dir", path="."), delay=60)),
+    ]
+    path = tmp_path / "slow.json"
+    path.write_text(json.dumps({"scripts": scripts}))
+    proc = subprocess.Popen(
+        [*TETHER, "orchestrate", "Go.", "--model", f"scripted:{path}",
+         "--workspace", str(tmp_path), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    assert proc.stderr is not None
+    started = 0
+    while started < 2:
+        line = proc.stderr.readline()
+        assert line, "tether ended before both sub-agents started"
+        started += "started (task" in line
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    data = json.loads(out)
+    assert data["result"]["status"] == "aborted"
+    assert sorted(r["status"] for r in data["ledger"]["subagents"]) == ["aborted", "aborted"]
+    assert "cancelling the run" in err
