@@ -647,3 +647,52 @@ async def test_running_sub_agents_can_be_listed_and_a_slow_turn_sends_heartbeats
     beats = [e for _, e in seen.of(SubagentProgress) if e.kind == "heartbeat"]
     assert beats and beats[0].data["waitingFor"] == "model" and beats[0].elapsed >= 2.0
     assert live[0].status() == []  # nothing queued or running once it is over
+
+
+async def test_a_step_limit_and_a_model_error_reach_the_model_as_truncated_and_error(
+    workspace: Path,
+) -> None:
+    definitions = [
+        SubagentDefinition(type="wanderer", description="Never finishes.", max_steps=2),
+        SubagentDefinition(type="fragile", description="Its model fails."),
+    ]
+    model = Recorder(
+        fan_out(
+            task("c1", "wanderer", "wander", "Look around."),
+            task("c2", "fragile", "fail", "Try."),
+        ),
+        script("Look around", *(turn(call("list_dir", path=".")) for _ in range(5))),
+        script("Try\\.", {"error": "the provider is down"}),
+    )
+    async with Supervisor() as sup:
+        got = await sup.orchestrate(
+            "Go.", model=model, workspace=workspace, definitions=definitions
+        )
+    wander, fragile = model.task_output("c1"), model.task_output("c2")
+    assert (wander["status"], wander["failure"], wander["steps"]) == (
+        "truncated",
+        "budget_exhausted",
+        2,
+    )
+    assert (fragile["status"], fragile["failure"]) == ("error", "agent_error")
+    assert "the provider is down" in fragile["message"]
+    assert got.success and sorted(r.status for r in got.ledger.records) == ["error", "truncated"]
+
+
+async def test_read_only_false_puts_a_read_only_role_in_build_mode(workspace: Path) -> None:
+    model = Recorder(
+        fan_out(task("c1", "general", "write one", "Write out.txt.", readOnly=False)),
+        script(
+            "Role: general",
+            turn(call("write_file", path="out.txt", content="written\n")),
+            turn(complete("wrote out.txt", "out.txt")),
+        ),
+    )
+    async with Supervisor() as sup:
+        got = await sup.orchestrate("Go.", model=model, workspace=workspace)
+    out = model.task_output("c1")
+    assert out["status"] == "completed" and out["changedFiles"] == ["out.txt"]
+    assert (workspace / "out.txt").read_text() == "written\n"
+    [general] = model.runs("Role: general")
+    assert {"write_file", "edit_file", "bash"} <= {t.name for t in general[0].tools}
+    assert got.ledger.records[0].read_only is False
