@@ -42,6 +42,7 @@ from tether.parent.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_ke
 from tether.parent.env import build_child_env
 from tether.parent.events import ChildEvent, Event
 from tether.parent.host import host
+from tether.parent.isolation import choose_level
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process import ChildProcess, SpawnSpec
@@ -240,11 +241,17 @@ def _init_params() -> InitializeParams:
 
 @contextlib.asynccontextmanager
 async def tethered(
-    argv: Sequence[str], *, policy: DisposePolicy | None = None, zygote: Zygote | None = None
+    argv: Sequence[str],
+    *,
+    policy: DisposePolicy | None = None,
+    zygote: Zygote | None = None,
+    sandbox: str | None = None,
 ) -> AsyncIterator[SupervisedChild]:
     """A live child spawned and held the way `Supervisor` does it: `spawn_child` (a cgroup of
     its own on a cgroup tier; forked by `zygote` when given, as `spawner="zygote"` does) and the
-    child's context (reader, stderr drain, exit watch; dispose on the way out)."""
+    child's context (reader, stderr drain, exit watch; dispose on the way out). `sandbox`: a
+    workspace, and the child gets the sandbox plan for it (computed inside the measured time,
+    as `Supervisor` does)."""
     cfg = ChildConfig(command=tuple(argv), dispose=policy or DisposePolicy())
     child = spawn_child(
         cfg,
@@ -252,6 +259,8 @@ async def tethered(
         host(),
         "bench",
         spawner=_zygote_spawn(zygote) if zygote is not None else None,
+        workspace=sandbox,
+        level="sandbox" if sandbox else "process",
     )
     async with child:
         yield child
@@ -318,30 +327,52 @@ def floor_spawn_round(s: Samples) -> None:
         s["floor.eof_exit"].append(ms(time.perf_counter_ns() - t1))
 
 
+PROCESS = ChildConfig(isolation="process")
+SANDBOX = ChildConfig(isolation="sandbox")
+
+
 async def spawn_group(res: Results, p: Plan, workspace: str) -> None:
     s = Samples()
     model = ScriptedModel.from_json(ONE_TURN)
+    sandbox = choose_level("auto").level == "sandbox"
     zygote = await Zygote.start(build_child_env(os.environ))
     try:
-        async with Supervisor(ChildConfig(spawner="zygote")) as zsup:
-            await _spawn_rounds(s, p, workspace, model, zygote, zsup)
+        async with (
+            Supervisor(dataclasses.replace(PROCESS, spawner="zygote")) as zsup,
+            Supervisor(
+                dataclasses.replace(SANDBOX if sandbox else PROCESS, spawner="zygote")
+            ) as zsbx,
+        ):
+            await _spawn_rounds(s, p, workspace, model, zygote, zsup, zsbx, sandbox)
     finally:
         await zygote.aclose()
     _spawn_figures(res, p, s)
 
 
 async def _spawn_rounds(
-    s: Samples, p: Plan, workspace: str, model: Any, zygote: Zygote, zsup: Supervisor
+    s: Samples,
+    p: Plan,
+    workspace: str,
+    model: Any,
+    zygote: Zygote,
+    zsup: Supervisor,
+    zsbx: Supervisor,
+    sandbox: bool,
 ) -> None:
+    ws = workspace if sandbox else None
     for rnd in range(p.spawns + 1):  # round 0 warms the page cache and is dropped
         floor_spawn_round(s)
-        for key, argv, by in (
-            ("tether", TETHER_CHILD, None),
-            ("tether.zygote", TETHER_CHILD, zygote),
-            ("context.minimal", child_script("proto.py", "serve"), None),
+        for key, argv, by, sbx in (
+            ("tether", TETHER_CHILD, None, None),
+            ("tether.zygote", TETHER_CHILD, zygote, None),
+            ("tether.sandbox", TETHER_CHILD, None, ws),
+            ("tether.zygote_sandbox", TETHER_CHILD, zygote, ws),
+            ("context.minimal", child_script("proto.py", "serve"), None, None),
         ):
+            if key.endswith("sandbox") and not sandbox:
+                continue
             t0 = time.perf_counter_ns()
-            async with tethered(argv, zygote=by) as child:
+            async with tethered(argv, zygote=by, sandbox=sbx) as child:
                 await initialize(child)
                 s[f"{key}.spawn_ready"].append(ms(time.perf_counter_ns() - t0))
                 await anyio.sleep(0.02)
@@ -350,15 +381,21 @@ async def _spawn_rounds(
                 s[f"{key}.dispose_polite"].append(ms(time.perf_counter_ns() - t1))
                 s[f"{key}.rung"].append(float(report.rung == "shutdown"))
         if rnd <= p.whole_runs:
-            async with Supervisor() as sup:
+            for key, cfg in (("", PROCESS), ("_sandbox", SANDBOX)):
+                if key and not sandbox:
+                    continue
+                async with Supervisor(cfg) as sup:
+                    t0 = time.perf_counter_ns()
+                    result = await sup.run("bench", model=model, workspace=workspace)
+                    s[f"context.run_one{key}"].append(ms(time.perf_counter_ns() - t0))
+                assert result.success, result.message
+            for key, zs in (("", zsup), ("_sandbox", zsbx)):
+                if key and not sandbox:
+                    continue
                 t0 = time.perf_counter_ns()
-                result = await sup.run("bench", model=model, workspace=workspace)
-                s["context.run_one"].append(ms(time.perf_counter_ns() - t0))
-            assert result.success, result.message
-            t0 = time.perf_counter_ns()
-            result = await zsup.run("bench", model=model, workspace=workspace)
-            s["context.run_one_zygote"].append(ms(time.perf_counter_ns() - t0))
-            assert result.success, result.message
+                result = await zs.run("bench", model=model, workspace=workspace)
+                s[f"context.run_one_zygote{key}"].append(ms(time.perf_counter_ns() - t0))
+                assert result.success, result.message
         if rnd == 0:
             s.clear()
 
@@ -414,10 +451,33 @@ def _spawn_figures(res: Results, p: Plan, s: Samples) -> None:
             'as the cold spawn, with the child forked by a zygote (`spawner="zygote"`, the '
             "zygote started once beforehand): from just before the child's cgroup is created to "
             "the `initialize` result; the fork, the forked child's set-up (cgroup, session, "
-            "death signal, rlimits, signals, environment) and the handshake",
+            "death signal, rlimits, signals, environment) and the handshake; process isolation",
             floor="floor.spawn_line",
         )
     )
+    if s["tether.sandbox.spawn_ready"]:
+        res.add(
+            Figure(
+                "tether.sandbox_spawn_ready",
+                "cold spawn → ready, sandboxed",
+                "ms",
+                s["tether.sandbox.spawn_ready"],
+                "as the cold spawn, with the sandbox: the plan computed in the parent, then in "
+                "the trampoline the private mount namespace (idmapped workspace, private temp "
+                "dirs, covered home directories), the uid change, Landlock and seccomp",
+                floor="tether.spawn_ready",
+            )
+        )
+        res.add(
+            Figure(
+                "tether.zygote_sandbox_spawn_ready",
+                "zygote spawn → ready, sandboxed",
+                "ms",
+                s["tether.zygote_sandbox.spawn_ready"],
+                "as the zygote spawn, with the same sandbox set up in the forked child",
+                floor="tether.zygote_spawn_ready",
+            )
+        )
     polite = s["tether.rung"]
     res.add(
         Figure(
@@ -466,10 +526,21 @@ def _spawn_figures(res: Results, p: Plan, s: Samples) -> None:
             s["context.run_one"],
             "spawn (with its cgroup), handshake, `agent/run`, one scripted `model/complete`, "
             "the `complete` tool, the result, polite dispose; from the `run()` call to its "
-            f"return; one per round for the first {p.whole_runs} rounds",
+            f"return; one per round for the first {p.whole_runs} rounds; process isolation",
             floor="tether.spawn_ready",
         )
     )
+    if s["context.run_one_sandbox"]:
+        res.add(
+            Figure(
+                "context.run_one_sandbox",
+                "one whole run, sandboxed",
+                "ms",
+                s["context.run_one_sandbox"],
+                "as the whole run, with `isolation='sandbox'`, measured right after it",
+                floor="context.run_one",
+            )
+        )
     res.add(
         Figure(
             "context.run_one_zygote",
@@ -477,27 +548,41 @@ def _spawn_figures(res: Results, p: Plan, s: Samples) -> None:
             "ms",
             s["context.run_one_zygote"],
             'as the whole run, in `Supervisor(ChildConfig(spawner="zygote"))` (one supervisor '
-            "for all rounds, its zygote started in the dropped round 0), measured right after it",
+            "for all rounds, its zygote started in the dropped round 0), measured right after it; "
+            "process isolation",
             floor="context.run_one",
         )
     )
+    if s["context.run_one_zygote_sandbox"]:
+        res.add(
+            Figure(
+                "context.run_one_zygote_sandbox",
+                "one whole run through the zygote, sandboxed",
+                "ms",
+                s["context.run_one_zygote_sandbox"],
+                "as the zygote's whole run, with `isolation='sandbox'`",
+                floor="context.run_one_zygote",
+            )
+        )
 
 
 # --- group: the warm pool -----------------------------------------------------------------------
 
 
-async def pool_group(res: Results, p: Plan) -> None:
+async def pool_group(res: Results, p: Plan, workspace: str) -> None:
     """acquire → ready: what a run that matches the pool pays before `agent/run` can go out."""
     s = Samples()
-    async with Supervisor(pool=PoolSpec(1)) as sup:
+    async with Supervisor(pool=PoolSpec(1, workspace=workspace)) as sup:
         pool = sup.pool
         assert pool is not None
         cfg, limits = sup.config, Limits()
+        level = choose_level(cfg.isolation).level
         for _ in range(p.pooled + 1):
             with anyio.fail_after(30):
                 await pool.wait_ready()
             t0 = time.perf_counter_ns()
-            pooled = pool.acquire(pool_key(cfg, limits, sup.host), child_env(cfg))
+            key = pool_key(cfg, limits, sup.host, level, str(Path(workspace).resolve()))
+            pooled = pool.acquire(key, child_env(cfg))
             took = time.perf_counter_ns() - t0
             assert pooled is not None
             s["tether.pool_acquire"].append(took / 1e3)
@@ -509,7 +594,8 @@ async def pool_group(res: Results, p: Plan) -> None:
             "warm pool: acquire → ready",
             "µs",
             s["tether.pool_acquire"],
-            "`Supervisor(pool=PoolSpec(1))`: what a matching run does before its `agent/run` "
+            "`Supervisor(pool=PoolSpec(1, workspace=...))`: what a matching run does before its "
+            "`agent/run` "
             "can go out: the pool key, the child's environment built again and compared, the "
             "liveness check (`waitid` WNOWAIT) and the hand-over of an initialized child; each "
             "sample waits for the pool to refill first (a child serves one run)",
@@ -1086,7 +1172,7 @@ async def measure(res: Results, p: Plan) -> None:
             ("agent/event flood", lambda: flood_group(res, p, ws)),
             ("stubborn dispose, crash", lambda: stubborn_and_crash(res, p, ws)),
             ("idle memory", lambda: memory_group(res, p)),
-            ("warm pool", lambda: pool_group(res, p)),
+            ("warm pool", lambda: pool_group(res, p, ws)),
         ]
         for name, step in steps:
             print(f"== {name}", flush=True)

@@ -7,20 +7,26 @@ labour:
   the method table. The deserializer we hand jsonrpcserver returns an already-prepared request
   (the string argument is unused) whose single positional param is the typed params Struct, and
   the validator accepts it as is; jsonrpcserver's json.loads and JSON-Schema check never run.
-* jsonrpcserver does the method lookup, the call, and the notification rule (no response).
-* nothing jsonrpcserver produces reaches the wire. A handler's result and every error we mean
-  to send are wrapped in `_Ours`; `_finish` unwraps only those and turns anything else (its own
-  "Method not found", an internal error with `str(exc)`) into our fixed sentence. The endpoint
-  encodes the answer.
+* jsonrpcserver does the method lookup, the argument check, the call, and the notification rule
+  (no response) — through its synchronous `dispatch_to_response`, so no `asyncio.gather` and no
+  task per request. Each method it calls is a small synchronous wrapper that starts our async
+  handler and hands the coroutine back through jsonrpcserver's `context` (a one-slot box); the
+  dispatcher then awaits it. The wrapper carries a precomputed `__signature__`, so the
+  argument check costs a bind, not a fresh `inspect.signature` walk per request.
+* nothing jsonrpcserver produces reaches the wire. Errors we mean to send are `WireError`s; any
+  other exception becomes the fixed internal-error sentence (`errors.to_wire_error`); anything
+  jsonrpcserver answers on its own (its "Method not found", an internal error with `str(exc)`)
+  is replaced by our own sentence. The endpoint encodes the answer.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
-from jsonrpcserver import JsonRpcError, Success, async_dispatch_to_response
+from jsonrpcserver import Success, dispatch_to_response
 from oslash.either import Left
 
 from tether.child.errors import INTERNAL_MESSAGE, to_wire_error
@@ -30,20 +36,18 @@ log = logging.getLogger("tether.child")
 
 Handler = Callable[[Any], Awaitable[Any]]
 
-
-class _Ours:
-    """Marks a result or error data as produced by our code, so `_finish` may pass it on."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
+_SIGNATURE = inspect.Signature(
+    [
+        inspect.Parameter("context", inspect.Parameter.POSITIONAL_ONLY),
+        inspect.Parameter("params", inspect.Parameter.POSITIONAL_ONLY),
+    ]
+)
 
 
 class Dispatcher:
     def __init__(self, handlers: Mapping[str, Handler]) -> None:
         """`handlers` map a method name to an async callable taking the typed params."""
-        self._methods = {name: _adapt(name, h) for name, h in handlers.items()}
+        self._methods = {name: _adapt(h) for name, h in handlers.items()}
 
     async def request(self, method: str, params: Any) -> Any:
         """Serve one request: its result, or `WireError` to answer with."""
@@ -60,41 +64,42 @@ class Dispatcher:
         prepared: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": [params]}
         if is_request:
             prepared["id"] = 0  # jsonrpcserver needs one; the endpoint answers the real id
-        response = await async_dispatch_to_response(
+        started: list[Coroutine[Any, Any, Any]] = []
+        response = dispatch_to_response(
             "",
             self._methods,
+            context=started,
             deserializer=lambda _unused: prepared,
             validator=lambda decoded: decoded,
         )
-        if response is None:
-            return None  # a notification: jsonrpcserver answers nothing, by the rule
-        return _finish(response, method)
-
-
-def _adapt(name: str, handler: Handler) -> Callable[..., Any]:
-    async def method(params: Any) -> Any:
+        if isinstance(response, Left):
+            for coro in started:
+                coro.close()
+            _refuse(response, method)
+        if not started:
+            if is_request:
+                log.error("dispatch of %s called no handler", method)
+                raise WireError(ErrorCode.INTERNAL_ERROR, INTERNAL_MESSAGE)
+            return None
         try:
-            result = await handler(params)
+            return await started[0]
         except Exception as exc:
-            err = to_wire_error(exc, name)
-            raise JsonRpcError(int(err.code), err.message, _Ours(err.data)) from None
-        return Success(_Ours(result))
+            raise to_wire_error(exc, method) from None
 
+
+def _adapt(handler: Handler) -> Callable[..., Any]:
+    def method(context: list[Coroutine[Any, Any, Any]], params: Any) -> Any:
+        context.append(handler(params))  # type: ignore[arg-type]
+        return Success(None)
+
+    method.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
     return method
 
 
-def _finish(response: Any, method: str) -> Any:
-    """post_process, in effect: our handler's result, or the `WireError` it meant to send."""
-    if isinstance(response, Left):
-        err = response._error
-        if isinstance(err.data, _Ours):
-            raise WireError(err.code, err.message, err.data.value)
-        if err.code == ErrorCode.METHOD_NOT_FOUND:
-            raise WireError(ErrorCode.METHOD_NOT_FOUND, f"Method not found: {method}")
-        log.error("dispatch of %s failed inside jsonrpcserver: %r", method, err)
-        raise WireError(ErrorCode.INTERNAL_ERROR, INTERNAL_MESSAGE)
-    ok = response._value
-    if isinstance(ok.result, _Ours):
-        return ok.result.value
-    log.error("dispatch of %s returned a result not made by a handler", method)
+def _refuse(response: Any, method: str) -> None:
+    """What jsonrpcserver refused on its own, as our own error (never its text)."""
+    err = response._error
+    if err.code == ErrorCode.METHOD_NOT_FOUND:
+        raise WireError(ErrorCode.METHOD_NOT_FOUND, f"Method not found: {method}")
+    log.error("dispatch of %s failed inside jsonrpcserver: %r", method, err)
     raise WireError(ErrorCode.INTERNAL_ERROR, INTERNAL_MESSAGE)

@@ -6,7 +6,14 @@ So the very first thing the child does is take private duplicates of fds 0 and 1
 then point fd 1 at stderr (free text the parent drains) and fd 0 at /dev/null. From then on
 nothing but the protocol writer can reach the parent's pipe.
 
-This module imports only `os` and `sys`, so `__main__` can run it before anything else loads.
+Then the child makes itself non-dumpable: a process a tool starts runs as the same user (and,
+in a sandbox, in the same Landlock domain), and could otherwise reopen the wire through
+`/proc/<child>/fd/N` and speak for the child, or ptrace it. A non-dumpable process's /proc
+files belong to root and it cannot be traced without CAP_SYS_PTRACE; exec resets the flag, so
+the tools themselves stay ordinary processes.
+
+This module imports only `os`, `sys` and `tether.contain.privileges` (ctypes), so `__main__`
+can run it before anything else loads.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from __future__ import annotations
 import os
 import sys
 from typing import NamedTuple
+
+from tether.contain.privileges import set_dumpable
 
 
 class WireFds(NamedTuple):
@@ -47,6 +56,7 @@ def claim_wire() -> WireFds:
     # path as everything else written to stderr (and keeps its order with it).
     sys.stdout = sys.stderr
     sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+    set_dumpable(False)
     return WireFds(read_fd, write_fd)
 
 

@@ -21,13 +21,17 @@ a lock held by another thread would stay locked in the child forever). It never 
 own: SIGCHLD keeps its default disposition, and a child stays a zombie, its pid (also its
 session and group id) held, until the supervisor has swept the child's tree and asks `reap`.
 
-In the forked child, before any child code runs (the order of `_trampoline.py`): the pipe ends
-go to fds 0/1/2 and every other fd is closed (the control socket included); it joins its
-cgroups; `setsid()`; PR_SET_PDEATHSIG=SIGKILL, then exits if the zygote is no longer its parent;
-rlimits (core dumps always off); signal dispositions and mask as a freshly started interpreter
-has them; the environment replaced entirely, both libc's and the block `/proc/PID/environ`
-shows (the zygote was started with a padding variable so the block has room); the working
-directory; then the wire is claimed (`fdguard`) and the child runtime's main runs.
+In the forked child, before any child code runs: the pipe ends go to fds 0/1/2 and every other
+fd is closed (the control socket included); the environment is replaced entirely, both libc's
+and the block `/proc/PID/environ` shows (the zygote was started with a padding variable so the
+block has room); the working directory; then the same contained sequence as the exec
+trampoline (`tether.contain.sequence.contain`: cgroups, `setsid()`, PR_SET_PDEATHSIG=SIGKILL
+and the check that the zygote is still its parent, rlimits, signal dispositions and mask as a
+freshly started interpreter has them, and the sandbox of the request's plan); then the wire is
+claimed (`fdguard`) and the child runtime's main runs.
+
+The zygote itself runs at the process level (it must be able to build each child's sandbox)
+and makes itself non-dumpable, so no child, sandboxed or not, can read or trace it.
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ import ctypes
 import gc
 import json
 import os
-import resource
 import signal
 import socket
 import sys
@@ -50,10 +53,15 @@ import tether.child.dispatch
 import tether.child.loop
 import tether.child.runs
 import tether.child.tools
-import tether.child.workspace  # noqa: F401
+import tether.child.workspace
+import tether.contain.landlock
+import tether.contain.mounts
+import tether.contain.seccomp  # noqa: F401 - the sandbox of every forked child
 from tether.child import entry, fdguard
+from tether.contain.plan import Plan
+from tether.contain.privileges import set_dumpable
+from tether.contain.sequence import contain
 
-PARENT_GONE = 125
 SETUP_FAILED = 126
 MAX_MESSAGE = 1 << 20
 PAD_ENV = "TETHER_ZYGOTE_ENV_AREA"
@@ -85,43 +93,22 @@ def _replace_environment(env: dict[str, str]) -> None:
     ctypes.memmove(start, block + b"\0" * (end - start - len(block)), end - start)
 
 
-def _reset_signals() -> None:
-    """Dispositions and mask as a fresh interpreter has them: everything default except what
-    Python itself sets up at start (SIGPIPE and SIGXFSZ ignored, SIGINT raising
-    KeyboardInterrupt), exactly as a cold-started child has after exec."""
-    for sig in signal.valid_signals():
-        if sig in (signal.SIGKILL, signal.SIGSTOP):
-            continue
-        try:
-            signal.signal(sig, signal.SIG_DFL)
-        except (OSError, ValueError):
-            pass
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
-
-
 def _become_child(request: dict[str, Any], fds: list[int], zygote: int) -> None:
     """Set up the forked child and run the child runtime in it; never returns."""
     try:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
-        for procs in request.get("cgroupProcs", []):
-            with open(procs, "w") as f:
-                f.write(str(os.getpid()))
-        os.setsid()
-        if _libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-        if os.getppid() != zygote:
-            os._exit(PARENT_GONE)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        for name, (soft, hard) in request.get("rlimits", {}).items():
-            resource.setrlimit(getattr(resource, name), (soft, hard))
-        _reset_signals()
         _replace_environment(request["env"])
         os.chdir(request.get("cwd") or "/")
+        contain(
+            cgroup_procs=request.get("cgroupProcs", []),
+            setsid=True,
+            ppid=zygote,
+            rlimits=request.get("rlimits", {}),
+            for_exec=False,
+            plan=Plan.from_json(request.get("plan")),
+        )
         argv = list(request.get("argv", []))
         sys.argv = ["tether.child", *argv]
         gc.unfreeze()
@@ -196,6 +183,7 @@ def serve(sock: socket.socket) -> None:
 
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
+    set_dumpable(False)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # never auto-reap: children stay zombies
     gc.collect()
     gc.freeze()  # keep the imported objects' pages shared with the children

@@ -19,12 +19,21 @@ cgroup (which catches everything, a daemon that left the session and scrubbed it
 included), and repeats the sweep until one finds nothing, for at most `SWEEP_SECONDS`.
 """
 
+import ctypes
 import os
 import signal
 import sys
 import time
 
 SWEEP_SECONDS = 5.0
+PR_SET_DUMPABLE = 4
+
+
+def _undumpable() -> None:
+    """Non-dumpable: no process of the same user can ptrace the keeper or open its /proc
+    files, so none can reopen its end of the supervisor's pipe (`/proc/PID/fd/0`, opened for
+    writing) and write the farewell that disarms it."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def _zombie(pid: int) -> bool:
@@ -91,6 +100,7 @@ def sweep(
 
 
 def main(argv: list[str]) -> None:
+    _undumpable()
     needle = b"\0" + argv[1].encode()
     leaders: set[int] = set()
     cgroups: dict[int, list[str]] = {}

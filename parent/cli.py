@@ -7,6 +7,7 @@ usage (unknown options, an unreadable model script, bad limits) — nothing is s
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import signal
 import sys
@@ -100,6 +101,14 @@ def add_isolation_options(p: argparse.ArgumentParser) -> None:
         default="auto",
         help=f"containment tier: auto, {', '.join(TIERS)} (see tether doctor)",
     )
+    p.add_argument(
+        "--isolation",
+        default="auto",
+        choices=("auto", "sandbox", "process"),
+        help="isolation level: sandbox (Landlock, seccomp, an unprivileged uid as root), "
+        "process (scrub, session, limits only), or auto: the strongest this host supports "
+        "(see tether doctor)",
+    )
 
 
 def limits_from(args: argparse.Namespace) -> Limits:
@@ -115,7 +124,9 @@ def limits_from(args: argparse.Namespace) -> Limits:
 
 
 def config_from(args: argparse.Namespace) -> ChildConfig:
-    return ChildConfig(launcher=args.launcher, containment=args.containment)
+    return ChildConfig(
+        launcher=args.launcher, containment=args.containment, isolation=args.isolation
+    )
 
 
 def _progress(out: TextIO) -> object:
@@ -178,6 +189,8 @@ def _render(result: RunResult) -> str:
         lines.append(f"  artifact {line(a.path)} ({a.fs_type}, {a.size} bytes)")
     for s in result.skipped:
         lines.append(f"  skipped {line(s.path)}: {line(s.reason)}")
+    if result.isolation is not None and result.isolation.warning:
+        lines.append(f"  isolation {result.isolation.level}: {result.isolation.warning}")
     lines.append(
         f"turns {result.turn_count}, iterations {result.iteration_count}, tokens "
         f"{result.usage.input_tokens} in / {result.usage.output_tokens} out"
@@ -190,6 +203,8 @@ async def _run(args: argparse.Namespace) -> RunResult:
     command = shlex.split(args.command) if args.command is not None else None
     if command == []:
         raise UsageError("tether run: --command must not be empty")
+    if command is not None:
+        command = [_absolute_if_here(arg) for arg in command]
     config = config_from(args)
     async with Supervisor(config) as sup:
         handle = await sup.start(
@@ -207,6 +222,15 @@ async def _run(args: argparse.Namespace) -> RunResult:
             result = await handle.result()
             tg.cancel_scope.cancel()
         return result
+
+
+def _absolute_if_here(arg: str) -> str:
+    """`examples/child.js` → its absolute path, when it names something here: a sandboxed
+    child starts in its workspace, not in our working directory, and is granted (read) only
+    the absolute paths its command names."""
+    if os.sep in arg and not os.path.isabs(arg) and not arg.startswith("-") and os.path.exists(arg):
+        return os.path.abspath(arg)
+    return arg
 
 
 async def _cancel_on_signal(handle: RunHandle, args: argparse.Namespace, tg: TaskGroup) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,15 @@ class ChildConfig:
     `zygote` (forked from a per-supervisor process that already imported the child runtime,
     with the same containment; see `zygote.py`). `zygote` serves only the default command
     (`python -I -m tether.child`, optionally with a custom agent) and the local launcher."""
+    isolation: str = "auto"
+    """`sandbox`, `process`, or `auto` (the strongest this host supports); see
+    `isolation.py` and docs/containment.md. `sandbox` on a host that cannot provide it is
+    refused at `start()`."""
+    sandbox_user: tuple[int, int] | None = None
+    """(uid, gid) sandboxed children run as when the supervisor is root; `None`: tether's
+    dedicated default (`tether.contain.plan.DEFAULT_SANDBOX_ID`)."""
+    read_paths: Sequence[str] = ()
+    """More paths a sandboxed child may read (and execute), beyond what it is granted."""
 
 
 @dataclass(frozen=True)
@@ -59,11 +69,21 @@ class PoolSpec:
     limits: Limits = field(default_factory=Limits)
     config: ChildConfig | None = None
     """The children's config; `None`: the supervisor's."""
+    workspace: str | os.PathLike[str] | None = None
+    """The workspace the pool's children are sandboxed for (a sandboxed child is confined to
+    one workspace from its first instruction, so only runs in this workspace take one).
+    Required when the pool's isolation level is `sandbox`."""
 
 
-def pool_key(cfg: ChildConfig, limits: Limits, tier: Host) -> tuple[Any, ...]:
+def pool_key(
+    cfg: ChildConfig, limits: Limits, tier: Host, level: str, workspace: str | None
+) -> tuple[Any, ...]:
     """What a child is spawned with; runs that agree on it can share a pool."""
     return (
+        level,
+        workspace if level == "sandbox" else None,
+        cfg.sandbox_user,
+        tuple(cfg.read_paths),
         tuple(cfg.command),
         tuple(cfg.pass_env),
         tuple(sorted(cfg.env.items())),

@@ -7,10 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
+from tether.contain import landlock, seccomp
+from tether.contain.plan import DEFAULT_SANDBOX_ID
 from tether.parent.host import ROOT, TIERS, available, probe
+from tether.parent.isolation import FORCE_ABI_ENV, probe_host
 from tether.parent.keeper import KEEPER
 from tether.parent.launchers import LAUNCHERS
 
@@ -39,12 +41,32 @@ def _bwrap() -> dict[str, Any]:
 
 
 def _landlock() -> dict[str, Any]:
-    lsm = Path("/sys/kernel/security/lsm")
-    try:
-        modules = lsm.read_text().strip().split(",")
-    except OSError:
-        return {"available": False, "why": f"{lsm} is not readable (securityfs not mounted)"}
-    return {"available": "landlock" in modules, "lsm": modules}
+    abi = landlock.kernel_abi()
+    if abi == 0:
+        return {"available": False, "why": "landlock_create_ruleset: not built in or disabled"}
+    return {"available": True, "abi": abi}
+
+
+def _isolation() -> dict[str, Any]:
+    got = probe_host()
+    out: dict[str, Any] = {
+        "auto": got.best,
+        "sandbox": got.why_not is None,
+        "landlockAbi": got.landlock_abi,
+        "seccomp": seccomp.available(),
+    }
+    if got.forced:
+        out["forced"] = f"{FORCE_ABI_ENV}={os.environ.get(FORCE_ABI_ENV, '')}"
+    if got.why_not is not None:
+        out["why"] = got.why_not
+        out["warning"] = (
+            "this host cannot sandbox children: they run with process isolation only and can "
+            "read what the supervisor's user can read and reach the network"
+        )
+    elif got.root:
+        out["uid"] = DEFAULT_SANDBOX_ID
+        out["privateMounts"] = True
+    return out
 
 
 def _pidfd() -> dict[str, Any]:
@@ -127,6 +149,7 @@ def report() -> dict[str, Any]:
         "auto": {"tier": auto.tier, "why": why},
         "bwrap": _bwrap(),
         "landlock": _landlock(),
+        "isolation": _isolation(),
         "pidfd": _pidfd(),
         "subreaper": _subreaper(),
         "keeper": {"available": KEEPER.exists(), "script": str(KEEPER)},
@@ -152,7 +175,18 @@ def render(r: dict[str, Any]) -> str:
         + ("" if b["works"] else f"does not work: {b['why']}")
     )
     ll = r["landlock"]
-    lines.append("landlock: " + ("available" if ll["available"] else f"no ({ll.get('why', '')})"))
+    lines.append(
+        "landlock: " + (f"ABI {ll['abi']}" if ll["available"] else f"no ({ll.get('why', '')})")
+    )
+    iso = r["isolation"]
+    if iso["sandbox"]:
+        how = f"Landlock ABI {iso['landlockAbi']}, seccomp, no_new_privs"
+        if "uid" in iso:
+            how += f", uid/gid {iso['uid']} with no capability, private mounts"
+        lines.append(f"isolation: auto picks sandbox ({how})")
+    else:
+        lines.append(f"isolation: auto picks PROCESS ONLY: WARNING: {iso['warning']}")
+        lines.append(f"  why: {iso['why']}")
     lines.append("pidfd: " + ("yes" if r["pidfd"]["available"] else "no"))
     lines.append("subreaper: " + ("yes" if r["subreaper"]["available"] else "no"))
     lines.append("keeper: " + ("yes" if r["keeper"]["available"] else "missing"))

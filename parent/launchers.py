@@ -5,9 +5,13 @@ launcher process is the supervisor's direct child and everything it starts is in
 child's cgroup on this host. What a launcher adds on top is in its `Provides`:
 
 - `local`: nothing (the command as is);
-- `bwrap`: a bubblewrap sandbox: no network (`--unshare-net`), a pid namespace that dies with
-  bwrap, the workspace the only writable bind, system and Python directories read-only, a
-  private /tmp, and exactly our scrubbed environment (`--clearenv` + `--setenv`);
+- `bwrap`: a bubblewrap sandbox: its own user namespace with every capability dropped, no
+  network (`--unshare-net`), pid, IPC, UTS and cgroup namespaces, a pid namespace that dies
+  with bwrap, the workspace the only writable bind, system directories, named /etc entries and
+  Python's own paths read-only (never the supervisor's working directory), a private /tmp,
+  and exactly our scrubbed environment (`--clearenv` + `--setenv`). It is the outer layer:
+  at the sandbox isolation level the trampoline runs *inside* it and adds Landlock, seccomp
+  and no_new_privs there (inside a Landlock domain bwrap could not set up its namespaces);
 - `prlimit`, `setpriv`: util-linux wrappers (rlimits by the kernel; no new privileges);
 - `ssh`, `docker`, `kubectl`: the child runs on another host or in a container; signals from
   here reach only the local client, so teardown is the EOF lifeline alone
@@ -16,15 +20,14 @@ child's cgroup on this host. What a launcher adds on top is in its `Provides`:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shlex
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tether.contain.plan import ETC_READ
 from tether.parent.limits import Limits
 
 
@@ -49,6 +52,8 @@ class LaunchContext:
     """Only the values the caller set (`ChildConfig.env`): what a remote side gets."""
     workspace: str
     limits: Limits
+    read_paths: Sequence[str] = ()
+    """More paths the child may read (`ChildConfig.read_paths`)."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,7 @@ class Local(Launcher):
     pass
 
 
-_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
 @dataclass(frozen=True)
@@ -82,22 +87,41 @@ class Bwrap(Launcher):
     read_only: Sequence[str] = ()
     """More paths to bind read-only."""
     binary: str = "bwrap"
+    sandbox_inside: bool = True
+    """The sandbox isolation level is applied inside bwrap (see `isolation_setup`)."""
 
     @property
     def program(self) -> str | None:
         return self.binary
 
     def argv(self, ctx: LaunchContext) -> list[str]:
-        out = [self.binary, "--die-with-parent", "--new-session", "--unshare-pid"]
+        out = [
+            self.binary,
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--cap-drop",
+            "ALL",
+        ]
         if not self.network:
             out.append("--unshare-net")
-        out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
         for d in _SYSTEM_DIRS:
             p = Path(d)
             if p.is_symlink():
                 out += ["--symlink", os.readlink(p), d]
             elif p.is_dir():
                 out += ["--ro-bind", d, d]
+        for name in ETC_READ:
+            p = Path("/etc", name)
+            if p.is_symlink():
+                out += ["--symlink", os.readlink(p), str(p)]
+            elif p.exists():
+                out += ["--ro-bind", str(p), str(p)]
         bound: list[str] = []
         for path in self._read_only_paths(ctx):
             if not any(path == b or path.startswith(b.rstrip("/") + "/") for b in bound):
@@ -110,23 +134,26 @@ class Bwrap(Launcher):
         return [*out, "--", *ctx.command]
 
     def _read_only_paths(self, ctx: LaunchContext) -> list[str]:
-        """The Python prefixes, import path, tether's own folders, absolute paths named in the
-        command, and `read_only`, outside the system directories already bound."""
-        paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, *self.read_only]
-        for name in ("tether.child", "tether.protocol"):
-            # Located, not imported: the parent never loads the child's code.
-            spec = importlib.util.find_spec(name)
-            if spec is not None and spec.origin:
-                paths.append(str(Path(spec.origin).resolve().parent))
-        paths += [a for a in ctx.command if a.startswith("/")]
+        """What a sandboxed child is granted to read (the interpreter's prefixes, its import
+        path as `python -I` sees it, tether's own folders, absolute paths named in the
+        command) and `read_only`, outside the system directories already bound; never the
+        supervisor's working directory or other entries of its `sys.path`."""
+        from tether.parent.isolation import command_reads, interpreter_reads
+
+        paths = [
+            *interpreter_reads(),
+            *command_reads(ctx.command),
+            *ctx.read_paths,
+            *self.read_only,
+        ]
         out = []
         for raw in paths:
             if not raw or not os.path.exists(raw):
                 continue
-            path = str(Path(raw).resolve())
-            system = any(path == d or path.startswith(d + "/") for d in _SYSTEM_DIRS)
-            if not system and path != "/":
-                out.append(path)
+            for path in (os.path.normpath(raw), str(Path(raw).resolve())):
+                system = any(path == d or path.startswith(d + "/") for d in _SYSTEM_DIRS)
+                if not system and path != "/" and not path.startswith("/proc/"):
+                    out.append(path)
         return sorted(set(out), key=len)
 
 

@@ -1,12 +1,12 @@
 """Spawning one child process and watching it: pipes as raw fds, exit seen through a pidfd.
 
-The process is started through the trusted trampoline (`_trampoline.py`) in its own session and
-process group. Exit is detected by the pidfd becoming readable (or, without pidfd support, by
-polling `waitid(WNOHANG | WNOWAIT)`), never by a wait that also waits for the pipes: a
-grandchild that holds the child's stdout must not delay the result. The child is reaped with
-`wait4` on its own pid, never `waitpid(-1)`, which also yields its rusage for classification,
-and only after its tree has been swept (see `exited`). Signals go through
-the pidfd, so a recycled pid can never be signalled by mistake.
+The process is started through the trusted trampoline (`tether/contain/trampoline.py`) in its
+own session and process group. Exit is detected by the pidfd becoming readable (or, without
+pidfd support, by polling `waitid(WNOHANG | WNOWAIT)`), never by a wait that also waits for
+the pipes: a grandchild that holds the child's stdout must not delay the result. The child is
+reaped with `wait4` on its own pid, never `waitpid(-1)`, which also yields its rusage for
+classification, and only after its tree has been swept (see `exited`). Signals go through the
+pidfd, so a recycled pid can never be signalled by mistake.
 """
 
 from __future__ import annotations
@@ -22,11 +22,15 @@ from pathlib import Path
 
 import anyio
 
+import tether.contain
+from tether.contain.sequence import EXEC_FAILED
 from tether.parent.pipes import stdio_pipes
 from tether.wire.streams import FdReceiveStream, FdSendStream
 
-TRAMPOLINE = Path(__file__).with_name("_trampoline.py")
-EXEC_FAILED_MARKER = "tether-trampoline: exec failed:"
+TRAMPOLINE = Path(tether.contain.__file__).with_name("trampoline.py")
+"""Run with `python -I -S`; not resolved, so an editable install's link tree is kept (the
+trampoline finds its sibling modules next to it)."""
+EXEC_FAILED_MARKER = EXEC_FAILED
 _POLL_INTERVAL = 0.005
 
 
@@ -45,6 +49,9 @@ class SpawnSpec:
     """`cgroup.procs` files the trampoline joins before anything else."""
     pass_fds: tuple[int, ...] = ()
     """Descriptors the child inherits beyond its stdio (the zygote's control socket)."""
+    plan: dict[str, object] | None = None
+    """The isolation plan (`tether.contain.plan.Plan` as JSON) applied before the child's
+    first instruction; `None`: process isolation only."""
 
 
 @dataclass
@@ -110,6 +117,7 @@ class ChildProcess:
             "ppid": os.getpid(),
             "rlimits": spec.rlimits,
             "cgroup_procs": spec.cgroup_procs,
+            "plan": spec.plan,
         }
         argv = [sys.executable, "-I", "-S", str(TRAMPOLINE), json.dumps(config), "--", *spec.argv]
         try:

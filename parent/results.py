@@ -16,7 +16,7 @@ import msgspec
 from tether.parent.broker import Brokered
 from tether.parent.classify import Observed, classify, failure_of
 from tether.parent.evidence import check_artifacts, parse_verdict
-from tether.protocol.messages import AgentRunParams, Failure, FailureKind, RunResult
+from tether.protocol.messages import AgentRunParams, Failure, FailureKind, Isolation, RunResult
 
 VERIFIER = "verifier"
 
@@ -25,6 +25,7 @@ def build_result(
     params: AgentRunParams,
     *,
     containment: str,
+    isolation: Isolation | None = None,
     observed: Observed,
     answer: RunResult | None,
     brokered: Brokered | None,
@@ -46,6 +47,7 @@ def build_result(
         result,
         run_id=params.run_id,
         containment=containment,
+        isolation=isolation,
         usage=counted.usage,
         iteration_count=counted.turns,
         turn_count=prompts,

@@ -36,6 +36,7 @@ from tether.parent.classify import Observed
 from tether.parent.config import ChildConfig, pool_key
 from tether.parent.events import Event, RunFinished, RunStarted
 from tether.parent.host import Host
+from tether.parent.isolation import Choice, probe_host
 from tether.parent.launchers import Local, resolve_launcher
 from tether.parent.limits import Limits
 from tether.parent.pool import Pooled
@@ -44,7 +45,7 @@ from tether.parent.results import build_result
 from tether.parent.spawning import child_env, handshake, missing_command, spawn_child
 from tether.parent.supervised import SupervisedChild
 from tether.protocol import ConnectionClosed, LocalProtocolError, RemoteError, RemoteProtocolError
-from tether.protocol.messages import AgentRunParams, RunResult
+from tether.protocol.messages import AgentRunParams, Isolation, RunResult
 
 if TYPE_CHECKING:
     from tether.parent.supervisor import Supervisor
@@ -67,6 +68,7 @@ class RunHandle:
         on_event: EventCallback | None,
         parent_tools: Sequence[ParentTool] = (),
         on_turn: TurnHook | None = None,
+        isolation: Choice | None = None,
     ) -> None:
         self.run_id = params.run_id
         self._sup = sup
@@ -75,6 +77,8 @@ class RunHandle:
         self._limits = limits
         self.host = containment
         """The containment tier this run's child is under."""
+        self.isolation = isolation or Choice("process")
+        """The isolation level this run's child gets (and why it is weaker, if it is)."""
         self._on_event = on_event
         self._broker = Broker(
             params.run_id,
@@ -156,6 +160,7 @@ class RunHandle:
             self._result = build_result(
                 self._params,
                 containment=self.host.tier,
+                isolation=self._isolation_report(),
                 observed=observed,
                 answer=answer,
                 brokered=self._broker.brokered,
@@ -181,7 +186,10 @@ class RunHandle:
             return None, observed
         pool = self._sup.pool
         if pool is not None and isinstance(launcher, Local):
-            pooled = pool.acquire(pool_key(cfg, self._limits, self.host), env)
+            key = pool_key(
+                cfg, self._limits, self.host, self.isolation.level, self._params.workspace
+            )
+            pooled = pool.acquire(key, env)
             if pooled is not None:
                 return await self._drive_pooled(pooled)
         try:
@@ -194,6 +202,7 @@ class RunHandle:
                 launcher=launcher,
                 workspace=self._params.workspace,
                 spawner=spawner,
+                level=self.isolation.level,
             )
         except SpawnError as exc:
             observed.spawn_error = str(exc)
@@ -276,6 +285,11 @@ class RunHandle:
                 tg.cancel_scope.cancel()
         observed.answered = True
         return answer
+
+    def _isolation_report(self) -> Isolation:
+        choice = self.isolation
+        abi = probe_host().landlock_abi if choice.level == "sandbox" else None
+        return Isolation(level=choice.level, landlock_abi=abi, warning=choice.warning)
 
     def _budget_exhausted(self, why: str) -> None:
         child = self._child

@@ -19,6 +19,7 @@ from tether.parent.cgroups import ChildCgroup
 from tether.parent.config import DEFAULT_COMMAND, ChildConfig
 from tether.parent.env import build_child_env
 from tether.parent.host import Host
+from tether.parent.isolation import isolation_setup, merged_env
 from tether.parent.launchers import LaunchContext, Launcher, Local, resolve_launcher
 from tether.parent.limits import Limits
 from tether.parent.process import ChildProcess, SpawnError, SpawnSpec
@@ -50,10 +51,21 @@ def spawn_child(
     tag: str,
     *,
     launcher: Launcher | None = None,
-    workspace: str = ".",
+    workspace: str | None = None,
     spawner: Spawner | None = None,
+    level: str = "process",
 ) -> SupervisedChild:
-    """Start one child; raises `SpawnError` when it cannot start (nothing is left behind)."""
+    """Start one child at isolation `level` (its plan computed by `isolation_setup`, the one
+    place that decides it); raises `SpawnError` when it cannot start (nothing is left
+    behind)."""
+    setup = isolation_setup(
+        level,
+        command=cfg.command,
+        workspace=workspace,
+        sandbox_user=cfg.sandbox_user,
+        read_paths=cfg.read_paths,
+        launcher=launcher,
+    )
     try:
         cgroup = (
             ChildCgroup.create(
@@ -66,19 +78,22 @@ def spawn_child(
             else None
         )
     except OSError as exc:
+        if setup.setup.cleanup is not None:
+            setup.setup.cleanup()
         raise SpawnError(f"cannot create the child's cgroup: {exc.strerror or exc}") from exc
     marker = new_tree_marker()
-    env = child_env(cfg)
+    env = merged_env(child_env(cfg), setup.setup, cfg.env)
     env[TREE_ENV] = marker
-    argv = list(cfg.command)
+    argv = setup.argv
     if launcher is not None and not isinstance(launcher, Local):
         argv = launcher.argv(
             LaunchContext(
                 command=argv,
                 env=env,
                 explicit_env=dict(cfg.env),
-                workspace=workspace,
+                workspace=workspace or ".",
                 limits=limits,
+                read_paths=tuple(cfg.read_paths),
             )
         )
     spec = SpawnSpec(
@@ -90,12 +105,15 @@ def spawn_child(
             pids_in_cgroup=cgroup is not None and host.enforces("pids"),
         ),
         cgroup_procs=cgroup.procs_files if cgroup else [],
+        plan=setup.outer_plan,
     )
     try:
         proc = (spawner or ChildProcess.spawn)(spec)
     except BaseException:
         if cgroup is not None:
             cgroup.remove()
+        if setup.setup.cleanup is not None:
+            setup.setup.cleanup()
         raise
     child = SupervisedChild(
         proc,
@@ -106,6 +124,7 @@ def spawn_child(
         ring_bytes=cfg.stderr_ring_bytes,
     )
     child.observed.limits = limits
+    child.cleanup = setup.setup.cleanup
     return child
 
 

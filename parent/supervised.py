@@ -21,7 +21,9 @@ still alive after the previous one, and the last rung attempted is recorded:
 
     shutdown  request `shutdown`, then `exit`, close stdin      (polite: only a child that is
                                                                ready, not cut off, wire intact)
-    exit      `exit` notification, close stdin: the EOF lifeline (any well-behaved child)
+    exit      `exit` notification, close stdin: the EOF lifeline (any well-behaved child);
+              its grace counts from when stdin closed, so after the shutdown rung closed it
+              only what is left of the grace is waited
     sigterm   SIGTERM + SIGCONT to the whole tree                (stopped processes wake to die)
     sigkill   SIGKILL to the whole tree
 
@@ -124,6 +126,9 @@ class SupervisedChild:
         self.stderr_done = anyio.Event()
         self.disposed: DisposeReport | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._stdin_closed_at: float | None = None
+        self.cleanup: Callable[[], None] | None = None
+        """Runs at the end of `dispose()` (a sandbox's private directory is removed)."""
 
     @property
     def pid(self) -> int:
@@ -232,6 +237,9 @@ class SupervisedChild:
                 self.observed.pids_max_hits = self.cgroup.pids_max_hits()
                 if not self.cgroup.remove():
                     survivors = sorted(set(survivors) | self.cgroup.members())
+            cleanup, self.cleanup = self.cleanup, None
+            if cleanup is not None:
+                cleanup()
         observed = self.observed
         if self.proc.lost is not None:
             observed.lost = self.proc.lost
@@ -272,19 +280,24 @@ class SupervisedChild:
                     await self.session.exit()
                 except (ConnectionClosed, RemoteError):
                     pass
-                self.proc.stdin.close()
+                self._close_stdin()
                 await self.proc.wait()
             if not self._alive():
                 return rung
         rung = "exit"
-        with anyio.move_on_after(policy.eof):
+        # The EOF lifeline gets `policy.eof` from the moment stdin closed: when the shutdown
+        # rung already closed it, only what is left of that grace is waited here, not another.
+        eof_left = policy.eof
+        if self._stdin_closed_at is not None:
+            eof_left = max(0.0, policy.eof - (time.monotonic() - self._stdin_closed_at))
+        with anyio.move_on_after(eof_left):
             if ep.end is None and not self.proc.stdin.closed:
                 with anyio.move_on_after(min(0.05, policy.eof)):
                     try:
                         await self.session.exit()
                     except ConnectionClosed:
                         pass
-            self.proc.stdin.close()
+            self._close_stdin()
             await self.proc.wait()
         if not self._alive():
             return rung
@@ -296,6 +309,11 @@ class SupervisedChild:
         self._signal_tree(signal.SIGKILL)
         await self.proc.wait_for(policy.kill)
         return rung
+
+    def _close_stdin(self) -> None:
+        if self._stdin_closed_at is None:
+            self._stdin_closed_at = time.monotonic()
+        self.proc.stdin.close()
 
     def _members(self) -> set[int]:
         return self.cgroup.members() if self.cgroup is not None else set()

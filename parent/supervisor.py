@@ -26,6 +26,7 @@ import dataclasses
 import itertools
 import os
 import signal
+import sys
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -35,11 +36,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
+from tether.contain.privileges import set_dumpable
 from tether.parent.broker import ApprovePolicy, ParentTool, TurnHook, resolve_models
 from tether.parent.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_key
 from tether.parent.env import build_child_env
 from tether.parent.events import DEFAULT_EVENT_BUFFER, Event, EventStream
 from tether.parent.host import host
+from tether.parent.isolation import Choice, choose_level, probe_host
 from tether.parent.keeper import Keeper
 from tether.parent.launchers import Local, resolve_launcher
 from tether.parent.limits import Limits
@@ -81,6 +84,7 @@ class Supervisor:
         self._keeper: Keeper | None = None
         self._zygote: Zygote | None = None
         self._zygote_lock = anyio.Lock()
+        self._warned = False
         self.host = host()
         """What `containment="auto"` picks on this host; each run names its own tier
         (`RunHandle.host`, `RunResult.containment`)."""
@@ -89,12 +93,32 @@ class Supervisor:
             if not isinstance(resolve_launcher(cfg.launcher), Local):
                 raise ValueError("a pool holds local children only (launcher='local')")
             check_spawner(cfg)
-            self._pool = self._make_pool(pool.size, cfg, pool.limits)
+            choice = choose_level(cfg.isolation)
+            workspace = None
+            if pool.workspace is not None:
+                workspace = str(Path(pool.workspace).resolve())
+            elif choice.level == "sandbox":
+                raise ValueError(
+                    "a sandboxed pool serves one workspace: pass PoolSpec(workspace=...), or "
+                    "isolation='process' in the pool's config"
+                )
+            self._pool = self._make_pool(pool.size, cfg, pool.limits, choice, workspace)
+            self._warn_once(choice)
         _registry.add(self)
 
     # --- the context ------------------------------------------------------------------------
 
+    def _warn_once(self, choice: Choice) -> None:
+        """Say on stderr, once per supervisor, that `auto` settled for less than a sandbox."""
+        if choice.warning and probe_host().why_not and not self._warned:
+            self._warned = True
+            sys.stderr.write(f"tether: warning: {choice.warning}\n")
+            sys.stderr.flush()
+
     async def __aenter__(self) -> Supervisor:
+        # Non-dumpable: no child (same user or not) may read this process's environment,
+        # memory or descriptors through /proc, or ptrace it. Process-wide and kept.
+        set_dumpable(False)
         self._keeper = Keeper.start()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -181,8 +205,11 @@ class Supervisor:
         if impl is not None:
             cfg = dataclasses.replace(cfg, command=(*cfg.command, "--agent", impl))
         tier = host(cfg.containment)
-        resolve_launcher(cfg.launcher)  # an unknown launcher is bad usage
+        launcher = resolve_launcher(cfg.launcher)  # an unknown launcher is bad usage
         check_spawner(cfg)
+        remote = launcher.name if launcher.provides.eof_teardown_only else None
+        choice = choose_level(cfg.isolation, remote_launcher=remote)
+        self._warn_once(choice)
         models = await resolve_models(model, definition)
         params = AgentRunParams(
             run_id=run_id or f"run-{os.getpid()}-{next(_run_ids)}",
@@ -210,6 +237,7 @@ class Supervisor:
             on_event,
             parent_tools,
             on_turn,
+            choice,
         )
         self._handles.add(handle)
         self._tg.start_soon(self._execute, handle)
@@ -304,7 +332,14 @@ class Supervisor:
         """The warm pool, if this supervisor keeps one."""
         return self._pool
 
-    def _make_pool(self, size: int, cfg: ChildConfig, limits: Limits) -> WarmPool:
+    def _make_pool(
+        self,
+        size: int,
+        cfg: ChildConfig,
+        limits: Limits,
+        choice: Choice,
+        workspace: str | None,
+    ) -> WarmPool:
         tier = host(cfg.containment)
         spawner_box: list[Spawner | None] = [None]
 
@@ -312,7 +347,15 @@ class Supervisor:
             missing = missing_command(cfg.command, child_env(cfg))
             if missing:
                 raise SpawnError(missing)
-            return spawn_child(cfg, limits, tier, "pool", spawner=spawner_box[0])
+            return spawn_child(
+                cfg,
+                limits,
+                tier,
+                "pool",
+                spawner=spawner_box[0],
+                workspace=workspace,
+                level=choice.level,
+            )
 
         async def prepare() -> None:
             spawner_box[0] = await self.spawner(cfg)
@@ -322,7 +365,7 @@ class Supervisor:
 
         return WarmPool(
             size,
-            pool_key(cfg, limits, tier),
+            pool_key(cfg, limits, tier, choice.level, workspace),
             env=lambda: child_env(cfg),
             open=open_child,
             prepare=prepare,

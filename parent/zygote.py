@@ -11,8 +11,9 @@ a `SOCK_SEQPACKET` socket pair; the supervisor keeps the other end (close-on-exe
 children never inherit it).
 
 `Zygote.spawn(spec)` sends the child's pipe ends (SCM_RIGHTS), environment, rlimits, cgroup
-files, working directory and argv extras, and gets the pid back; the forked child does the
-trampoline's work itself before any child code runs. Calls are synchronous round trips on the
+files, working directory, isolation plan and argv extras, and gets the pid back; the forked
+child runs the trampoline's sequence (`tether.contain.sequence`) itself before any child code
+runs, sandbox included. Calls are synchronous round trips on the
 event loop's thread (like `Popen`, which also waits for its child's exec): a fork of the zygote
 takes about a millisecond, every call has a deadline, and a zygote that dies answers at once
 (end of stream), so the call fails with that reason.
@@ -195,6 +196,7 @@ class Zygote:
             "cgroupProcs": spec.cgroup_procs,
             "cwd": spec.cwd or os.getcwd(),
             "argv": spec.argv,
+            "plan": spec.plan,
         }
         with stdio_pipes() as pipes:
             reply = self._ask(request, list(pipes.child))

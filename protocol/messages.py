@@ -259,6 +259,20 @@ RunStatus = Literal["completed", "aborted", "error", "needs_input"]
 """`needs_input`: a continuable run paused to ask its orchestrator `question`; an answer
 (`agent/message`) continues it."""
 
+IsolationLevel = Literal["sandbox", "process"]
+
+
+class Isolation(Wire, frozen=True):
+    """How the parent isolated a run's child (filled in by the parent)."""
+
+    level: IsolationLevel
+    """`sandbox` (Landlock, seccomp, no_new_privs; an unprivileged uid when the supervisor is
+    root) or `process` (environment scrub, session, limits and containment tier only)."""
+    landlock_abi: int | None = None
+    """The Landlock ABI the child's domain was built for (`sandbox` only)."""
+    warning: str | None = None
+    """Why the level is weaker than `sandbox`, when `auto` had to settle for less."""
+
 
 class RunResult(Wire, frozen=True):
     success: bool
@@ -278,3 +292,5 @@ class RunResult(Wire, frozen=True):
     """The containment tier the parent ran this child under (filled in by the parent)."""
     question: str | None = None
     """With `status: "needs_input"`: what the run asks before it can go on."""
+    isolation: Isolation | None = None
+    """The isolation level the parent ran this child under (filled in by the parent)."""

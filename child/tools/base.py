@@ -116,10 +116,42 @@ def schema_of(args_type: type[Struct]) -> dict[str, Any]:
     return schema
 
 
+ISOLATION_ENV = "TETHER_ISOLATION"
+"""Set by the parent to the run's isolation level (`sandbox` or unset)."""
+SANDBOX_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+SANDBOX_ADVICE = (
+    "the sandbox allows writing only inside the workspace and its private temp directory, "
+    "and no network; do not try to work around it"
+)
+_DENIAL_TEXT = (
+    "Permission denied",
+    "Operation not permitted",
+    "Read-only file system",
+    "Address family not supported",
+)
+
+
+def sandboxed() -> bool:
+    return os.environ.get(ISOLATION_ENV) == "sandbox"
+
+
+def sandbox_note(output: str) -> str:
+    """A line to add to a command's output when it shows denials the sandbox may have made,
+    so the model reads them as policy, not as something to retry another way."""
+    if not sandboxed() or not any(t in output for t in _DENIAL_TEXT):
+        return ""
+    return f"\n[tether] denied by the sandbox: {SANDBOX_ADVICE}."
+
+
 def refusal(path: str, exc: Exception) -> ToolOutcome:
     """The error result for a path a tool could not use, naming the reason."""
     if isinstance(exc, OutsideWorkspace | BadPath):
         return ToolOutcome(content=f"refused: {exc}", is_error=True)
+    if isinstance(exc, OSError) and exc.errno in SANDBOX_ERRNOS and sandboxed():
+        return ToolOutcome(
+            content=f"denied by the sandbox: {path}: {exc.strerror}; {SANDBOX_ADVICE}",
+            is_error=True,
+        )
     if isinstance(exc, FileNotFoundError):
         return ToolOutcome(content=f"{path}: does not exist ({exc.strerror})", is_error=True)
     if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:

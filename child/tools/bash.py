@@ -19,7 +19,13 @@ from typing import Annotated, Any
 import anyio
 from msgspec import Meta, Struct
 
-from tether.child.tools.base import ToolContext, ToolOutcome, parse_arguments, schema_of
+from tether.child.tools.base import (
+    ToolContext,
+    ToolOutcome,
+    parse_arguments,
+    sandbox_note,
+    schema_of,
+)
 
 DEFAULT_TIMEOUT = 120.0
 MAX_TIMEOUT = 600.0
@@ -78,7 +84,7 @@ class BashTool:
         rc = proc.returncode
         assert rc is not None
         status = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
-        return ToolOutcome(content=f"{status}\n{text}", is_error=rc != 0)
+        return ToolOutcome(content=f"{status}\n{text}{sandbox_note(text)}", is_error=rc != 0)
 
 
 class _Capture:

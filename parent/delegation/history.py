@@ -28,15 +28,19 @@ def fork_history(
     transcript: Sequence[ChatMessage], tool_call_id: str | None = None
 ) -> list[ChatMessage]:
     messages = [m for m in transcript if m.role != "system"]
-    for i, m in enumerate(messages):
-        if m.role != "assistant" or not m.tool_calls:
-            continue
-        if tool_call_id is not None and any(c.id == tool_call_id for c in m.tool_calls):
-            return messages[:i]
-        answered = {r.tool_call_id for r in messages[i + 1 :] if r.role == "tool"}
-        if any(c.id not in answered for c in m.tool_calls):
-            return messages[:i]
-    return messages
+    end = len(messages)
+    cut = True
+    while cut:  # each cut can orphan an earlier call whose result was past it: check again
+        cut = False
+        for i, m in enumerate(messages[:end]):
+            if m.role != "assistant" or not m.tool_calls:
+                continue
+            answered = {r.tool_call_id for r in messages[i + 1 : end] if r.role == "tool"}
+            in_flight = tool_call_id is not None and any(c.id == tool_call_id for c in m.tool_calls)
+            if in_flight or any(c.id not in answered for c in m.tool_calls):
+                end, cut = i, True
+                break
+    return messages[:end]
 
 
 def without_tools(messages: Sequence[ChatMessage], names: Collection[str]) -> list[ChatMessage]:

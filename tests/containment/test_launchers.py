@@ -220,19 +220,22 @@ async def test_a_bwrap_child_cannot_reach_a_server_on_the_hosts_loopback(tmp_pat
     )
     try:
         outcomes = {}
-        for launcher in ("local", "bwrap"):
-            ws = tmp_path / launcher
+        # The local child runs with process isolation: it shows the server is there for a
+        # child that may look; bwrap blocks it by itself, and with the sandbox inside it.
+        for launcher, isolation in (("local", "process"), ("bwrap", "process"), ("bwrap", "auto")):
+            ws = tmp_path / f"{launcher}-{isolation}"
             ws.mkdir()
             code_here = code.replace("'outcome'", repr(str(ws / "outcome")))
-            config = dataclasses.replace(FAST, launcher=launcher)
+            config = dataclasses.replace(FAST, launcher=launcher, isolation=isolation)
             async with Supervisor(config) as sup:
                 result = await sup.run("go", workspace=ws, command=py(code_here))
             assert result.failure is not None and result.failure.kind == "exit_nonzero", result
-            outcomes[launcher] = (ws / "outcome").read_text()
+            outcomes[launcher, isolation] = (ws / "outcome").read_text()
     finally:
         server.close()
-    assert outcomes["local"] == "connected"  # the server is there for a child that may look
-    assert outcomes["bwrap"].startswith("blocked")
+    assert outcomes["local", "process"] == "connected"
+    assert outcomes["bwrap", "process"].startswith("blocked")
+    assert outcomes["bwrap", "auto"].startswith("blocked")
 
 
 @needs_bwrap

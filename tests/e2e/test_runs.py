@@ -142,7 +142,7 @@ async def test_the_child_sees_a_scrubbed_environment(workspace: Path, monkeypatc
             while True:
                 cmdline = Path(f"/proc/{handle.pid}/cmdline").read_bytes()
                 raw = Path(f"/proc/{handle.pid}/environ").read_bytes()
-                if b"_trampoline" not in cmdline and b"tether.child" in cmdline and raw:
+                if b"trampoline.py" not in cmdline and b"tether.child" in cmdline and raw:
                     break
                 await anyio.sleep(0.01)
         environ = dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)

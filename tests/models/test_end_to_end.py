@@ -63,9 +63,10 @@ async def test_a_run_completes_through_an_openai_compatible_server_and_the_key_s
     monkeypatch.setenv("OPENAI_API_KEY", CANARY)
     gate = threading.Event()
     server.script(Reply(complete_turn("summarised by the local model"), gate=gate))
-    record = tmp_path / "parent-to-child.bin"
     workspace = tmp_path / "ws"
     workspace.mkdir()
+    # In the workspace: the tap runs in the child's sandbox, which writes nowhere else.
+    record = workspace / "parent-to-child.bin"
     command = [
         sys.executable,
         "-I",

@@ -12,7 +12,7 @@ from tether.parent.conformance import CHECK_NAMES, run_suite
 from tether.parent.events import ChildEvent, Event
 from tether.parent.limits import Limits
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.supervisor import Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import AgentDefinition
 
 pytestmark = pytest.mark.anyio
@@ -52,7 +52,9 @@ async def test_the_supervisor_runs_the_node_child_to_completion_with_a_scripted_
         if isinstance(ev, ChildEvent):
             events.append(ev)
 
-    async with Supervisor() as sup:
+    # Process isolation: this test checks the node child's own workspace check, which a
+    # sandbox would pre-empt (the outside file is not even visible in it).
+    async with Supervisor(ChildConfig(isolation="process")) as sup:
         result = await sup.run(
             "Find the TODOs.",
             agent="explorer",

@@ -1,4 +1,5 @@
-"""The project builds as a wheel holding the three packages, their data and the console script."""
+"""The project builds as a wheel holding the four packages, their data and the console script,
+and the trampoline runs from an installed wheel without site-packages."""
 
 from __future__ import annotations
 
@@ -10,9 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_wheel_holds_parent_child_protocol_their_data_and_the_tether_script(
-    tmp_path: Path,
-) -> None:
+def _build_wheel(tmp_path: Path) -> Path:
     subprocess.run(
         [
             sys.executable,
@@ -30,6 +29,13 @@ def test_the_wheel_holds_parent_child_protocol_their_data_and_the_tether_script(
         timeout=120,
     )
     (wheel,) = tmp_path.glob("tether-*.whl")
+    return wheel
+
+
+def test_the_wheel_holds_parent_child_protocol_their_data_and_the_tether_script(
+    tmp_path: Path,
+) -> None:
+    wheel = _build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in (
         "tether/protocol/__init__.py",
@@ -38,13 +44,41 @@ def test_the_wheel_holds_parent_child_protocol_their_data_and_the_tether_script(
         "tether/child/__main__.py",
         "tether/child/py.typed",
         "tether/parent/supervisor.py",
-        "tether/parent/_trampoline.py",
+        "tether/contain/trampoline.py",
+        "tether/contain/sequence.py",
+        "tether/contain/py.typed",
         "tether/parent/_keeper.py",
         "tether/parent/models/scripted.py",
         "tether/parent/py.typed",
     ):
         assert required in names, required
-    assert not any(n.startswith(("parent/", "child/", "protocol/", "tests/")) for n in names)
+    assert not any(
+        n.startswith(("parent/", "child/", "protocol/", "contain/", "tests/")) for n in names
+    )
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "tether = tether.parent.cli:main" in text
+
+
+def test_the_trampoline_of_an_installed_wheel_finds_its_siblings_without_site_packages(
+    tmp_path: Path,
+) -> None:
+    wheel = _build_wheel(tmp_path / "dist")
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), wheel],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    trampoline = target / "tether" / "contain" / "trampoline.py"
+    command = [sys.executable, "-c", "print(42)"]
+    got = subprocess.run(
+        [sys.executable, "-I", "-S", str(trampoline), "{}", "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == "42\n"

@@ -1,5 +1,6 @@
-"""A parent process for the test that SIGKILLs it: a Supervisor with a warm pool of two, which
-prints `{"pooled": [PID, PID]}` once both are ready and then waits forever."""
+"""A parent process for the test that SIGKILLs it: a Supervisor with a warm pool of two
+(for the workspace argv[1], where the host can sandbox), which prints `{"pooled": [PID, PID]}`
+once both are ready and then waits forever."""
 
 import json
 import sys
@@ -10,7 +11,7 @@ from tether.parent.supervisor import PoolSpec, Supervisor
 
 
 async def main() -> None:
-    async with Supervisor(pool=PoolSpec(2)) as sup:
+    async with Supervisor(pool=PoolSpec(2, workspace=sys.argv[1])) as sup:
         assert sup.pool is not None
         with anyio.fail_after(20):
             await sup.pool.wait_ready()

@@ -22,6 +22,10 @@ COMPLETE = """{"turns": [{"text": "Done.", "toolCalls": [{"name": "complete",
 NEVER_ENDS = '{"turns": [{"text": "thinking", "delay": 30}]}'
 
 SECRET = "TETHER_POOL_TEST_SECRET_TOKEN"
+PROCESS = ChildConfig(isolation="process")
+"""These tests run each run in a fresh workspace, and a sandboxed child is confined to one
+workspace from its start, so a sandboxed pool serves only runs in its own workspace
+(`test_sandboxed_pool.py`): here the pool and its runs use process isolation."""
 POOL_LIMITS = Limits(open_files=77, file_size="3M", cpu=120)
 
 
@@ -65,7 +69,7 @@ async def test_a_pooled_child_has_the_scrubbed_environment_of_a_cold_spawn(
 ) -> None:
     monkeypatch.setenv(SECRET, "hunter2")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "nope")
-    cfg = ChildConfig(env={"EXPLICIT_ONE": "yes"})
+    cfg = ChildConfig(env={"EXPLICIT_ONE": "yes"}, isolation="process")
     async with Supervisor(cfg, pool=PoolSpec(1, limits=POOL_LIMITS)) as sup:
         (pid,) = await _ready(sup)
         env = _environ(pid)
@@ -80,7 +84,7 @@ async def test_a_pooled_child_has_the_scrubbed_environment_of_a_cold_spawn(
 
 
 async def test_a_pooled_child_runs_under_the_pools_rlimits_in_a_session_of_its_own() -> None:
-    async with Supervisor(pool=PoolSpec(1, limits=POOL_LIMITS)) as sup:
+    async with Supervisor(PROCESS, pool=PoolSpec(1, limits=POOL_LIMITS)) as sup:
         (pid,) = await _ready(sup)
         assert _limit(pid, "Max open files") == "77 77"
         assert _limit(pid, "Max file size") == f"{3 << 20} {3 << 20}"
@@ -92,7 +96,7 @@ async def test_a_pooled_child_runs_under_the_pools_rlimits_in_a_session_of_its_o
 
 
 async def test_a_pooled_child_is_in_a_cgroup_of_its_own_on_a_cgroup_tier() -> None:
-    async with Supervisor(pool=PoolSpec(2)) as sup:
+    async with Supervisor(PROCESS, pool=PoolSpec(2)) as sup:
         if sup.host.tier == "process-group":
             pytest.skip("this host offers no cgroup tier")
         pids = await _ready(sup)
@@ -107,7 +111,7 @@ async def test_a_pooled_child_is_in_a_cgroup_of_its_own_on_a_cgroup_tier() -> No
 async def test_a_matching_run_takes_a_ready_child_and_the_pool_refills_with_a_fresh_one(
     tmp_path: Path,
 ) -> None:
-    async with Supervisor(pool=PoolSpec(1)) as sup:
+    async with Supervisor(PROCESS, pool=PoolSpec(1)) as sup:
         (warm,) = await _ready(sup)
         handle = await sup.start("go", workspace=tmp_path, model=_model())
         result = await handle.result()
@@ -123,7 +127,7 @@ async def test_a_matching_run_takes_a_ready_child_and_the_pool_refills_with_a_fr
 
 async def test_a_child_is_never_handed_to_a_second_run(tmp_path: Path) -> None:
     pids = []
-    async with Supervisor(pool=PoolSpec(2)) as sup:
+    async with Supervisor(PROCESS, pool=PoolSpec(2)) as sup:
         await _ready(sup)
         for _ in range(4):
             handle = await sup.start("go", workspace=tmp_path, model=_model())
@@ -133,7 +137,7 @@ async def test_a_child_is_never_handed_to_a_second_run(tmp_path: Path) -> None:
 
 
 async def test_a_run_with_other_settings_spawns_cold(tmp_path: Path) -> None:
-    async with Supervisor(pool=PoolSpec(1)) as sup:
+    async with Supervisor(PROCESS, pool=PoolSpec(1)) as sup:
         (warm,) = await _ready(sup)
         handle = await sup.start(
             "go", workspace=tmp_path, model=_model(), limits=Limits(open_files=64)
@@ -146,7 +150,7 @@ async def test_a_run_with_other_settings_spawns_cold(tmp_path: Path) -> None:
 async def test_wall_and_idle_limits_are_the_runs_and_do_not_stop_a_pooled_match(
     tmp_path: Path,
 ) -> None:
-    async with Supervisor(pool=PoolSpec(1)) as sup:
+    async with Supervisor(PROCESS, pool=PoolSpec(1)) as sup:
         (warm,) = await _ready(sup)
         handle = await sup.start(
             "go", workspace=tmp_path, model=_model(), limits=Limits(wall="20s", idle="10s")
@@ -158,7 +162,7 @@ async def test_wall_and_idle_limits_are_the_runs_and_do_not_stop_a_pooled_match(
 async def test_the_wall_deadline_of_a_pooled_run_starts_when_the_run_takes_the_child(
     tmp_path: Path,
 ) -> None:
-    async with Supervisor(pool=PoolSpec(1)) as sup:
+    async with Supervisor(PROCESS, pool=PoolSpec(1)) as sup:
         (warm,) = await _ready(sup)
         await anyio.sleep(1.2)  # longer than the wall below: a clock started at spawn has run out
         handle = await sup.start(
@@ -186,7 +190,7 @@ async def test_the_wall_deadline_of_a_pooled_run_starts_when_the_run_takes_the_c
 async def test_a_pooled_child_that_dies_while_idle_is_replaced_and_never_handed_out(
     tmp_path: Path,
 ) -> None:
-    async with Supervisor(pool=PoolSpec(1)) as sup:
+    async with Supervisor(PROCESS, pool=PoolSpec(1)) as sup:
         (warm,) = await _ready(sup)
         os.kill(warm, signal.SIGKILL)
         with anyio.fail_after(20):
@@ -205,7 +209,7 @@ async def test_a_pooled_child_that_dies_while_idle_is_replaced_and_never_handed_
 async def test_a_child_that_died_just_before_the_run_is_skipped_and_the_run_spawns_cold(
     tmp_path: Path,
 ) -> None:
-    async with Supervisor(pool=PoolSpec(1)) as sup:
+    async with Supervisor(PROCESS, pool=PoolSpec(1)) as sup:
         (warm,) = await _ready(sup)
         os.kill(warm, signal.SIGKILL)
         deadline = time.monotonic() + 5
@@ -221,7 +225,7 @@ async def test_a_child_that_died_just_before_the_run_is_skipped_and_the_run_spaw
 
 
 async def test_closing_the_supervisor_disposes_every_pooled_child() -> None:
-    async with Supervisor(pool=PoolSpec(3)) as sup:
+    async with Supervisor(PROCESS, pool=PoolSpec(3)) as sup:
         pids = await _ready(sup)
         assert len(pids) == 3
     for pid in pids:
@@ -230,7 +234,7 @@ async def test_closing_the_supervisor_disposes_every_pooled_child() -> None:
 
 
 async def test_closing_while_children_are_still_starting_leaves_nothing() -> None:
-    async with Supervisor(pool=PoolSpec(2)) as sup:
+    async with Supervisor(PROCESS, pool=PoolSpec(2)) as sup:
         await anyio.sleep(0.02)
     assert not sup._live
 
@@ -238,8 +242,8 @@ async def test_closing_while_children_are_still_starting_leaves_nothing() -> Non
 async def test_a_pool_whose_children_cannot_start_backs_off_and_runs_still_spawn_cold(
     tmp_path: Path,
 ) -> None:
-    broken = ChildConfig(command=("/nonexistent/tether-child",))
-    async with Supervisor(pool=PoolSpec(1, config=broken)) as sup:
+    broken = ChildConfig(command=("/nonexistent/tether-child",), isolation="process")
+    async with Supervisor(PROCESS, pool=PoolSpec(1, config=broken)) as sup:
         await anyio.sleep(0.3)
         assert sup.pool is not None and sup.pool.ready_pids == []
         assert sup.pool.last_error and "no such file" in sup.pool.last_error
@@ -249,4 +253,4 @@ async def test_a_pool_whose_children_cannot_start_backs_off_and_runs_still_spawn
 
 async def test_a_pool_with_a_launcher_other_than_local_is_refused() -> None:
     with pytest.raises(ValueError, match="local"):
-        Supervisor(pool=PoolSpec(1, config=ChildConfig(launcher="bwrap")))
+        Supervisor(PROCESS, pool=PoolSpec(1, config=ChildConfig(launcher="bwrap")))

@@ -24,8 +24,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_pooled_children_die_within_2s_when_their_supervisor_is_sigkilled() -> None:
-    host = subprocess.Popen([sys.executable, str(HOST)], stdout=subprocess.PIPE)
+def test_pooled_children_die_within_2s_when_their_supervisor_is_sigkilled(
+    tmp_path: Path,
+) -> None:
+    host = subprocess.Popen([sys.executable, str(HOST), str(tmp_path)], stdout=subprocess.PIPE)
     pooled: list[int] = []
     try:
         assert host.stdout is not None

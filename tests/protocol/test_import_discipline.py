@@ -28,13 +28,18 @@ ALLOWED_THIRD_PARTY = {
     "wire": {"msgspec", "anyio"},
     # oslash is jsonrpcserver's own result type (`Either`), used only next to it.
     "child": {"msgspec", "anyio", "jsonrpcserver", "oslash"},
-    "parent": {"msgspec", "anyio", "psutil", "httpx", "jsonschema"},
+    # h11: the model gateway; acp (+ pydantic, its models' errors): the ACP driver; jsonschema:
+    # the task tool validates a model's arguments.
+    "parent": {"msgspec", "anyio", "psutil", "httpx", "h11", "acp", "pydantic", "jsonschema"},
+    # Runs in the trampoline (`python -I -S`, no site-packages): the standard library only.
+    "contain": set(),
 }
 FORBIDDEN_SIBLING = {
     "protocol": ("tether.child", "tether.parent", "tether.wire"),
     "wire": ("tether.child", "tether.parent"),
     "child": ("tether.parent",),
     "parent": ("tether.child",),
+    "contain": ("tether.child", "tether.parent", "tether.protocol", "tether.wire"),
 }
 
 
@@ -98,11 +103,11 @@ def test_each_code_folder_imports_only_the_stdlib_tether_and_its_allowed_package
 
 
 @pytest.mark.parametrize(
-    "folder", ["protocol", "wire", "child", "parent", "tests", "scripts", "examples"]
+    "folder", ["protocol", "wire", "child", "parent", "contain", "tests", "scripts", "examples"]
 )
 def test_nothing_imports_a_bare_code_folder(folder: str) -> None:
-    assert _violations(folder, ("parent", "child", "protocol", "wire")) == [], (
-        "import tether.parent / tether.child / tether.protocol / tether.wire, never the bare folder"
+    assert _violations(folder, ("parent", "child", "protocol", "wire", "contain")) == [], (
+        "import tether.parent / .child / .protocol / .wire / .contain, never the bare folder"
     )
 
 
@@ -114,3 +119,38 @@ def test_the_import_scan_sees_from_imports_of_submodules(tmp_path: Path) -> None
     names = [name for _, name in _imports(sample)]
     assert "tether.child" in names and "tether.parent.cli" in names
     assert len(names) == 3  # the string literal is not an import
+
+
+CONTAIN_MODULES = [
+    "tether.contain",
+    "tether.contain.landlock",
+    "tether.contain.mounts",
+    "tether.contain.plan",
+    "tether.contain.privileges",
+    "tether.contain.seccomp",
+    "tether.contain.sequence",
+]
+
+
+@pytest.mark.parametrize("module", CONTAIN_MODULES)
+def test_tether_contain_imports_without_site_packages_and_loads_only_the_stdlib(
+    module: str,
+) -> None:
+    """The trampoline runs `python -I -S`: each module must import with only the directory
+    holding `tether/` on the path, and pull in nothing from site-packages."""
+    import tether.contain
+
+    tether_root = str(Path(tether.contain.__file__).parent.parent.parent)
+    code = (
+        "import importlib, json, sys\n"
+        f"sys.path.insert(0, {tether_root!r})\n"
+        f"importlib.import_module({module!r})\n"
+        "std = set(sys.stdlib_module_names)\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] not in std "
+        "and not m.startswith('tether.contain') and m not in ('tether', '__main__'))))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []

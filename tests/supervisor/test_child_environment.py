@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tether.parent.isolation import probe_host
 from tether.parent.limits import DisposePolicy
 from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.parent.tree import marker_prefix
@@ -46,11 +47,17 @@ def canaries(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def dump(
-    tmp_path: Path, *, pass_env: Sequence[str] = (), env: Mapping[str, str] | None = None
+    tmp_path: Path,
+    *,
+    pass_env: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    isolation: str = "auto",
 ) -> dict[str, Any]:
     """Run `env_dump.py` and return its report; its raw /proc environ becomes a dict."""
     out = tmp_path / "report.json"
-    config = ChildConfig(dispose=GRACES, pass_env=tuple(pass_env), env=dict(env or {}))
+    config = ChildConfig(
+        dispose=GRACES, pass_env=tuple(pass_env), env=dict(env or {}), isolation=isolation
+    )
     async with Supervisor(config) as sup:
         with anyio.fail_after(30):
             result = await sup.run(
@@ -76,12 +83,28 @@ async def test_secrets_in_the_parents_environment_never_reach_the_child(tmp_path
 
 @pytest.mark.usefixtures("canaries")
 async def test_the_allowlist_passes_path_home_lang_and_lc_variables(tmp_path: Path) -> None:
-    proc = (await dump(tmp_path))["proc"]
+    # Process isolation: a sandboxed child gets a private HOME (next test).
+    proc = (await dump(tmp_path, isolation="process"))["proc"]
 
     assert proc["PATH"] == "/usr/local/bin:/usr/bin:/bin"
     assert proc["HOME"] == "/home/canary"
     assert proc["LANG"] == "C.UTF-8"
     assert proc["LC_CTYPE"] == "C.UTF-8"
+
+
+@pytest.mark.usefixtures("canaries")
+async def test_a_sandboxed_child_gets_a_private_home_and_temp_dir_and_keeps_the_rest(
+    tmp_path: Path,
+) -> None:
+    if probe_host().why_not:
+        pytest.skip(f"no sandbox on this host: {probe_host().why_not}")
+    proc = (await dump(tmp_path, isolation="sandbox"))["proc"]
+
+    assert proc["HOME"] == "/tmp/home" if probe_host().root else proc["HOME"].endswith("/home")
+    assert proc["TMPDIR"].startswith("/tmp")
+    assert proc["XDG_CACHE_HOME"].startswith(proc["HOME"])
+    assert proc["PATH"] == "/usr/local/bin:/usr/bin:/bin"
+    assert proc["LANG"] == "C.UTF-8"
 
 
 @pytest.mark.usefixtures("canaries")
@@ -113,7 +136,14 @@ async def test_explicit_values_are_merged_over_the_scrubbed_environment(tmp_path
     assert proc["LANG"] == "en_GB.UTF-8"
     assert proc["MY_SETTING"] == "on"
     assert proc["PATH"] == "/usr/local/bin:/usr/bin:/bin"  # merged over, not replacing
-    assert proc["HOME"] == "/home/canary"
+    assert proc["TETHER_TREE"].startswith(marker_prefix())
+
+
+@pytest.mark.usefixtures("canaries")
+async def test_an_explicit_home_wins_over_the_sandboxs_private_one(tmp_path: Path) -> None:
+    proc = (await dump(tmp_path, env={"HOME": str(tmp_path)}))["proc"]
+
+    assert proc["HOME"] == str(tmp_path)
 
 
 @pytest.mark.usefixtures("canaries")

@@ -20,6 +20,7 @@ import pytest
 
 from tether.parent.env import build_child_env
 from tether.parent.events import ChildEvent, Event
+from tether.parent.isolation import private_env, probe_host
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.supervisor import ChildConfig, PoolSpec, RunHandle, Supervisor
@@ -110,6 +111,8 @@ async def test_a_zygote_child_has_exactly_the_scrubbed_environment_its_limits_se
         assert zygote is not None and psutil.Process(pid).ppid() == zygote
 
         expected = build_child_env(os.environ)
+        if handle.isolation.level == "sandbox" and probe_host().root:
+            expected.update(private_env("/tmp"))  # HOME, TMPDIR, XDG_* in the private /tmp
         seen = _environ(pid)
         marker = seen.pop(TREE_ENV)
         assert marker.startswith(f"{os.getpid()}-")
@@ -223,7 +226,7 @@ async def test_the_zygote_dying_mid_run_fails_the_run_and_the_next_run_gets_a_ne
 
 async def test_a_warm_pool_can_keep_zygote_children(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("TODO\n")
-    async with Supervisor(ZYGOTE, pool=PoolSpec(1)) as sup:
+    async with Supervisor(ZYGOTE, pool=PoolSpec(1, workspace=tmp_path)) as sup:
         pool = sup.pool
         assert pool is not None
         with anyio.fail_after(DEADLINE):

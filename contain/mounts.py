@@ -1,0 +1,281 @@
+"""The sandbox's private mount namespace: what the child sees of the filesystem.
+
+Theory of operation
+-------------------
+Run as root in the trampoline (or the zygote's forked child), before the uid changes:
+
+1. `unshare(CLONE_NEWNS)` and every mount made a slave of the host's (`MS_REC|MS_SLAVE`):
+   nothing mounted here ever propagates out; an unmount on the host still reaches in, so the
+   sandbox never pins a host mount.
+2. Detached clones (`open_tree(OPEN_TREE_CLONE|AT_RECURSIVE)`) of everything the child must
+   see again after step 4 (the workspace and the read grants that step 4 would hide), taken
+   while they are still visible; read grants read-only. The workspace clone gets an
+   idmapping (`mount_setattr`, `MOUNT_ATTR_IDMAP` with a user namespace mapping its on-disk
+   owner to the sandbox uid) plus `nosuid,nodev`: the child owns what it finds there, and
+   whatever it creates lands on disk owned by the workspace's real owner.
+3. Every mount the child sees is made read-only (`mount_setattr(/, AT_RECURSIVE,
+   MOUNT_ATTR_RDONLY)`): whatever the file modes say, nothing outside the workspace and the
+   private temp dirs can be written, created, chmod-ed, chown-ed, touched or given xattrs
+   (EROFS). Device files still work (a read-only mount does not stop I/O to a device).
+4. Cover points get a fresh tmpfs: /tmp, /var/tmp and /dev/shm (private, mode 1777), and
+   every directory on the way to a grant that the sandbox uid cannot traverse (mode 0755,
+   empty), for instance /root, mode 0700, when the interpreter lives beneath it. Covering
+   hides everything else there (/root/.ssh).
+5. The clones are moved back to their own paths (mount points created in the tmpfs as
+   needed), the workspace last, over itself when nothing covered it.
+
+`layout()` decides steps 2, 4 and 5 from the grants and a traversal test; it is pure, so the rules
+are tested without mounting anything.
+
+Only the standard library (see `_sys.py`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import stat
+from collections.abc import Callable, Iterable
+
+from tether.contain._sys import check, libc, syscall
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_REC = 0x4000
+MS_SLAVE = 1 << 19
+OPEN_TREE_CLONE = 1
+OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+AT_EMPTY_PATH = 0x1000
+AT_RECURSIVE = 0x8000
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
+MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
+MOUNT_ATTR_NODEV = 0x4
+MOUNT_ATTR_IDMAP = 0x100000
+
+PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+class Layout:
+    def __init__(
+        self, covers: list[tuple[str, int]], restore: list[str], workspace: str | None
+    ) -> None:
+        self.covers = covers
+        """Directories that get a fresh tmpfs, with its mode, outermost first."""
+        self.restore = restore
+        """Read grants to clone first and move back after covering, outermost first."""
+        self.workspace = workspace
+        """The workspace, mounted last (idmapped) at its own path."""
+
+    def __repr__(self) -> str:
+        return f"Layout(covers={self.covers!r}, restore={self.restore!r}, ws={self.workspace!r})"
+
+
+def layout(
+    reads: Iterable[str],
+    workspace: str | None,
+    traversable: Callable[[str], bool],
+    private_tmp: Iterable[str] = PRIVATE_TMP,
+) -> Layout:
+    """Which tmpfs covers and which clones make `reads` and `workspace` visible at their own
+    paths to a process for which `traversable(dir)` says whether it may search `dir`."""
+    covers: dict[str, int] = {d: 0o1777 for d in private_tmp}
+    grants = sorted({os.path.normpath(p) for p in reads}, key=lambda p: (p.count("/"), p))
+    everything = [*grants, *([workspace] if workspace else [])]
+    for path in everything:
+        if any(_under(path, c) for c in covers):
+            continue
+        parts = path.strip("/").split("/")
+        for depth in range(1, len(parts)):
+            ancestor = "/" + "/".join(parts[:depth])
+            if any(_under(ancestor, c) for c in covers):
+                break
+            if not traversable(ancestor):
+                covers[ancestor] = 0o755
+                break
+    ordered = sorted(covers, key=lambda c: (c.count("/"), c))
+    outer = [c for c in ordered if not any(c != o and _under(c, o) for o in ordered)]
+    restore: list[str] = []
+    for path in grants:
+        if workspace and _under(path, workspace):
+            continue  # visible through the workspace mount
+        if any(_under(path, r) for r in restore):
+            continue  # inside a clone already
+        if any(_under(path, c) for c in outer):
+            restore.append(path)
+    return Layout([(c, covers[c]) for c in outer], restore, workspace)
+
+
+def can_traverse(path: str, uid: int, gids: Iterable[int]) -> bool:
+    """Whether `uid` (in `gids`) may search directory `path` by its mode bits (ACLs are not
+    read: a directory an ACL opens is covered and rebuilt, which is harmless)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return True  # nothing there to hide; the grant will simply be missing
+    if not stat.S_ISDIR(st.st_mode):
+        return True
+    if st.st_uid == uid:
+        return bool(st.st_mode & stat.S_IXUSR)
+    if st.st_gid in set(gids):
+        return bool(st.st_mode & stat.S_IXGRP)
+    return bool(st.st_mode & stat.S_IXOTH)
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = (
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    )
+
+
+def open_tree_clone(path: str) -> int:
+    return syscall(
+        "open_tree",
+        -100,  # AT_FDCWD
+        os.fsencode(path),
+        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE,
+    )
+
+
+def set_attr(fd: int, attr_set: int, userns_fd: int = 0, path: str = "") -> None:
+    """Set mount attributes recursively on the mount tree of `fd` (or of `path`, with
+    `fd` = AT_FDCWD)."""
+    attr = _MountAttr(attr_set, 0, 0, userns_fd)
+    syscall(
+        "mount_setattr",
+        fd,
+        os.fsencode(path),
+        (0 if path else AT_EMPTY_PATH) | AT_RECURSIVE,
+        ctypes.addressof(attr),
+        ctypes.sizeof(attr),
+    )
+
+
+def move_to(fd: int, path: str) -> None:
+    syscall("move_mount", fd, b"", -100, os.fsencode(path), MOVE_MOUNT_F_EMPTY_PATH)
+
+
+def mount(source: str, target: str, fstype: str | None, flags: int, data: str = "") -> None:
+    check(
+        libc.mount(
+            os.fsencode(source),
+            os.fsencode(target),
+            fstype.encode() if fstype else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
+        f"mount {target}",
+    )
+
+
+def unshare(flags: int) -> None:
+    check(libc.unshare(ctypes.c_int(flags)), "unshare")
+
+
+def idmap_userns(inside_uid: int, outside_uid: int, inside_gid: int, outside_gid: int) -> int:
+    """An fd of a new user namespace mapping `inside` (the on-disk owner) to `outside` (what
+    the sandbox runs as): a helper process creates it, this process (root) writes its maps,
+    and the helper is killed; the namespace lives on as long as the fd."""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the helper: one thread, only system calls
+        try:
+            os.close(ready_r)
+            os.close(go_w)
+            unshare(CLONE_NEWUSER)
+            os.write(ready_w, b"u")
+            os.read(go_r, 1)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(go_r)
+    try:
+        if os.read(ready_r, 1) != b"u":
+            raise OSError("the helper could not create a user namespace")
+        with open(f"/proc/{pid}/setgroups", "w") as f:
+            f.write("deny")
+        with open(f"/proc/{pid}/uid_map", "w") as f:
+            f.write(f"{inside_uid} {outside_uid} 1\n")
+        with open(f"/proc/{pid}/gid_map", "w") as f:
+            f.write(f"{inside_gid} {outside_gid} 1\n")
+        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(ready_r)
+        os.close(go_w)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+
+
+def _make_mount_point(path: str, directory: bool) -> None:
+    """Create `path` (and missing parents, mode 0755): a directory, or an empty file to
+    mount a file on."""
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    if directory:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+    elif not os.path.lexists(path):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+
+
+class Applied:
+    def __init__(self) -> None:
+        self.covers: list[str] = []
+        self.restored: list[str] = []
+
+
+def private_namespace(
+    plan: Layout,
+    *,
+    idmap: tuple[int, int, int, int] | None,
+) -> Applied:
+    """Enter a private mount namespace laid out as `plan` (see the module docstring).
+    `idmap` is (owner uid, sandbox uid, owner gid, sandbox gid) for the workspace, or `None`
+    to bind it unmapped. Raises `OSError`."""
+    userns = idmap_userns(*idmap) if idmap is not None and plan.workspace else None
+    try:
+        unshare(CLONE_NEWNS)
+        mount("none", "/", None, MS_REC | MS_SLAVE)
+        clones = {path: open_tree_clone(path) for path in plan.restore if os.path.exists(path)}
+        for fd in clones.values():
+            set_attr(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+        ws_fd = None
+        if plan.workspace:
+            ws_fd = open_tree_clone(plan.workspace)
+            set_attr(
+                ws_fd,
+                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (MOUNT_ATTR_IDMAP if userns else 0),
+                userns or 0,
+            )
+        set_attr(-100, MOUNT_ATTR_RDONLY, path="/")
+        done = Applied()
+        for cover, mode in plan.covers:
+            if not os.path.isdir(cover):
+                continue
+            mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode:o}")
+            done.covers.append(cover)
+        for path, fd in clones.items():
+            _make_mount_point(path, stat.S_ISDIR(os.fstat(fd).st_mode))
+            move_to(fd, path)
+            os.close(fd)
+            done.restored.append(path)
+        if ws_fd is not None and plan.workspace:
+            _make_mount_point(plan.workspace, True)
+            move_to(ws_fd, plan.workspace)
+            os.close(ws_fd)
+        return done
+    finally:
+        if userns is not None:
+            os.close(userns)

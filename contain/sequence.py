@@ -1,0 +1,170 @@
+"""The contained-exec sequence: what every new child process does before its own code runs.
+
+Shared by the exec trampoline (`trampoline.py`, which then execs the command) and the zygote's
+fork path (`tether.child.zygote`, which then runs the child runtime). Both run it in a
+single-threaded process, in this order, and any failure ends the process before the child's
+first instruction:
+
+0. join the child's cgroups (everything from here on, descendants included, is counted);
+1. `setsid()` where the spawner did not already (the zygote's fork);
+2. PR_SET_PDEATHSIG=SIGKILL, then check that the parent is still the one that started us:
+   if it died before the death signal was armed, exit rather than run unsupervised;
+3. resource limits, core dumps always off;
+4. signal dispositions: for an exec, the ignored signals Python set for itself put back to
+   default (ignored dispositions survive exec); for the fork path, exactly what a freshly
+   started interpreter has;
+5. the sandbox (`enter_sandbox`), when the plan asks for one: private mounts, the Landlock
+   rule fds, the uid/gid change with every capability dropped, the working directory,
+   no_new_privs, the Landlock domain, the seccomp filter — last, so nothing before it is
+   filtered.
+
+Only the standard library (see `_sys.py`).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+from collections.abc import Mapping, Sequence
+
+from tether.contain import privileges
+from tether.contain.plan import PRIVATE_HOME, PRIVATE_RUNTIME, Plan
+
+PARENT_GONE = 125
+EXEC_FAILED = "tether-trampoline: exec failed:"
+"""The line a process that could not become the child writes to stderr (the parent reads it
+and reports `spawn_failed` with the rest of the line)."""
+
+
+class SandboxError(Exception):
+    """The sandbox the plan asks for could not be set up; the child must not run."""
+
+
+def join_cgroups(procs_files: Sequence[str]) -> None:
+    for procs in procs_files:
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+
+
+def arm_death_signal(ppid: int) -> None:
+    privileges.set_pdeathsig(int(signal.SIGKILL))
+    if os.getppid() != ppid:
+        os._exit(PARENT_GONE)
+
+
+def apply_rlimits(rlimits: Mapping[str, Sequence[int]]) -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    for name, (soft, hard) in rlimits.items():
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+
+
+def signals_for_exec() -> None:
+    """Python ignores SIGPIPE and SIGXFSZ for itself; ignored signals survive exec, so put
+    them back, or a child writing past its file size limit would never be told."""
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def signals_for_python() -> None:
+    """Dispositions and mask as a fresh interpreter has them: everything default except what
+    Python itself sets up at start (SIGPIPE and SIGXFSZ ignored, SIGINT raising
+    KeyboardInterrupt), exactly as a cold-started child has after exec."""
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def contain(
+    *,
+    cgroup_procs: Sequence[str] = (),
+    setsid: bool = False,
+    ppid: int | None = None,
+    rlimits: Mapping[str, Sequence[int]] | None = None,
+    for_exec: bool = True,
+    plan: Plan | None = None,
+) -> None:
+    """Steps 0-5 (see the module docstring). `ppid`: arm the death signal against this
+    parent; `None`: no death signal. Raises `OSError` or `SandboxError`."""
+    join_cgroups(cgroup_procs)
+    if setsid:
+        os.setsid()
+    if ppid is not None:
+        arm_death_signal(ppid)
+    apply_rlimits(rlimits or {})
+    if for_exec:
+        signals_for_exec()
+    else:
+        signals_for_python()
+    if plan is not None and plan.sandboxed:
+        enter_sandbox(plan)
+        if ppid is not None:
+            # A change of credentials clears the death signal: arm it again, and check again
+            # that the parent did not die in between.
+            arm_death_signal(ppid)
+
+
+def _private_dirs(plan: Plan) -> None:
+    """HOME and the runtime dir in the private /tmp, owned by the sandbox uid."""
+    for path, mode in ((plan.home or PRIVATE_HOME, 0o700), (PRIVATE_RUNTIME, 0o700)):
+        os.makedirs(path, mode=mode, exist_ok=True)
+        if plan.uid is not None and plan.gid is not None:
+            os.chown(path, plan.uid, plan.gid)
+
+
+def enter_sandbox(plan: Plan) -> None:
+    """Step 5: confine this process as `plan` says; raises `SandboxError`."""
+    try:
+        _enter(plan)
+    except SandboxError:
+        raise
+    except OSError as exc:
+        raise SandboxError(f"the sandbox could not be set up: {exc}") from exc
+
+
+def _enter(plan: Plan) -> None:
+    # Imported here: a child at the process level never pays for them.
+    from tether.contain import landlock, mounts, seccomp
+
+    if plan.abi < 1:
+        raise SandboxError("the plan has no Landlock ABI (Landlock is unavailable)")
+    if plan.private_mounts:
+        uid = plan.uid if plan.uid is not None else os.geteuid()
+        gid = plan.gid if plan.gid is not None else os.getegid()
+        lay = mounts.layout(
+            plan.reads,
+            plan.workspace,
+            lambda d: mounts.can_traverse(d, uid, [gid]),
+        )
+        idmap = None
+        if plan.owner is not None and plan.uid is not None and plan.gid is not None:
+            idmap = (plan.owner[0], plan.uid, plan.owner[1], plan.gid)
+        mounts.private_namespace(lay, idmap=idmap)
+        _private_dirs(plan)
+    elif plan.home:
+        os.makedirs(plan.home, mode=0o700, exist_ok=True)
+    # Rule fds are opened now, while every granted path is still reachable.
+    rules = landlock.Ruleset(plan.abi)
+    rules.allow_all(plan.reads, landlock.READ)
+    rules.allow_all(plan.writes, landlock.WRITE)
+    if plan.workspace:
+        rules.allow(plan.workspace, landlock.WRITE)
+    rules.allow_all(plan.devices, landlock.DEVICE)
+    if plan.uid is not None and plan.gid is not None:
+        privileges.drop_to(plan.uid, plan.gid)
+    else:
+        privileges.drop_capabilities_unprivileged()
+    if plan.cwd:
+        os.chdir(plan.cwd)
+    privileges.set_no_new_privs()
+    rules.restrict_self()
+    if plan.seccomp:
+        seccomp.install()

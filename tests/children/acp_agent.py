@@ -1,0 +1,212 @@
+"""An ACP agent for tests, written with the `agent-client-protocol` package.
+
+The prompt's last text block is a JSON list of steps, run in order; each step is an object with
+one key. What a step observed is said back as an agent message, so a test reads it in the
+run's events and summary:
+
+- `{"say": TEXT}` sends TEXT as two message chunks; `{"think": TEXT}` as a thought;
+- `{"tool": {"id", "title", "kind", "input"?}}` starts a tool call;
+  `{"update": {"id", "status", "output"?}}` updates it;
+- `{"plan": [TEXT, ...]}` sends a plan;
+- `{"ask": {"id", "title"?, "kind"?}}` requests permission (allow_once / reject_once) and says
+  `permission ID: OPTION`, or says `permission ID: cancelled` and ends the turn `cancelled`;
+- `{"write": {"path", "content"}}`, `{"read": {"path", "line"?, "limit"?}}`,
+  `{"terminal": COMMAND}` call the client and say what came back;
+- `{"wait": SECONDS}` waits, ending the turn `cancelled` if `session/cancel` comes;
+  `{"hang": SECONDS}` waits and ignores `session/cancel`; after any other step a cancel that
+  has arrived ends the turn `cancelled`;
+- `{"crash": CODE}` exits at once with CODE; `{"raw": TEXT}` writes TEXT to stdout as it is;
+  `{"post": {"url", "body", "headers"}}` POSTs JSON with urllib and says the status and body;
+- `{"echo_prompt": true}` says the text of the prompt's blocks before the script;
+- `{"usage_claim": N}` claims N tokens used (`usage_update`), which the parent must ignore;
+- `{"stop": REASON}` ends the turn with that stop reason (default `end_turn`).
+
+argv: `--mute` reads its input and never answers; `--version N` answers `initialize` with
+protocol version N.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+import acp
+from acp.schema import (
+    AgentCapabilities,
+    AgentMessageChunk,
+    Implementation,
+    InitializeResponse,
+    NewSessionResponse,
+    PermissionOption,
+    PromptResponse,
+    UsageUpdate,
+)
+
+
+class ScriptAgent:
+    def __init__(self, version: int) -> None:
+        self.version = version
+        self.conn: Any = None
+        self.cancelled = asyncio.Event()
+        self.said = 0
+
+    def on_connect(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def initialize(self, protocol_version: int, **kwargs: Any) -> InitializeResponse:
+        return InitializeResponse(
+            protocol_version=self.version,
+            agent_capabilities=AgentCapabilities(),
+            agent_info=Implementation(name="script-agent", version="1.0"),
+        )
+
+    async def new_session(self, cwd: str, **kwargs: Any) -> NewSessionResponse:
+        self.cwd = cwd
+        return NewSessionResponse(session_id="session-1")
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        self.cancelled.set()
+
+    async def say(self, sid: str, text: str) -> None:
+        """One message, in two chunks that share a message id."""
+        self.said += 1
+        half = len(text) // 2
+        for part in (text[:half], text[half:]):
+            chunk = AgentMessageChunk(
+                session_update="agent_message_chunk",
+                content=acp.text_block(part),
+                message_id=f"m{self.said}",
+            )
+            await self.conn.session_update(sid, chunk)
+
+    async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
+        sid = session_id
+        steps = json.loads(prompt[-1].text)
+        for step in steps:
+            ((op, arg),) = step.items()
+            if op == "say":
+                await self.say(sid, arg)
+            elif op == "think":
+                await self.conn.session_update(sid, acp.update_agent_thought_text(arg))
+            elif op == "tool":
+                await self.conn.session_update(
+                    sid,
+                    acp.start_tool_call(
+                        arg["id"], arg["title"], kind=arg.get("kind"), raw_input=arg.get("input")
+                    ),
+                )
+            elif op == "update":
+                content = (
+                    [acp.tool_content(acp.text_block(arg["output"]))] if "output" in arg else None
+                )
+                await self.conn.session_update(
+                    sid, acp.update_tool_call(arg["id"], status=arg["status"], content=content)
+                )
+            elif op == "plan":
+                await self.conn.session_update(
+                    sid, acp.update_plan([acp.plan_entry(t) for t in arg])
+                )
+            elif op == "ask":
+                options = [
+                    PermissionOption(option_id="yes", name="Allow", kind="allow_once"),
+                    PermissionOption(option_id="always", name="Always", kind="allow_always"),
+                    PermissionOption(option_id="no", name="Reject", kind="reject_once"),
+                ]
+                call = acp.update_tool_call(arg["id"], title=arg.get("title"), kind=arg.get("kind"))
+                got = await self.conn.request_permission(sid, call, options)
+                outcome = got.outcome
+                chosen = getattr(outcome, "option_id", None) or outcome.outcome
+                await self.say(sid, f"permission {arg['id']}: {chosen}")
+                if chosen == "cancelled":  # the client says the turn is being cancelled
+                    return PromptResponse(stop_reason="cancelled")
+            elif op == "write":
+                try:
+                    await self.conn.write_text_file(sid, arg["path"], arg["content"])
+                    await self.say(sid, f"wrote {arg['path']}")
+                except acp.RequestError as exc:
+                    await self.say(sid, f"write {arg['path']} refused: {exc}")
+            elif op == "read":
+                try:
+                    got = await self.conn.read_text_file(
+                        sid, arg["path"], line=arg.get("line"), limit=arg.get("limit")
+                    )
+                    await self.say(sid, f"read {arg['path']}: {got.content}")
+                except acp.RequestError as exc:
+                    await self.say(sid, f"read {arg['path']} refused: {exc}")
+            elif op == "terminal":
+                try:
+                    await self.conn.create_terminal(sid, arg)
+                    await self.say(sid, "terminal created")
+                except acp.RequestError as exc:
+                    await self.say(sid, f"terminal refused: {exc}")
+            elif op == "wait":
+                try:
+                    await asyncio.wait_for(self.cancelled.wait(), arg)
+                    return PromptResponse(stop_reason="cancelled")
+                except TimeoutError:
+                    pass
+            elif op == "hang":
+                await asyncio.sleep(arg)
+            elif op == "crash":
+                os._exit(arg)
+            elif op == "raw":
+                _write_raw(arg.encode())
+            elif op == "post":
+                await self.say(sid, await asyncio.to_thread(_post, arg))
+            elif op == "echo_prompt":
+                await self.say(sid, " | ".join(block.text for block in prompt[:-1]))
+            elif op == "usage_claim":
+                await self.conn.session_update(
+                    sid, UsageUpdate(session_update="usage_update", used=arg, size=arg * 2)
+                )
+            elif op == "stop":
+                return PromptResponse(stop_reason=arg)
+            if self.cancelled.is_set():
+                return PromptResponse(stop_reason="cancelled")
+        return PromptResponse(stop_reason="end_turn")
+
+
+def _write_raw(data: bytes) -> None:
+    """Write to stdout past the package's framing (asyncio made fd 1 non-blocking)."""
+    os.set_blocking(1, True)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(1, view) :]
+    finally:
+        os.set_blocking(1, False)
+
+
+def _post(arg: dict[str, Any]) -> str:
+    request = urllib.request.Request(
+        arg["url"],
+        data=json.dumps(arg["body"]).encode(),
+        headers={"content-type": "application/json", **arg.get("headers", {})},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return f"status {response.status}: {response.read().decode()}"
+    except urllib.error.HTTPError as exc:
+        return f"status {exc.code}: {exc.read().decode()}"
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if "--mute" in args:
+        while sys.stdin.buffer.readline():
+            pass
+        return
+    version = (
+        int(args[args.index("--version") + 1]) if "--version" in args else acp.PROTOCOL_VERSION
+    )
+    asyncio.run(acp.run_agent(ScriptAgent(version)))
+
+
+if __name__ == "__main__":
+    main()

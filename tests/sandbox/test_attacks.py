@@ -1,0 +1,134 @@
+"""A hostile child at the sandbox level, as a protocol-speaking `command=` child and as a
+hostile model driving the built-in agent's `bash` (both spawners): every attack refused, no
+listener hears anything, nothing outside the workspace changes, no forged result accepted.
+
+The attacks are in `attacks.py`; the targets (loopback listeners, outside sockets, a
+world-writable file owned by another user in a directory the child may read, canary secrets
+in the supervisor's environment) in `conftest.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from sandbox_targets import (
+    CHILDREN,
+    HOSTILE,
+    PY,
+    REFUSED,
+    Targets,
+    config,
+    needs_sandbox,
+    not_refused,
+)
+
+from tether.parent.models.scripted import ScriptedModel
+from tether.parent.supervisor import Supervisor
+
+pytestmark = [pytest.mark.anyio, needs_sandbox]
+
+
+def _bash_then_complete(command: str) -> ScriptedModel:
+    turns = {
+        "turns": [
+            {"text": "", "toolCalls": [{"name": "bash", "arguments": {"command": command}}]},
+            {
+                "text": "done",
+                "toolCalls": [{"name": "complete", "arguments": {"summary": "done", "paths": []}}],
+            },
+        ]
+    }
+    return ScriptedModel.from_json(json.dumps(turns))
+
+
+async def test_a_hostile_protocol_child_is_refused_every_attack(targets: Targets) -> None:
+    ws = targets.workspace
+    async with Supervisor(config(read_paths=[str(targets.outside), str(CHILDREN)])) as sup:
+        assert sup._keeper is not None
+        targets.write(supervisor=os.getpid(), keeper=sup._keeper.pid)
+        with anyio.fail_after(60):
+            result = await sup.run("attack", workspace=ws, command=[PY, "-I", str(HOSTILE)])
+        keeper_alive = sup._keeper.proc.poll() is None
+    report = json.loads((ws / "report.json").read_text())
+    assert not_refused(report, REFUSED) == {}
+    assert targets.heard() == []
+    assert targets.victim_untouched()
+    assert keeper_alive, "the keeper was disarmed or killed"
+    # The parent's own fields win over what the child claims.
+    assert result.containment != "none"
+    assert result.isolation is not None and result.isolation.level == "sandbox"
+    assert result.isolation.landlock_abi and result.isolation.landlock_abi >= 1
+
+
+@pytest.mark.parametrize("spawner", ["exec", "zygote"])
+async def test_a_hostile_model_driving_bash_is_refused_every_attack_and_cannot_forge_a_result(
+    targets: Targets, spawner: str
+) -> None:
+    ws = targets.workspace
+    model = _bash_then_complete(f"{PY} attacks.py targets.json > report.json 2>&1")
+    cfg = config(read_paths=[str(targets.outside)], spawner=spawner)
+    async with Supervisor(cfg) as sup:
+        assert sup._keeper is not None
+        if spawner == "zygote":
+            await sup._zygote_ready()
+        others = [sup.zygote_pid] if sup.zygote_pid else []
+        targets.write(supervisor=os.getpid(), keeper=sup._keeper.pid, others=others, wire=True)
+        with anyio.fail_after(60):
+            result = await sup.run("attack", agent="tester", workspace=ws, model=model)
+        keeper_alive = sup._keeper.proc.poll() is None
+    text = (ws / "report.json").read_text()
+    report = json.loads(text[text.index("{") :])
+    extra = [k for k in report if k.startswith(("signal_", "ptrace_", "environ_", "child_"))]
+    assert not_refused(report, [*REFUSED, *extra]) == {}
+    assert {"child_wire_reopen", "child_environ", "child_ptrace"} <= set(report)
+    assert result.success, result
+    assert result.summary == "done", "a forged result was accepted"
+    assert targets.heard() == []
+    assert targets.victim_untouched()
+    assert keeper_alive
+
+
+async def test_bash_output_marks_sandbox_denials_as_such(targets: Targets) -> None:
+    events: list[object] = []
+    model = _bash_then_complete("cat /etc/shadow; touch /etc/tether-sandbox-x; echo x > ../x")
+    async with Supervisor(config()) as sup:
+        result = await sup.run(
+            "x", agent="tester", workspace=targets.workspace, model=model, on_event=events.append
+        )
+    assert result.success, result
+    outputs = [
+        e.data["content"]  # type: ignore[attr-defined]
+        for e in events
+        if getattr(e, "kind", "") == "tool_result" and e.data.get("name") == "bash"  # type: ignore[attr-defined]
+    ]
+    assert outputs and "denied by the sandbox" in outputs[0], outputs
+    assert "Permission denied" in outputs[0] and "Read-only file system" in outputs[0], outputs
+    assert not Path("/etc/tether-sandbox-x").exists()
+    assert not (targets.workspace.parent / "x").exists()
+
+
+async def test_the_parents_fields_win_over_what_a_process_level_child_claims(
+    targets: Targets,
+) -> None:
+    async with Supervisor(config(isolation="process", read_paths=[str(CHILDREN)])) as sup:
+        assert sup._keeper is not None
+        targets.write(supervisor=os.getpid(), keeper=sup._keeper.pid, claim_only=True)
+        with anyio.fail_after(60):
+            result = await sup.run(
+                "x", workspace=targets.workspace, command=[PY, "-I", str(HOSTILE)]
+            )
+    assert result.summary == "attacked", result  # the child claims sandbox and no tier
+    assert result.isolation is not None and result.isolation.level == "process"
+    assert result.isolation.landlock_abi is None
+    assert result.containment not in (None, "none")
+
+
+def test_the_attack_list_covers_what_the_issue_names() -> None:
+    """A guard against an attack quietly dropping out of `attacks.py`."""
+    assert len(REFUSED) == len(set(REFUSED)) >= 35
+    assert sys.executable

@@ -1,0 +1,170 @@
+"""Normal work keeps working inside the sandbox, through the built-in agent's `bash`, for both
+spawners: Python with ssl, sqlite3 and multiprocessing, temp files, /dev/null and
+/dev/urandom, git in the workspace, a venv with pip, a subprocess tree torn down at the end;
+and a workspace owned by root or by another user stays usable, every file the child creates
+landing on disk owned by the workspace's owner."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from sandbox_targets import PY, config, needs_root, needs_sandbox
+
+from tether.parent.events import Event
+from tether.parent.models.scripted import ScriptedModel
+from tether.parent.supervisor import Supervisor
+from tether.protocol.messages import RunResult
+
+pytestmark = [pytest.mark.anyio, needs_sandbox]
+SPAWNERS = pytest.mark.parametrize("spawner", ["exec", "zygote"])
+
+
+async def bash(workspace: Path, command: str, spawner: str = "exec") -> tuple[RunResult, str]:
+    """Run one bash command through a scripted model in the sandbox; its result and output."""
+    turns = {
+        "turns": [
+            {"text": "", "toolCalls": [{"name": "bash", "arguments": {"command": command}}]},
+            {"text": "ok", "toolCalls": [{"name": "complete", "arguments": {"summary": "ok"}}]},
+        ]
+    }
+    outputs: list[str] = []
+
+    def keep(ev: Event) -> None:
+        data: dict[str, Any] = getattr(ev, "data", {})
+        if getattr(ev, "kind", "") == "tool_result" and data.get("name") == "bash":
+            outputs.append(str(data["content"]))
+
+    async with Supervisor(config(spawner=spawner, isolation="sandbox")) as sup:
+        with anyio.fail_after(120):
+            result = await sup.run(
+                "work",
+                agent="tester",
+                workspace=workspace,
+                model=ScriptedModel.from_json(json.dumps(turns)),
+                on_event=keep,
+            )
+    assert result.isolation is not None and result.isolation.level == "sandbox"
+    assert outputs, result
+    return result, outputs[0]
+
+
+PYTHON_WORK = """
+import multiprocessing, os, sqlite3, ssl, tempfile
+ctx = ssl.create_default_context()
+db = sqlite3.connect(os.path.join(tempfile.gettempdir(), "t.db"))
+db.execute("create table t (x)"); db.execute("insert into t values (42)")
+lock = multiprocessing.Lock()
+with lock, multiprocessing.Pool(2) as pool:
+    squares = pool.map(abs, [-1, -2, -3])
+with tempfile.NamedTemporaryFile() as f:
+    f.write(b"x")
+open(os.devnull, "w").write("gone")
+random = open("/dev/urandom", "rb").read(16)
+print("python-ok", ctx.verify_mode, db.execute("select x from t").fetchone()[0], squares,
+      len(random), tempfile.gettempdir(), os.environ["HOME"])
+"""
+
+
+@SPAWNERS
+async def test_python_with_ssl_sqlite_multiprocessing_temp_files_and_devices_works(
+    tmp_path: Path, spawner: str
+) -> None:
+    (tmp_path / "work.py").write_text(PYTHON_WORK)
+    result, out = await bash(tmp_path, f"{PY} work.py", spawner)
+    assert result.success, result
+    assert "python-ok" in out and "42 [1, 2, 3] 16" in out, out
+
+
+@SPAWNERS
+async def test_temp_files_dev_null_and_urandom_work_from_bash(tmp_path: Path, spawner: str) -> None:
+    command = (
+        'f=$(mktemp) && echo hi > "$f" && cat "$f" && echo x > /dev/null && '
+        "head -c 8 /dev/urandom | wc -c && echo $TMPDIR $HOME && mkfifo pipe && echo fifo-ok"
+    )
+    _, out = await bash(tmp_path, command, spawner)
+    assert out.startswith("exit status 0"), out
+    assert "hi\n8\n" in out and "fifo-ok" in out, out
+
+
+@SPAWNERS
+async def test_git_init_add_and_commit_work_in_the_workspace(tmp_path: Path, spawner: str) -> None:
+    command = (
+        "git init -q . && echo hello > a.txt && git add a.txt && "
+        "git -c user.name=Tether -c user.email=t@example.invalid commit -q -m first && "
+        "git log --oneline | wc -l"
+    )
+    _, out = await bash(tmp_path, command, spawner)
+    assert out.startswith("exit status 0"), out
+    assert out.strip().endswith("1"), out
+    assert (tmp_path / ".git" / "HEAD").exists()
+
+
+async def test_a_venv_in_the_workspace_runs_pip(tmp_path: Path) -> None:
+    _, out = await bash(tmp_path, f"{PY} -m venv venv && venv/bin/pip --version")
+    assert out.startswith("exit status 0"), out
+    assert "pip " in out and str(tmp_path / "venv") in out, out
+
+
+@SPAWNERS
+async def test_a_subprocess_tree_is_torn_down_at_the_end(tmp_path: Path, spawner: str) -> None:
+    # A background job, and a daemon that left the session: both gone once the run ends (the
+    # autouse reaper fails the test if any survives).
+    command = (
+        "sleep 300 & "
+        f"{PY} -c 'import os, subprocess; "
+        'subprocess.Popen(["sleep", "300"], start_new_session=True); '
+        'open("daemon", "w").write("started")\'; echo launched'
+    )
+    result, out = await bash(tmp_path, command, spawner)
+    assert "launched" in out and (tmp_path / "daemon").exists(), out
+    assert result.success
+
+
+@needs_root
+@pytest.mark.parametrize("owner", [0, 1000], ids=["root-owned", "user-owned"])
+async def test_a_workspace_stays_usable_and_new_files_belong_to_its_owner(
+    tmp_path: Path, owner: int
+) -> None:
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    (ws / "src" / "old.txt").write_text("old\n")
+    (ws / "others.txt").write_text("someone else's\n")
+    for path in (ws, ws / "src", ws / "src" / "old.txt"):
+        os.chown(path, owner, owner)
+    ws.chmod(0o700)  # only the owner may enter: the idmapping makes the child that owner
+    os.chown(ws / "others.txt", 4242, 4242)
+    command = " && ".join(
+        [
+            "mkdir -p made/deep",
+            "echo new > made/deep/new.txt",
+            "echo more >> src/old.txt",
+            "chmod 600 src/old.txt",
+            "stat -c '%u %a' src/old.txt",
+            "stat -c '%u' others.txt",
+            "id -u",
+        ]
+    )
+    _, out = await bash(ws, command)
+    assert out.startswith("exit status 0"), out
+    lines = out.splitlines()
+    me = lines[-1]
+    assert lines[-3] == f"{me} 600", out  # the child owns what the owner owns
+    assert lines[-2] == "65534", out  # another user's file shows as the overflow uid
+    for path in (ws / "made", ws / "made" / "deep", ws / "made" / "deep" / "new.txt"):
+        st = path.stat()
+        assert (st.st_uid, st.st_gid) == (owner, owner), path
+    assert (ws / "src" / "old.txt").read_text() == "old\nmore\n"
+    assert (ws / "src" / "old.txt").stat().st_mode & 0o777 == 0o600
+    assert int(me) != owner and int(me) != 0
+
+
+async def test_the_run_names_its_level_and_landlock_abi(tmp_path: Path) -> None:
+    result, _ = await bash(tmp_path, "true")
+    assert result.isolation is not None
+    assert result.isolation.level == "sandbox" and result.isolation.warning is None
+    assert result.isolation.landlock_abi is not None and result.isolation.landlock_abi >= 1

@@ -1,0 +1,77 @@
+"""A supervisor run by the non-root tests as an ordinary user (uid 1000) with Debian's
+/usr/bin/python3 and PYTHONPATH pointing at the project (tests/sandbox/test_non_root.py).
+
+`user_host.py CONFIG_JSON`, CONFIG: {"mode", "workspace", "isolation", "read_paths"}:
+
+- mode "attack": fills `targets.json` in the workspace with this supervisor's and keeper's
+  pids, has a scripted model run `attacks.py` through bash, prints the result as JSON;
+- mode "hold": starts a run whose model never answers, prints {"supervisor", "keeper",
+  "child"} once the child is up, and waits until its stdin closes.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import msgspec
+
+from tether.parent.limits import DisposePolicy
+from tether.parent.models.scripted import ScriptedModel
+from tether.parent.supervisor import ChildConfig, Supervisor
+
+PY = sys.executable
+
+
+def _config(c: dict) -> ChildConfig:  # type: ignore[type-arg]
+    return ChildConfig(
+        command=(PY, "-m", "tether.child"),  # not -I: PYTHONPATH finds the project
+        pass_env=("PYTHONPATH",),
+        isolation=c["isolation"],
+        read_paths=c["read_paths"],
+        dispose=DisposePolicy(shutdown=0.5, eof=0.5, term=0.5, kill=1.0),
+        handshake_timeout=30,
+    )
+
+
+async def attack(c: dict) -> None:  # type: ignore[type-arg]
+    ws = c["workspace"]
+    command = f"{PY} attacks.py targets.json > report.json 2>&1"
+    turns = {
+        "turns": [
+            {"text": "", "toolCalls": [{"name": "bash", "arguments": {"command": command}}]},
+            {"text": "", "toolCalls": [{"name": "complete", "arguments": {"summary": "done"}}]},
+        ]
+    }
+    async with Supervisor(_config(c)) as sup:
+        assert sup._keeper is not None
+        path = Path(ws, "targets.json")
+        targets = json.loads(path.read_text())
+        targets.update(supervisor=os.getpid(), keeper=sup._keeper.pid, wire=True)
+        path.write_text(json.dumps(targets))
+        result = await sup.run(
+            "x", agent="tester", workspace=ws, model=ScriptedModel.from_json(json.dumps(turns))
+        )
+    sys.stdout.write(msgspec.json.encode(result).decode() + "\n")
+
+
+async def hold(c: dict) -> None:  # type: ignore[type-arg]
+    slow = ScriptedModel.from_json('{"turns": [{"text": "thinking", "delay": 60}]}')
+    async with Supervisor(_config(c)) as sup:
+        handle = await sup.start("wait", workspace=c["workspace"], model=slow)
+        with anyio.fail_after(30):
+            while handle._child is None or handle._child.endpoint.quiet_for() > 5:
+                await anyio.sleep(0.02)
+            await anyio.sleep(0.5)  # the handshake is answered: the wire is claimed
+        assert sup._keeper is not None
+        pids = {"supervisor": os.getpid(), "keeper": sup._keeper.pid, "child": handle.pid}
+        sys.stdout.write(json.dumps(pids) + "\n")
+        sys.stdout.flush()
+        await anyio.to_thread.run_sync(sys.stdin.read)
+        handle.abort()
+        await handle.result()
+
+
+config = json.loads(sys.argv[1])
+anyio.run(attack if config["mode"] == "attack" else hold, config)
