@@ -125,7 +125,8 @@ def test_orchestrate_takes_the_same_limit_and_isolation_flags_as_run() -> None:
     run = tether("run", "--help").stdout
     orchestrate = tether("orchestrate", "--help").stdout
     for flag in ("--timeout", "--idle-timeout", "--memory", "--cpu", "--processes",
-                 "--open-files", "--file-size", "--launcher", "--containment"):  # fmt: skip
+                 "--open-files", "--file-size", "--launcher", "--containment",
+                 "--isolation"):  # fmt: skip
         assert flag in run and flag in orchestrate
 
 
