@@ -23,11 +23,12 @@ State: the live sub-agents (`_live`, for `status()`), the two gates, the tree bu
 ledger. All of it belongs to the event loop that runs `execute`; independent task calls run
 concurrently by calling `execute` from concurrent tasks (one per tool call of a model turn).
 
-The runner is the seam phase 2 fills with the supervisor: it spawns a child with
-`request.agent` (the wire definition: mode, system prompt and token cap applied), the prompt
-and the fork history in the workspace, relays the child's events through `request.progress`,
-reports the broker-counted usage through `request.report_usage`, stops the child when
-`request.over_budget()` turns true, and returns the child's `RunResult` with the broker's usage.
+The runner is a seam; `runner.SupervisorRunner` fills it with the supervisor: it spawns a
+child with `request.agent` (the wire definition: mode, system prompt and token cap applied),
+the prompt and the fork history in the workspace, relays the child's events through
+`request.progress`, reports the broker-counted usage through `request.report_usage`, stops the
+child when `request.over_budget()` turns true, and returns the child's `RunResult` with the
+broker's usage.
 """
 
 from __future__ import annotations
