@@ -31,7 +31,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -64,6 +64,9 @@ from tether.parent.zygote import Zygote
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
 from tether.protocol.messages import AgentDefinition, AgentRunParams, ChatMessage, RunResult
 from tether.protocol.methods import AGENT_RUN
+
+if TYPE_CHECKING:
+    from tether.parent.delegation.orchestrator import Orchestration
 
 _run_ids = itertools.count(1)
 
@@ -261,6 +264,15 @@ class Supervisor:
                 handle.abort()
                 await handle.wait()
             raise
+
+    async def orchestrate(self, prompt: str, **kwargs: Any) -> Orchestration:
+        """Run an orchestrator on `prompt`: a child whose model delegates to sub-agents (each a
+        child of this supervisor) through the `task` tool; see
+        `tether.parent.delegation.orchestrator.orchestrate` for the arguments (`model=` is
+        required). Returns the orchestrator's result, every task call and the usage ledger."""
+        from tether.parent.delegation.orchestrator import orchestrate
+
+        return await orchestrate(self, prompt, **kwargs)
 
     # --- children: registration, spawners -----------------------------------------------------
 
