@@ -18,12 +18,22 @@ so. A failed compaction is logged and the run goes on uncompacted.
 
 Tools run through `AgentContext.call_tool`, which applies the mode (explore: mutating tools are
 hard-denied; build: they are approved by the parent first).
+
+Order of a turn's tool calls: one after another, in the order the model wrote them, except
+that consecutive calls of tools that may overlap (`concurrent = True`: the parent's tools,
+whose effects the parent decides and orders itself, such as delegation's `task`) run at the
+same time, so independent delegations of one turn proceed in parallel. The child's own tools
+never overlap (two edits of one file, a command reading what the previous call wrote). Their
+`tool_call` events go out as the group starts; the results, their `tool_result` events and the
+transcript keep the call order whatever order the calls finish in. A run's `complete` (or
+question) ends it: calls after it are not run.
 """
 
 from __future__ import annotations
 
 import logging
 
+import anyio
 import msgspec
 
 from tether.child.agent import AgentContext, AgentOutcome, Failed, Finished, NeedsInput
@@ -170,36 +180,72 @@ class AgentLoop:
     async def _call_tools(
         self, ctx: AgentContext, calls: list[ToolCall]
     ) -> Completion | str | None:
-        """Run a turn's calls in order; every call gets a result message, even failed ones.
-        Returns what ends the run: a completion, a question for the orchestrator, or `None`."""
+        """Run a turn's calls (see the module docstring for the order); every call gets a
+        result message, even failed ones. Returns what ends the run: a completion, a question
+        for the orchestrator, or `None`."""
         completion: Completion | str | None = None
-        for call in calls:
-            await ctx.emit(
-                "tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments}
-            )
-            if completion is not None:
-                outcome = ToolOutcome(
-                    content="not run: the task was already completed", is_error=True
+        for group in _overlapping_groups(ctx, calls):
+            for call in group:
+                await ctx.emit(
+                    "tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments}
                 )
+            if completion is not None:
+                outcomes = [
+                    ToolOutcome(content="not run: the task was already completed", is_error=True)
+                ] * len(group)
             else:
-                outcome = await ctx.call_tool(call.name, call.arguments, call_id=call.id)
-            if outcome.completion is not None:
-                completion = outcome.completion
-            elif outcome.question is not None:
-                completion = outcome.question
-            await ctx.emit(
-                "tool_result",
-                {
-                    "id": call.id,
-                    "name": call.name,
-                    "isError": outcome.is_error,
-                    "content": outcome.content[:EVENT_PREVIEW_CHARS],
-                    "truncated": len(outcome.content) > EVENT_PREVIEW_CHARS,
-                },
-            )
-            content = f"error: {outcome.content}" if outcome.is_error else outcome.content
-            self.messages.append(ChatMessage(role="tool", content=content, tool_call_id=call.id))
+                outcomes = await _run_group(ctx, group)
+            for call, outcome in zip(group, outcomes, strict=True):
+                if completion is None and outcome.completion is not None:
+                    completion = outcome.completion
+                elif completion is None and outcome.question is not None:
+                    completion = outcome.question
+                await ctx.emit(
+                    "tool_result",
+                    {
+                        "id": call.id,
+                        "name": call.name,
+                        "isError": outcome.is_error,
+                        "content": outcome.content[:EVENT_PREVIEW_CHARS],
+                        "truncated": len(outcome.content) > EVENT_PREVIEW_CHARS,
+                    },
+                )
+                content = f"error: {outcome.content}" if outcome.is_error else outcome.content
+                self.messages.append(
+                    ChatMessage(role="tool", content=content, tool_call_id=call.id)
+                )
         return completion
+
+
+def _overlapping_groups(ctx: AgentContext, calls: list[ToolCall]) -> list[list[ToolCall]]:
+    """The calls in order, runs of consecutive calls of overlapping tools grouped together;
+    every other call is a group of its own."""
+    groups: list[list[ToolCall]] = []
+    previous_overlaps = False
+    for call in calls:
+        overlaps = bool(getattr(ctx.tools.get(call.name), "concurrent", False))
+        if overlaps and previous_overlaps:
+            groups[-1].append(call)
+        else:
+            groups.append([call])
+        previous_overlaps = overlaps
+    return groups
+
+
+async def _run_group(ctx: AgentContext, group: list[ToolCall]) -> list[ToolOutcome]:
+    """Run one group's calls at the same time; the outcomes in call order."""
+    if len(group) == 1:
+        call = group[0]
+        return [await ctx.call_tool(call.name, call.arguments, call_id=call.id)]
+    outcomes: list[ToolOutcome | None] = [None] * len(group)
+
+    async def one(i: int, call: ToolCall) -> None:
+        outcomes[i] = await ctx.call_tool(call.name, call.arguments, call_id=call.id)
+
+    async with anyio.create_task_group() as tg:
+        for i, call in enumerate(group):
+            tg.start_soon(one, i, call)
+    return [o for o in outcomes if o is not None]
 
 
 def _over_budget(ctx: AgentContext) -> Failed | None:

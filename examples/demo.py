@@ -1,7 +1,11 @@
 """The tether demo: sub-agents in supervised child processes, on embedded defaults.
 
 No network and no keys: the model is scripted from files in examples/. Every run's result is
-shown, failures included, and nothing is left running afterwards.
+shown, failures included, and nothing is left running afterwards. The last case is an
+orchestrated run: an orchestrator child delegates through the task tool to two explorers in
+parallel, then to a tester whose three-file change a verifier fails once and passes after a
+fix (all scripted in examples/orchestrate.json; the same run from the shell:
+`tether orchestrate PROMPT --model scripted:examples/orchestrate.json --workspace COPY`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from pathlib import Path
 import anyio
 
 from tether.parent.cli import render
+from tether.parent.delegation.live import LiveView
+from tether.parent.delegation.orchestrate_cli import render_orchestration
 from tether.parent.events import Event
 from tether.parent.limits import Limits
 from tether.parent.progress import printer
@@ -87,7 +93,27 @@ async def _cases(show: Callable[[Event], None], workspace: Path) -> int:
                     print(f"  --- {Path(artifact.path).name} ---")
                     print("  " + Path(artifact.path).read_text().strip().replace("\n", "\n  "))
             print(f"({time.monotonic() - started:.2f}s)", flush=True)
+        await _orchestrated(sup, workspace)
     return 0
+
+
+async def _orchestrated(sup: Supervisor, workspace: Path) -> None:
+    print(
+        "\n5. An orchestrator delegates: two explorers in parallel, then a tester whose "
+        "three-file change is verified, failed, fixed and verified again",
+        flush=True,
+    )
+    started = time.monotonic()
+    got = await sup.orchestrate(
+        "Fix the negative-stock TODO in this workspace, with tests.",
+        model=f"scripted:{HERE / 'orchestrate.json'}",
+        workspace=workspace,
+        on_event=LiveView(sys.stderr),
+    )
+    print(render_orchestration(got))
+    print("  --- inventory.py after the run ---")
+    print("  " + (workspace / "inventory.py").read_text().strip().replace("\n", "\n  "))
+    print(f"({time.monotonic() - started:.2f}s)", flush=True)
 
 
 if __name__ == "__main__":

@@ -211,14 +211,15 @@ class Broker:
             return await self._call_parent_tool(params)
         raise WireError(ErrorCode.METHOD_NOT_FOUND, f"the parent does not serve {method!r}")
 
-    async def on_notification(self, method: str, params: Any) -> None:
+    def on_notification(self, method: str, params: Any) -> None:
         if method != "agent/event" or not isinstance(params, AgentEventParams):
             return
         if params.run_id != self.run_id:
             self.brokered.dropped_events += 1
             return
         self.brokered.events += 1
-        self._publish(ChildEvent(params.run_id, params.seq, params.kind, dict(params.data)))
+        # The decoded dict is this event's own (nothing else holds it): no copy.
+        self._publish(ChildEvent(params.run_id, params.seq, params.kind, params.data))
 
     def _check_budget(self, params: ModelCompleteParams) -> None:
         b = self.brokered

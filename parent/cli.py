@@ -22,6 +22,7 @@ from tether.parent import conformance
 from tether.parent.delegation import cli as delegation_cli
 from tether.parent.host import TIERS
 from tether.parent.launchers import launcher_usages
+from tether.parent.limits import Limits
 from tether.parent.progress import line, printer
 from tether.parent.roles import ROLES
 from tether.parent.spawning import version
@@ -59,40 +60,9 @@ def _parser() -> argparse.ArgumentParser:
         "for your own agent implementation",
     )
     run.add_argument("--workspace", default=".", help="directory the agent works in")
-    run.add_argument("--timeout", help="wall-clock limit, e.g. 30s, 1m30s, 2h (a number: seconds)")
-    run.add_argument(
-        "--idle-timeout",
-        help="limit on silence from the child, e.g. 20s; tether's child sends a heartbeat every "
-        "2s while a step is pending, so keep it well above that (at least 4s)",
-    )
-    run.add_argument(
-        "--memory", help="memory limit with its unit, e.g. 512M or 2G (a bare number is refused)"
-    )
-    run.add_argument("--cpu", help="CPU time limit, e.g. 30s")
-    run.add_argument("--processes", type=int, help="limit on processes/threads at once")
-    run.add_argument("--open-files", type=int, help="limit on open file descriptors")
-    run.add_argument(
-        "--file-size", help="largest file the child may write, with its unit, e.g. 100M"
-    )
+    add_limit_options(run)
     run.add_argument("--command", help="drive this command instead of the Python child")
-    run.add_argument(
-        "--launcher",
-        default="local",
-        help=f"run the child under a launcher: {', '.join(launcher_usages())}",
-    )
-    run.add_argument(
-        "--containment",
-        default="auto",
-        help=f"containment tier: auto, {', '.join(TIERS)} (see tether doctor)",
-    )
-    run.add_argument(
-        "--isolation",
-        default="auto",
-        choices=("auto", "sandbox", "process"),
-        help="isolation level: sandbox (Landlock, seccomp, an unprivileged uid as root), "
-        "process (scrub, session, limits only), or auto: the strongest this host supports "
-        "(see tether doctor)",
-    )
+    add_isolation_options(run)
     run.add_argument("--description", default="", help="short label for the run")
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -106,7 +76,73 @@ def _parser() -> argparse.ArgumentParser:
     delegation_cli.add_arguments(
         sub.add_parser("task-schema", help="print the model-facing task tool's schema")
     )
+    orchestrate = sub.add_parser(
+        "orchestrate", help="run a top-level agent that delegates to sub-agents (task tool)"
+    )
+    delegation_cli.add_orchestrate_arguments(orchestrate)
+    add_limit_options(orchestrate)
+    add_isolation_options(orchestrate)
     return p
+
+
+def add_limit_options(p: argparse.ArgumentParser) -> None:
+    """The per-child limit flags (`tether run`, `tether orchestrate`); see `limits_from`."""
+    p.add_argument("--timeout", help="wall-clock limit, e.g. 30s, 1m30s, 2h (a number: seconds)")
+    p.add_argument(
+        "--idle-timeout",
+        help="limit on silence from the child, e.g. 20s; tether's child sends a heartbeat every "
+        "2s while a step is pending, so keep it well above that (at least 4s)",
+    )
+    p.add_argument(
+        "--memory", help="memory limit with its unit, e.g. 512M or 2G (a bare number is refused)"
+    )
+    p.add_argument("--cpu", help="CPU time limit, e.g. 30s")
+    p.add_argument("--processes", type=int, help="limit on processes/threads at once")
+    p.add_argument("--open-files", type=int, help="limit on open file descriptors")
+    p.add_argument("--file-size", help="largest file the child may write, with its unit, e.g. 100M")
+
+
+def add_isolation_options(p: argparse.ArgumentParser) -> None:
+    """How children are started (`tether run`, `tether orchestrate`); see `config_from`."""
+    p.add_argument(
+        "--launcher",
+        default="local",
+        help=f"run the child under a launcher: {', '.join(launcher_usages())}",
+    )
+    p.add_argument(
+        "--containment",
+        default="auto",
+        help=f"containment tier: auto, {', '.join(TIERS)} (see tether doctor)",
+    )
+    p.add_argument(
+        "--isolation",
+        default="auto",
+        choices=("auto", "sandbox", "process"),
+        help="isolation level: sandbox (Landlock, seccomp, an unprivileged uid as root), "
+        "process (scrub, session, limits only), or auto: the strongest this host supports "
+        "(see tether doctor)",
+    )
+
+
+def limits_from(args: argparse.Namespace) -> Limits:
+    """The limit flags as `Limits`; an error names the flag (`--timeout: ...`)."""
+    return limits_from_flags(
+        {
+            "wall": args.timeout,
+            "idle": args.idle_timeout,
+            "memory": args.memory,
+            "cpu": args.cpu,
+            "processes": args.processes,
+            "open_files": args.open_files,
+            "file_size": args.file_size,
+        }
+    )
+
+
+def config_from(args: argparse.Namespace) -> ChildConfig:
+    return ChildConfig(
+        launcher=args.launcher, containment=args.containment, isolation=args.isolation
+    )
 
 
 def render(result: RunResult) -> str:
@@ -157,25 +193,13 @@ def _render(result: RunResult) -> str:
 
 
 async def _run(args: argparse.Namespace) -> RunResult:
-    limits = limits_from_flags(
-        {
-            "wall": args.timeout,
-            "idle": args.idle_timeout,
-            "memory": args.memory,
-            "cpu": args.cpu,
-            "processes": args.processes,
-            "open_files": args.open_files,
-            "file_size": args.file_size,
-        }
-    )
+    limits = limits_from(args)
     command = shlex.split(args.command) if args.command is not None else None
     if command == []:
         raise UsageError("tether run: --command must not be empty")
     if command is not None:
         command = [_absolute_if_here(arg) for arg in command]
-    config = ChildConfig(
-        launcher=args.launcher, containment=args.containment, isolation=args.isolation
-    )
+    config = config_from(args)
     async with Supervisor(config) as sup:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)
@@ -246,6 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return conformance.main(args)
         if args.cmd == "task-schema":
             return delegation_cli.main(args)
+        if args.cmd == "orchestrate":
+            from tether.parent.delegation import orchestrate_cli
+
+            return orchestrate_cli.main(args)
         args.interrupted, args.interrupted_once = None, False
         result = anyio.run(_run, args)
     except (UsageError, ValueError) as exc:

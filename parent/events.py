@@ -1,4 +1,6 @@
-"""What a supervisor tells its listeners: a run started, the child made progress, a run ended."""
+"""What a supervisor tells its listeners: a run started, the child made progress, a run ended;
+and, for an orchestrated run, what its sub-agents do (`subagent.queued`, `.started`,
+`.progress`, `.completed`, from `tether.parent.delegation.events`)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,13 @@ from typing import Any
 
 import anyio
 
+from tether.parent.delegation.events import (
+    SubagentCompleted,
+    SubagentEvent,
+    SubagentProgress,
+    SubagentQueued,
+    SubagentStarted,
+)
 from tether.protocol.messages import RunResult
 
 
@@ -37,7 +46,12 @@ class RunFinished:
     result: RunResult
 
 
-Event = RunStarted | ChildEvent | RunFinished
+Event = RunStarted | ChildEvent | RunFinished | SubagentEvent
+
+PROGRESS = (ChildEvent, SubagentProgress, SubagentQueued)
+"""The events a slow consumer may lose: progress, and queue positions (each superseded by the
+next). A run's start and end, and a sub-agent's `started` and `completed`, are never dropped."""
+LIFECYCLE = (RunStarted, RunFinished, SubagentStarted, SubagentCompleted)
 
 
 DEFAULT_EVENT_BUFFER = 10_000
@@ -46,10 +60,11 @@ DEFAULT_EVENT_BUFFER = 10_000
 class EventStream:
     """What `Supervisor.events()` yields: an async iterator over events, with a bounded buffer.
 
-    When the consumer falls `buffer` events behind, the oldest *progress* events (`ChildEvent`)
-    still waiting are dropped and counted in `dropped`; the events that say a run started or
-    finished are never dropped (there is one pair per run), so a slow consumer still sees every
-    run begin and end with its result.
+    When the consumer falls `buffer` events behind, the oldest *progress* events (`PROGRESS`:
+    a child's events, a sub-agent's relayed progress and queue positions) still waiting are
+    dropped and counted in `dropped`; the events that say a run or a sub-agent started or
+    finished (`LIFECYCLE`) are never dropped (there is one pair per run), so a slow consumer
+    still sees every run and sub-agent begin and end with its result.
     """
 
     def __init__(self, buffer: int = DEFAULT_EVENT_BUFFER) -> None:
@@ -67,7 +82,7 @@ class EventStream:
         if self._closed:
             return
         self._queue.append(event)
-        if isinstance(event, ChildEvent):
+        if isinstance(event, PROGRESS):
             self._progress += 1
         if len(self._queue) > self._buffer and self._progress:
             self._drop_oldest_progress()
@@ -75,7 +90,7 @@ class EventStream:
 
     def _drop_oldest_progress(self) -> None:
         for i, queued in enumerate(self._queue):
-            if isinstance(queued, ChildEvent):
+            if isinstance(queued, PROGRESS):
                 del self._queue[i]
                 self._progress -= 1
                 self.dropped += 1
@@ -95,6 +110,6 @@ class EventStream:
             self._wake = anyio.Event()
             await self._wake.wait()
         event = self._queue.popleft()
-        if isinstance(event, ChildEvent):
+        if isinstance(event, PROGRESS):
             self._progress -= 1
         return event

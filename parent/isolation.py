@@ -323,6 +323,33 @@ def _normalized(paths: Sequence[str]) -> list[str]:
     return sorted(out)
 
 
+_KEPT_FROM_WORKSPACES = (
+    "/usr", "/etc", "/bin", "/sbin", "/lib", "/boot", "/root",
+    "/dev", "/proc", "/sys", "/run", "/tmp", "/var/tmp",
+)  # fmt: skip
+"""What a sandboxed workspace may not be or contain: the system, and the places the sandbox
+replaces with private mounts (a workspace there would be hidden, or would open the system)."""
+
+
+def workspace_problem(workspace: str) -> str | None:
+    """Why `workspace` cannot be a sandboxed run's workspace, or `None` when it can."""
+    ws = os.path.realpath(workspace)
+    for kept in _KEPT_FROM_WORKSPACES:
+        if kept == ws or kept.startswith(ws.rstrip("/") + "/"):
+            return (
+                f"workspace {ws!r} cannot be sandboxed: it is or contains {kept}, which the "
+                "sandbox keeps read-only or replaces with a private mount; use a directory of "
+                "its own (one under /tmp works)"
+            )
+    inside = ("/usr/", "/etc/", "/bin/", "/sbin/", "/lib/", "/boot/", "/dev/", "/proc/", "/sys/")
+    if ws.startswith(inside):
+        return (
+            f"workspace {ws!r} cannot be sandboxed: it lies in the system's own directories, "
+            "which a sandboxed child must not write"
+        )
+    return None
+
+
 def plan_for(
     level: str,
     *,

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from tether.parent.events import Event, RunFinished, RunStarted
+from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.terminal import clean
 
 PREVIEW = 120
@@ -41,7 +41,9 @@ def describe(ev: Event) -> str | None:
         how = "ok" if r.success else f"failed ({r.failure.kind if r.failure else r.status})"
         took = f" in {r.duration_seconds:.2f}s" if r.duration_seconds is not None else ""
         return f"tether: run {ev.run_id} {how}{took}"
-    return _child_event(ev.kind, ev.data)
+    if isinstance(ev, ChildEvent):
+        return _child_event(ev.kind, ev.data)
+    return None  # a delegation's sub-agent events: `tether orchestrate` shows those
 
 
 def _child_event(kind: str, d: dict[str, Any]) -> str | None:

@@ -173,6 +173,11 @@ class RunHandle:
             self.abort()
         return await self.result()
 
+    def exhaust(self, why: str) -> None:
+        """End the run as `budget_exhausted` for a budget the caller keeps (a delegation tree's
+        tokens, say), `why` as its message; nothing changes once the child has answered."""
+        self._budget_exhausted(why)
+
     def abort(self) -> None:
         """Cut the run now (no grace); the result is `aborted` / `cancelled`."""
         if self._done.is_set():

@@ -66,7 +66,7 @@ ended anyway (only a grandchild that keeps writing into the inherited pipe can u
 log = logging.getLogger("tether.parent")
 
 RequestHandler = Callable[[str, Any], Awaitable[Any]]
-NotificationHandler = Callable[[str, Any], Awaitable[None]]
+NotificationHandler = Callable[[str, Any], None]
 
 
 @dataclass
@@ -80,7 +80,7 @@ async def _nobody_serves(method: str, params: Any) -> Any:
     raise WireError(ErrorCode.NOT_INITIALIZED, f"no run has started in this child yet ({method})")
 
 
-async def _nobody_listens(method: str, params: Any) -> None:
+def _nobody_listens(method: str, params: Any) -> None:
     return None
 
 
@@ -146,8 +146,8 @@ class SupervisedChild:
     async def _route_request(self, method: str, params: Any) -> Any:
         return await self._on_request(method, params)
 
-    async def _route_notification(self, method: str, params: Any) -> None:
-        await self._on_notification(method, params)
+    def _route_notification(self, method: str, params: Any) -> None:
+        self._on_notification(method, params)
 
     # --- the context: background jobs, and the one dispose site -----------------------------
 

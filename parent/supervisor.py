@@ -31,7 +31,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -42,7 +42,7 @@ from tether.parent.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_ke
 from tether.parent.env import build_child_env
 from tether.parent.events import DEFAULT_EVENT_BUFFER, Event, EventStream
 from tether.parent.host import host
-from tether.parent.isolation import Choice, choose_level, probe_host
+from tether.parent.isolation import Choice, choose_level, probe_host, workspace_problem
 from tether.parent.keeper import Keeper
 from tether.parent.launchers import Local, resolve_launcher
 from tether.parent.limits import Limits
@@ -65,6 +65,9 @@ from tether.parent.zygote import Zygote
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
 from tether.protocol.messages import AgentDefinition, AgentRunParams, ChatMessage, RunResult
 from tether.protocol.methods import AGENT_RUN
+
+if TYPE_CHECKING:
+    from tether.parent.delegation.orchestrator import Orchestration
 
 _run_ids = itertools.count(1)
 
@@ -209,6 +212,10 @@ class Supervisor:
         check_spawner(cfg)
         remote = launcher.name if launcher.provides.eof_teardown_only else None
         choice = choose_level(cfg.isolation, remote_launcher=remote)
+        if choice.level == "sandbox":
+            problem = workspace_problem(str(ws))
+            if problem is not None:
+                raise ValueError(problem)
         self._warn_once(choice)
         models = await resolve_models(model, definition)
         params = AgentRunParams(
@@ -262,6 +269,15 @@ class Supervisor:
                 handle.abort()
                 await handle.wait()
             raise
+
+    async def orchestrate(self, prompt: str, **kwargs: Any) -> Orchestration:
+        """Run an orchestrator on `prompt`: a child whose model delegates to sub-agents (each a
+        child of this supervisor) through the `task` tool; see
+        `tether.parent.delegation.orchestrator.orchestrate` for the arguments (`model=` is
+        required). Returns the orchestrator's result, every task call and the usage ledger."""
+        from tether.parent.delegation.orchestrator import orchestrate
+
+        return await orchestrate(self, prompt, **kwargs)
 
     # --- children: registration, spawners -----------------------------------------------------
 
@@ -389,11 +405,17 @@ class Supervisor:
 
     def publish(self, event: Event, extra: EventCallback | None = None) -> None:
         """Hand `event` to the run's own callback and to every subscriber."""
-        for cb in ([extra] if extra else []) + list(self._subscribers):
+        if extra is not None:
             try:
-                cb(event)
+                extra(event)
             except Exception:  # a listener's bug must not break the run
                 pass
+        if self._subscribers:
+            for cb in tuple(self._subscribers):  # a callback may unsubscribe
+                try:
+                    cb(event)
+                except Exception:
+                    pass
 
     # --- interpreter exit -------------------------------------------------------------------
 

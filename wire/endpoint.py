@@ -77,7 +77,8 @@ R = TypeVar("R")
 
 RequestHandler = Callable[[str, Any], Awaitable[Any]]
 """Serve one request: (method, typed params) → result; raise `WireError` to refuse it."""
-NotificationHandler = Callable[[str, Any], Awaitable[None]]
+NotificationHandler = Callable[[str, Any], Awaitable[None] | None]
+"""Take one notification; may be synchronous (return `None`) when it never waits."""
 Gate = Callable[[str], None]
 """Raise `WireError` to refuse a method in the current state."""
 InternalError = Callable[[str, BaseException], str]
@@ -247,7 +248,17 @@ class Endpoint:
         return self.end
 
     async def _on_event(self, ev: Event, tg: TaskGroup) -> None:
-        if isinstance(ev, ResponseReceived | ErrorReceived | ResultInvalid):
+        # Notifications first: a child's progress events are most of what a parent reads.
+        if type(ev) is NotificationReceived:
+            self.last_message_at = self._last_activity_at = time.monotonic()
+            try:
+                self._gate(ev.method)
+            except WireError:
+                return
+            pending = self._on_notification(ev.method, ev.params)
+            if pending is not None:
+                await pending
+        elif isinstance(ev, ResponseReceived | ErrorReceived | ResultInvalid):
             self._touch()
             self._deliver(ev)
         elif isinstance(ev, RequestReceived):
@@ -262,14 +273,12 @@ class Endpoint:
                     await self._budget_freed.wait()
                 self._held += ev.size
                 tg.start_soon(self._serve_in_slot, ev)
-        elif isinstance(ev, NotificationReceived):
-            self._touch()
-            try:
-                self._gate(ev.method)
-            except WireError:
-                return
-            await self._on_notification(ev.method, ev.params)
-        elif isinstance(ev, RequestRefused):
+        else:
+            await self._on_other(ev)
+
+    async def _on_other(self, ev: Event) -> None:
+        """Everything but the common three: refusals, drops, strays, faults, the end."""
+        if isinstance(ev, RequestRefused):
             self._touch()
             await self._refuse(ev)
         elif isinstance(ev, NotificationDropped):

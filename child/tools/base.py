@@ -1,8 +1,10 @@
 """What a tool is, what it returns, and what it may ask of its run.
 
 A tool is any object with `name`, `description`, `input_schema`, `mutates` and an async
-`run(ctx, arguments)`. It sees its run only through `ToolContext` (workspace, mode, approval),
-so tools stay independent of the agent loop and the wire.
+`run(ctx, arguments)`; one may also say `concurrent = True` when its calls may overlap with
+other such calls of the same model turn (only the parent's tools do: see `loop.py`). It sees
+its run only through `ToolContext` (workspace, mode, approval), so tools stay independent of
+the agent loop and the wire.
 """
 
 from __future__ import annotations

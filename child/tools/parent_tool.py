@@ -3,7 +3,9 @@ any other, run by the parent through `tool/call`.
 
 The parent decides which parent tools a run gets (`AgentRunParams.parentTools`); the child only
 forwards the call and hands the model the parent's answer. Such a tool never touches the
-workspace from here, so it needs no approval and explore mode does not deny it.
+workspace from here, so it needs no approval and explore mode does not deny it, and calls of
+parent tools in one model turn may overlap (`concurrent`: the loop runs consecutive ones at the
+same time; the parent orders what they do).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from tether.protocol.messages import ToolSpec
 
 class ParentTool:
     mutates = False
+    concurrent = True
 
     def __init__(self, spec: ToolSpec) -> None:
         self.name = spec.name

@@ -1,6 +1,7 @@
 """The delegation layer: sub-agent definitions, the model-facing task tool, the verifier
-policy, admission control, the usage ledger, and the delegator that runs one task call end to
-end against an injected runner. See docs/delegation.md.
+policy, admission control, the usage ledger, the delegator that runs one task call end to end
+against a runner, the supervisor runner (each sub-agent a supervised child) and the
+orchestrator (`orchestrate`, `Supervisor.orchestrate`). See docs/delegation.md.
 """
 
 from __future__ import annotations
@@ -24,8 +25,15 @@ if TYPE_CHECKING:
     from tether.parent.delegation.files import dump_definitions, load_definitions, load_registry
     from tether.parent.delegation.history import fork_history
     from tether.parent.delegation.ledger import Ledger, LedgerTotals, UsageRecord, read_ledger
+    from tether.parent.delegation.orchestrator import (
+        Orchestration,
+        Running,
+        TaskCall,
+        orchestrate,
+    )
     from tether.parent.delegation.output import TaskOutput, TaskStatus, Verification, task_status
     from tether.parent.delegation.prompts import ORCHESTRATOR_SYSTEM_PROMPT, SUBAGENT_SYSTEM_PROMPT
+    from tether.parent.delegation.runner import SupervisorRunner
     from tether.parent.delegation.snapshot import Snapshot, WorkspaceDiff, diff, take_snapshot
     from tether.parent.delegation.tool import TaskRequest, TaskTool, task_tool
     from tether.parent.delegation.verification import VerifierPolicy
@@ -40,8 +48,10 @@ _LAZY: dict[str, str] = {
     "Ledger": "tether.parent.delegation.ledger",
     "LedgerTotals": "tether.parent.delegation.ledger",
     "ORCHESTRATOR_SYSTEM_PROMPT": "tether.parent.delegation.prompts",
+    "Orchestration": "tether.parent.delegation.orchestrator",
     "Registry": "tether.parent.delegation.definitions",
     "RunRequest": "tether.parent.delegation.delegator",
+    "Running": "tether.parent.delegation.orchestrator",
     "Runner": "tether.parent.delegation.delegator",
     "SUBAGENT_SYSTEM_PROMPT": "tether.parent.delegation.prompts",
     "Snapshot": "tether.parent.delegation.snapshot",
@@ -52,6 +62,8 @@ _LAZY: dict[str, str] = {
     "SubagentQueued": "tether.parent.delegation.events",
     "SubagentStarted": "tether.parent.delegation.events",
     "SubagentStatus": "tether.parent.delegation.events",
+    "SupervisorRunner": "tether.parent.delegation.runner",
+    "TaskCall": "tether.parent.delegation.orchestrator",
     "TaskOutput": "tether.parent.delegation.output",
     "TaskRequest": "tether.parent.delegation.tool",
     "TaskStatus": "tether.parent.delegation.output",
@@ -67,6 +79,7 @@ _LAZY: dict[str, str] = {
     "fork_history": "tether.parent.delegation.history",
     "load_definitions": "tether.parent.delegation.files",
     "load_registry": "tether.parent.delegation.files",
+    "orchestrate": "tether.parent.delegation.orchestrator",
     "parse_verdict": "tether.parent.evidence",
     "read_ledger": "tether.parent.delegation.ledger",
     "take_snapshot": "tether.parent.delegation.snapshot",
@@ -94,9 +107,11 @@ __all__ = [
     "Gate",
     "Ledger",
     "LedgerTotals",
+    "Orchestration",
     "Registry",
     "RunRequest",
     "Runner",
+    "Running",
     "Snapshot",
     "SubagentCompleted",
     "SubagentDefinition",
@@ -105,6 +120,8 @@ __all__ = [
     "SubagentQueued",
     "SubagentStarted",
     "SubagentStatus",
+    "SupervisorRunner",
+    "TaskCall",
     "TaskOutput",
     "TaskRequest",
     "TaskStatus",
@@ -120,6 +137,7 @@ __all__ = [
     "fork_history",
     "load_definitions",
     "load_registry",
+    "orchestrate",
     "parse_verdict",
     "read_ledger",
     "take_snapshot",

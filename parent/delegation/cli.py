@@ -1,7 +1,10 @@
 """`tether task-schema [--agents FILE] [--format json-schema|openai|openai-responses|anthropic]`:
 print the task tool for the built-in roles, or for the definitions in FILE, in the format a
 model API takes. Exit 0 with the schema on stdout; 2 when FILE is unreadable or wrong (the
-message names the table and key) or defines no agent (then there is no task tool)."""
+message names the table and key) or defines no agent (then there is no task tool).
+
+`tether orchestrate`'s own options are declared here too (the run is in `orchestrate_cli.py`);
+building the parser imports nothing heavy."""
 
 from __future__ import annotations
 
@@ -42,3 +45,56 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.agents} defines no [[agent]] table, so there is no task tool")
     sys.stdout.write(json.dumps(tool.export(args.format), indent=2, ensure_ascii=False) + "\n")
     return 0
+
+
+def add_orchestrate_arguments(p: argparse.ArgumentParser) -> None:
+    """`tether orchestrate`'s own options; the limit and isolation flags are `tether run`'s."""
+    p.add_argument("prompt", help="the task for the orchestrator")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="the orchestrator's model (and every sub-agent's whose definition names none), "
+        "e.g. scripted:FILE or openai:MODEL",
+    )
+    p.add_argument(
+        "--agents",
+        metavar="FILE",
+        help="a TOML definitions file ([[agent]] tables); default: the built-in roles",
+    )
+    p.add_argument("--workspace", default=".", help="directory every agent works in")
+    p.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=4,
+        metavar="N",
+        help="sub-agents running at once; more queue (default 4)",
+    )
+    p.add_argument(
+        "--token-budget",
+        type=int,
+        metavar="N",
+        help="input + output tokens for the whole tree, orchestrator included",
+    )
+    p.add_argument(
+        "--max-steps", type=int, default=40, metavar="N", help="the orchestrator's model turns"
+    )
+    p.add_argument(
+        "--verify-min-files",
+        type=int,
+        default=3,
+        metavar="N",
+        help="a build sub-agent's change touching N files or more is verified (default 3)",
+    )
+    p.add_argument(
+        "--max-fix-cycles",
+        type=int,
+        default=2,
+        metavar="N",
+        help="fix-and-reverify cycles after a FAIL verdict (default 2)",
+    )
+    p.add_argument("--ledger", metavar="FILE", help="also append the usage ledger to FILE (JSONL)")
+    p.add_argument("--description", default="", help="short label for the orchestrator's run")
+    p.add_argument(
+        "--json", action="store_true", help="print the result, the task calls and the ledger"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -2,7 +2,7 @@
 
 A definition is the wire's `AgentDefinition` (what the child is told) plus what stays in the
 parent: `provider`, the name of what runs it (`spawn`, a fresh tether child, is the default;
-phase 2 resolves the name). Keys are spelled as on the wire (camelCase), with one deliberate
+`runner.py` resolves the name). Keys are spelled as on the wire (camelCase), with one deliberate
 rename: the step limit is `maxSteps` here, as in the task tool's world, and `maxIterations` on
 the wire, where the child counts its model turns as iterations. `to_wire()` maps one onto the
 other, so the wire stays as it is; definitions files refuse `maxIterations` with a pointer to

@@ -23,11 +23,12 @@ State: the live sub-agents (`_live`, for `status()`), the two gates, the tree bu
 ledger. All of it belongs to the event loop that runs `execute`; independent task calls run
 concurrently by calling `execute` from concurrent tasks (one per tool call of a model turn).
 
-The runner is the seam phase 2 fills with the supervisor: it spawns a child with
-`request.agent` (the wire definition: mode, system prompt and token cap applied), the prompt
-and the fork history in the workspace, relays the child's events through `request.progress`,
-reports the broker-counted usage through `request.report_usage`, stops the child when
-`request.over_budget()` turns true, and returns the child's `RunResult` with the broker's usage.
+The runner is a seam; `runner.SupervisorRunner` fills it with the supervisor: it spawns a
+child with `request.agent` (the wire definition: mode, system prompt and token cap applied),
+the prompt and the fork history in the workspace, relays the child's events through
+`request.progress`, reports the broker-counted usage through `request.report_usage`, stops the
+child when `request.over_budget()` turns true, and returns the child's `RunResult` with the
+broker's usage.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from tether.parent.delegation.events import (
     SubagentStatus,
     WaitingFor,
 )
-from tether.parent.delegation.history import fork_history
+from tether.parent.delegation.history import fork_history, without_tools
 from tether.parent.delegation.ledger import Ledger, UsageRecord, now
 from tether.parent.delegation.output import (
     TaskOutput,
@@ -235,7 +236,10 @@ class Delegator:
             )
         definition = self.definitions[got.subagent_type]
         read_only = definition.read_only if got.read_only is None else got.read_only
-        fork = tuple(fork_history(history, tool_call_id)) if got.fork_context else ()
+        fork: tuple[ChatMessage, ...] = ()
+        if got.fork_context:
+            # The sub-agent has no task tool: earlier task exchanges reach it as text.
+            fork = tuple(without_tools(fork_history(history, tool_call_id), {self.tool.name}))
         call = _Call(got, tool_call_id, on_event)
         if read_only:
             sid, result = await self._run(call, definition, True, got.prompt, fork, "task")
@@ -502,7 +506,11 @@ class Delegator:
                 call,
                 live.role,
                 status,
-                result.message or result.summary,
+                # A finished run's summary says more than "the agent called complete"; any
+                # other end is told by why it ended.
+                (result.summary or result.message)
+                if status == "completed"
+                else (result.message or result.summary),
                 success=status == "completed",
                 run_id=result.run_id,
             ),

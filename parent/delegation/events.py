@@ -3,8 +3,10 @@
 Each event has a `name` (`subagent.queued`, `subagent.started`, `subagent.progress`,
 `subagent.completed`) and the sub-agent's `id`, `type` and `label`. `subagent.progress` relays
 one event of the child (its `kind` and `data`, as in `agent/event`: `step`, `tool_call`,
-`text`, `heartbeat`, ...) with the running figures a live view needs. Phase 2 puts these on the
-supervisor's stream beside its own `RunStarted` / `ChildEvent` / `RunFinished`.
+`text`, `heartbeat`, ...) with the running figures a live view needs. An orchestrated run puts
+them on the supervisor's stream beside its own `RunStarted` / `ChildEvent` / `RunFinished`,
+each with `parent_run_id`, the orchestrator's run id (the sub-agent's own runs appear there
+too, as plain runs; `subagent.completed` names the sub-agent's `run_id`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class SubagentQueued:
     waiting_for: WaitingFor
     limit: int
     """The cap it waits under (concurrent sub-agents, or 1 writer)."""
+    parent_run_id: str = ""
+    """The run whose task call this is (the orchestrator's), when the caller says."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class SubagentStarted:
     tool_call_id: str
     role: Role
     read_only: bool
+    parent_run_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class SubagentProgress:
     elapsed: float
     tokens: int
     """Input + output tokens counted so far (as the runner reported them)."""
+    parent_run_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,7 @@ class SubagentCompleted:
     status: TaskStatus
     message: str
     run_id: str = ""
+    parent_run_id: str = ""
 
 
 SubagentEvent = SubagentQueued | SubagentStarted | SubagentProgress | SubagentCompleted

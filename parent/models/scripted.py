@@ -12,12 +12,24 @@ File format (a list, or an object with `"turns"`)::
 Each run (by `runId`) walks the turns from the first; a run that asks for more turns than the
 script holds gets a MODEL_ERROR, which the child reports as the run's failure. Compaction
 requests (`purpose: "compaction"`) are answered with a fixed summary and do not use up turns.
+
+One file can script several agents (an orchestrator and its sub-agents, say): an object with
+`"scripts"`, each a `"turns"` list with an optional `"when"`, a regular expression. A run takes
+the first script whose `when` is found in its first request (the text of every message, the
+system prompt and the task included; a script without `when` matches any run) and keeps it::
+
+    {"scripts": [
+      {"when": "You are an orchestrator", "turns": [...]},
+      {"when": "Role: verifier(?s:.*)fixed the guard", "turns": [...]},
+      {"turns": [...]}
+    ]}
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -55,12 +67,35 @@ class ScriptedTurn(msgspec.Struct, frozen=True, rename="camel"):
 
 class Script(msgspec.Struct, frozen=True):
     turns: list[ScriptedTurn]
+    when: str | None = None
+    """A regular expression searched in a run's first request; `None` matches any run."""
+
+
+class Scripts(msgspec.Struct, frozen=True):
+    scripts: list[Script]
 
 
 class ScriptedModel:
-    def __init__(self, turns: list[ScriptedTurn], name: str = "scripted") -> None:
-        self.turns = turns
+    def __init__(
+        self,
+        turns: list[ScriptedTurn] | None = None,
+        name: str = "scripted",
+        *,
+        scripts: list[Script] | None = None,
+    ) -> None:
+        if scripts is None:
+            scripts = [Script(turns=list(turns or []))]
+        elif turns is not None:
+            raise ValueError("a scripted model takes turns or scripts, not both")
+        self.scripts = scripts
+        self.turns = scripts[0].turns if len(scripts) == 1 else []
+        """The turns of a single-script model."""
         self.name = name
+        try:
+            self._when = [None if s.when is None else re.compile(s.when) for s in scripts]
+        except re.error as exc:
+            raise ValueError(f"bad model script {name}: a `when` pattern: {exc}") from None
+        self._chosen: dict[str, int] = {}
         self._cursor: dict[str, int] = {}
         self._ids = itertools.count(1)
 
@@ -100,10 +135,31 @@ class ScriptedModel:
             if raw.lstrip()[:1] == b"[":
                 turns = msgspec.json.decode(raw, type=list[ScriptedTurn])
             else:
-                turns = msgspec.json.decode(raw, type=Script).turns
+                obj = msgspec.json.decode(raw)
+                if isinstance(obj, dict) and "scripts" in obj:
+                    scripts = msgspec.convert(obj, type=Scripts).scripts
+                    return cls(name=name, scripts=scripts)
+                turns = msgspec.convert(obj, type=Script).turns
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise ValueError(f"bad model script {name}: {exc}") from exc
         return cls(turns, name)
+
+    def _script_of(self, params: ModelCompleteParams) -> list[ScriptedTurn]:
+        """The run's script, chosen on its first turn; raises MODEL_ERROR when none matches."""
+        chosen = self._chosen.get(params.run_id)
+        if chosen is None:
+            text = "\n".join(m.content for m in params.messages)
+            for i, pattern in enumerate(self._when):
+                if pattern is None or pattern.search(text):
+                    chosen = self._chosen[params.run_id] = i
+                    break
+            else:
+                raise RemoteError(
+                    ErrorCode.MODEL_ERROR,
+                    f"the scripted model has no script for this run (none of the {len(self._when)}"
+                    " `when` patterns is found in its first request)",
+                )
+        return self.scripts[chosen].turns
 
     async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
         if params.purpose == "compaction":
@@ -111,14 +167,15 @@ class ScriptedModel:
                 message=ChatMessage(role="assistant", content="(summary of earlier turns)"),
                 usage=Usage(),
             )
+        turns = self._script_of(params)
         i = self._cursor.get(params.run_id, 0)
-        if i >= len(self.turns):
+        if i >= len(turns):
             raise RemoteError(
                 ErrorCode.MODEL_ERROR,
-                f"the scripted model has no turn {i + 1} (the script holds {len(self.turns)})",
+                f"the scripted model has no turn {i + 1} (the script holds {len(turns)})",
             )
         self._cursor[params.run_id] = i + 1
-        turn = self.turns[i]
+        turn = turns[i]
         if turn.delay > 0:
             await anyio.sleep(turn.delay)
         if turn.error is not None:

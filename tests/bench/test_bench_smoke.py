@@ -87,3 +87,17 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
         assert row.rstrip().endswith(("| met |", "| **missed** |")), row
     for needle in TARGETS:
         assert needle in targets, needle
+
+
+@pytest.mark.timeout(120)
+def test_the_orchestration_benchmark_measures_each_figure() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.orchestration", "--rounds", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    names = [line.split()[0] for line in proc.stdout.splitlines()]
+    assert names == ["plain", "delegated", "demo", "overhead"]

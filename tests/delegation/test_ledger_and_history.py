@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tether.parent.delegation import Ledger, UsageRecord, fork_history, read_ledger
+from tether.parent.delegation.history import without_tools
 from tether.parent.delegation.ledger import OrchestratorUsage
 from tether.protocol.messages import ChatMessage, ToolCall, Usage
 
@@ -125,3 +126,64 @@ def test_fork_history_is_a_prefix_without_system_messages_and_no_unanswered_call
             answered = {r.tool_call_id for r in got[i + 1 :] if r.role == "tool"}
             assert all(c.id in answered for c in m.tool_calls)
             assert call_id is None or all(c.id != call_id for c in m.tool_calls)
+
+
+# --- calls of tools a sub-agent does not have --------------------------------------------------
+
+MIXED = ChatMessage(
+    role="assistant",
+    content="Reading and delegating.",
+    tool_calls=[
+        ToolCall(id="t1", name="task", arguments={"prompt": "x"}),
+        ToolCall(id="r2", name="read_file", arguments={"path": "a.py"}),
+    ],
+)
+TASK_RESULT = ChatMessage(role="tool", content='{"status": "completed"}', tool_call_id="t1")
+READ2_RESULT = ChatMessage(role="tool", content="a = 1", tool_call_id="r2")
+
+
+def test_a_forked_task_exchange_becomes_text_and_the_other_calls_stay_calls() -> None:
+    after = ChatMessage(role="assistant", content="Done.")
+    got = without_tools([ASK, MIXED, TASK_RESULT, READ2_RESULT, after], {"task"})
+    assert [m.role for m in got] == ["user", "assistant", "tool", "user", "assistant"]
+    assistant, read_result, note = got[1], got[2], got[3]
+    assert [c.id for c in assistant.tool_calls] == ["r2"]
+    assert assistant.content == 'Reading and delegating.\n[called task t1: {"prompt":"x"}]'
+    # The kept call's result comes right after its turn, the rewritten result after that.
+    assert read_result == READ2_RESULT
+    assert note.content.endswith('[task t1 result] {"status": "completed"}')
+    assert got[4] == after
+
+
+def test_a_transcript_without_those_tools_is_unchanged() -> None:
+    transcript = [ASK, READ, READ_RESULT]
+    assert without_tools(transcript, {"task"}) == transcript
+
+
+calls_of = st.builds(ToolCall, id=st.sampled_from(["t1", "t2"]), name=st.just("task")) | st.builds(
+    ToolCall, id=st.sampled_from(["a", "b"]), name=st.just("read_file")
+)
+mixed_messages = st.builds(
+    ChatMessage,
+    role=roles,
+    content=st.text(max_size=3),
+    tool_calls=st.lists(calls_of, max_size=2),
+    tool_call_id=st.none() | st.sampled_from(["t1", "t2", "a", "b"]),
+)
+
+
+@given(st.lists(mixed_messages, max_size=12))
+def test_no_call_or_result_of_a_removed_tool_is_left(transcript: list[ChatMessage]) -> None:
+    got = without_tools(transcript, {"task"})
+    assert all(c.name != "task" for m in got if m.role == "assistant" for c in m.tool_calls)
+    # A result of an earlier task call is gone (it comes back inside a user note); every other
+    # message is kept, in order.
+    expected, task_calls = [], set()
+    for m in transcript:
+        if m.role == "assistant":
+            task_calls |= {c.id for c in m.tool_calls if c.name == "task"}
+        if not (m.role == "tool" and m.tool_call_id in task_calls):
+            expected.append(m.role)
+    notes = [m for m in got if m.content.startswith("Results of the calls")]
+    assert [m.role for m in got if m not in notes] == expected
+    assert all(m.role == "user" for m in notes)

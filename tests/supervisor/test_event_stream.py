@@ -67,3 +67,32 @@ async def test_a_consumer_that_never_reads_holds_at_most_the_buffer(tmp_path: Pa
     assert sum(isinstance(e, RunStarted) for e in got) == 3
     assert sum(isinstance(e, ChildEvent) for e in got) <= 5
     assert stream.dropped > 0
+
+
+async def test_a_sub_agents_start_and_end_are_kept_while_its_progress_and_queue_places_drop() -> (
+    None
+):
+    from tether.parent.delegation.events import (
+        SubagentCompleted,
+        SubagentProgress,
+        SubagentQueued,
+        SubagentStarted,
+    )
+
+    def relayed(seq: int) -> SubagentProgress:
+        return SubagentProgress(
+            "sa-1", "explorer", "look", "step", {"iteration": seq}, seq, None, 0.0, 0
+        )
+
+    stream = EventStream(buffer=3)
+    queued = [SubagentQueued("sa-1", "explorer", "look", "c1", n, "slot", 1) for n in (2, 1)]
+    started = SubagentStarted("sa-1", "explorer", "look", "c1", "task", True)
+    completed = SubagentCompleted(
+        "sa-1", "explorer", "look", "c1", "task", True, "completed", "", "run-9"
+    )
+    for ev in [*queued, started, *(relayed(seq) for seq in range(6)), completed]:
+        stream.put(ev)
+    stream.close()
+    got = [ev async for ev in stream]
+    assert got == [started, relayed(5), completed]
+    assert stream.dropped == 2 + 5

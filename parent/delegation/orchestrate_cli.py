@@ -1,0 +1,156 @@
+"""`tether orchestrate PROMPT --model M [--agents FILE] [--workspace DIR] [--json] ...`: run an
+orchestrator and its sub-agents, show them live on stderr, print the outcome on stdout.
+
+Stdout: the orchestrator's result, each task call's outcome (status, steps, artifacts,
+verification) and the usage ledger with totals; with `--json`, `Orchestration.to_dict()`.
+Stderr: a nested live view on a terminal, plain lines otherwise (`live.py`); nothing with
+`--quiet`. Exit status: 0 when the orchestrator succeeded, 1 when it did not, 2 for bad usage
+(nothing is spawned then); after SIGINT/SIGTERM, 128 + the signal (the first asks the
+orchestrator to abort, a second cuts it; either way every child is gone before tether exits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import anyio
+import msgspec
+
+from tether.parent.terminal import clean
+
+if TYPE_CHECKING:
+    from tether.parent.delegation.orchestrator import Orchestration, Running
+    from tether.parent.runs import RunHandle
+
+
+def main(args: argparse.Namespace) -> int:
+    """Raises ValueError (bad usage, exit 2) for a bad definitions file, model or limit."""
+    from tether.parent.cli import config_from, limits_from
+    from tether.parent.delegation.builtins import builtin_registry
+    from tether.parent.delegation.files import load_registry
+    from tether.parent.delegation.verification import VerifierPolicy
+
+    registry = builtin_registry() if args.agents is None else load_registry(args.agents)
+    if args.max_concurrent < 1:
+        raise ValueError("--max-concurrent must be at least 1")
+    if args.token_budget is not None and args.token_budget < 1:
+        raise ValueError("--token-budget must be at least 1")
+    if args.max_steps < 1:
+        raise ValueError("--max-steps must be at least 1")
+    policy = VerifierPolicy(min_files=args.verify_min_files, max_fix_cycles=args.max_fix_cycles)
+    args.interrupted, args.interrupted_once = None, False
+    got = anyio.run(_orchestrate, args, registry, limits_from(args), config_from(args), policy)
+    if args.json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(got.to_dict())).decode() + "\n")
+    else:
+        print(render_orchestration(got))
+    if args.interrupted is not None:
+        return 128 + int(args.interrupted)
+    return 0 if got.success else 1
+
+
+async def _orchestrate(
+    args: argparse.Namespace, registry: object, limits: object, config: object, policy: object
+) -> Orchestration:
+    from tether.parent.cli import _cancel_on_signal
+    from tether.parent.delegation.live import LiveView
+    from tether.parent.supervisor import Supervisor
+
+    view = None if args.quiet else LiveView(sys.stderr)
+    handles: list[RunHandle] = []
+    ready = anyio.Event()
+
+    def started(running: Running) -> None:
+        handle = running.handle
+        handles.append(handle)
+        ready.set()
+        if view is not None:
+            usage = handle.broker.brokered
+            view.state.tokens = lambda: usage.input_tokens + usage.output_tokens
+
+    refused: ValueError | None = None
+    async with Supervisor(config) as sup:  # type: ignore[arg-type]
+        async with anyio.create_task_group() as tg:
+
+            async def watch_signals() -> None:
+                await ready.wait()
+                await _cancel_on_signal(handles[0], args, tg)
+
+            tg.start_soon(watch_signals)
+            if view is not None:
+                tg.start_soon(view.refresh)
+            try:
+                got = await sup.orchestrate(
+                    args.prompt,
+                    model=args.model,
+                    definitions=registry,
+                    workspace=args.workspace,
+                    limits=limits,
+                    max_steps=args.max_steps,
+                    max_concurrent=args.max_concurrent,
+                    token_budget=args.token_budget,
+                    verifier=policy,
+                    ledger=args.ledger,
+                    description=args.description,
+                    on_event=view,
+                    on_start=started,
+                )
+            except ValueError as exc:  # bad usage: raised as itself, not in a group
+                refused = exc
+            tg.cancel_scope.cancel()
+        if refused is not None:
+            raise refused
+        if view is not None:
+            view.draw()
+        return got
+
+
+def render_orchestration(got: Orchestration) -> str:
+    """The readable outcome: the orchestrator's result, each task call, the usage ledger."""
+    from tether.parent.cli import render
+
+    lines = ["orchestrator:", *("  " + ln for ln in render(got.result).splitlines())]
+    if got.tasks:
+        lines.append("task calls:")
+    for t in got.tasks:
+        o = t.output
+        args = t.arguments if isinstance(t.arguments, dict) else {}
+        what = f"{args.get('subagent_type', '?')} {str(args.get('description', ''))!r}"
+        lines.append(f"  {t.tool_call_id} {what}: {o.status} ({o.steps} steps)")
+        if o.summary:
+            lines.append(f"    summary: {o.summary}")
+        if o.message and o.status != "completed":
+            lines.append(f"    why: {o.message}")
+        for a in o.artifacts:
+            lines.append(f"    artifact {a.path} ({a.fs_type}, {a.size} bytes)")
+        if o.changed_files:
+            lines.append(f"    changed: {', '.join(o.changed_files)}")
+        if o.verification is not None:
+            v = o.verification
+            lines.append(f"    verification: {v.verdict} after {v.fix_cycles} fix cycle(s)")
+    lines.append("usage ledger:")
+    for r in got.ledger.records:
+        seconds = _seconds(r.started_at, r.completed_at)
+        lines.append(
+            f"  {r.subagent_id:<6} {r.definition:<10} {r.role:<8} {r.label[:32]!r:<34} "
+            f"{r.status:<19} {r.steps:>3} steps {r.usage.input_tokens:>7} in "
+            f"{r.usage.output_tokens:>6} out {seconds:>6.2f}s"
+        )
+    totals = got.ledger.totals()
+    orch = totals.orchestrator
+    lines.append(f"  {'orchestrator':<55} {orch.input_tokens:>7} in {orch.output_tokens:>6} out")
+    lines.append(
+        f"  total: {totals.runs} sub-agent run(s); {totals.total.input_tokens} in / "
+        f"{totals.total.output_tokens} out tokens"
+    )
+    return clean("\n".join(lines))
+
+
+def _seconds(start: str, end: str) -> float:
+    try:
+        return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+    except ValueError:
+        return 0.0

@@ -1,0 +1,332 @@
+"""The orchestrator: a top-level agent whose model delegates through the `task` tool.
+
+Theory of operation
+-------------------
+`orchestrate(sup, prompt, model=...)` (or `Supervisor.orchestrate`) runs the orchestrator as a
+supervised tether child like any other run: the built-in loop, the orchestrator system prompt
+(`ORCHESTRATOR_SYSTEM_PROMPT`), explore mode unless `read_only=False`, its own limits. Its one
+extra is a *parent tool*, `task`, built from the definitions (`TaskTool`): the child offers it
+to its model, and each call comes back to this parent as a `tool/call` request, which a
+`Delegator` serves with a `SupervisorRunner`. So every sub-agent is a child of this supervisor,
+a sibling of the orchestrator; the tree stays flat, the orchestrator's own tools stay inside its
+child, and no sub-agent can delegate (it is offered no parent tool, and the broker refuses one
+it was not offered). Several `task` calls of one model turn overlap (the child runs consecutive
+parent-tool calls at once), so independent sub-agents run in parallel, under the delegator's
+admission control.
+
+What a task call gets:
+- fork context: the orchestrator's completed turns as its broker recorded them
+  (`Broker.completed_turns`: the parent's own record, never the child's word), cut before any
+  unanswered call (`fork_history`) and with the orchestrator's `task` exchanges rewritten as
+  text (`without_tools`), since a sub-agent has no `task` tool;
+- the result: `TaskOutput` as JSON, written to the ledger before it is handed back.
+
+Usage: the ledger holds one record per sub-agent run and the orchestrator's own usage, both as
+the parent's brokers counted them. The tree's token budget counts the orchestrator's tokens as
+well as every sub-agent's: once spent, new task calls are refused, every live sub-agent ends as
+`budget_exhausted` (its result reaches the ledger and the orchestrator's model as `truncated`),
+and the orchestrator's next model turn is refused, which ends it as `budget_exhausted` too.
+
+Events: the orchestrator's own run events and the delegator's `subagent.*` events (tagged with
+the orchestrator's run id) go to `on_event` and to the supervisor's subscribers; the sub-agents'
+own runs are on the supervisor's stream as plain runs.
+
+Cancellation: cancelling `orchestrate` (or its run) disposes of the orchestrator's child; the
+task calls it was waiting for are cancelled with it, and each disposes of its sub-agent before
+the cancellation goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import msgspec
+
+from tether.parent.broker import ParentTool
+from tether.parent.delegation.builtins import builtin_registry
+from tether.parent.delegation.definitions import Registry, SubagentDefinition
+from tether.parent.delegation.delegator import DEFAULT_MAX_CONCURRENT, Delegator
+from tether.parent.delegation.events import SubagentEvent, SubagentStatus
+from tether.parent.delegation.history import fork_history, without_tools
+from tether.parent.delegation.ledger import Ledger, LedgerTotals
+from tether.parent.delegation.output import TaskOutput
+from tether.parent.delegation.prompts import (
+    BUILD_MODE_NOTE,
+    EXPLORE_MODE_NOTE,
+    ORCHESTRATOR_SYSTEM_PROMPT,
+)
+from tether.parent.delegation.runner import TREE_SPENT, ProviderRunner, SupervisorRunner
+from tether.parent.delegation.verification import VerifierPolicy
+from tether.parent.limits import Limits
+from tether.parent.models import ModelProvider
+from tether.parent.runs import EventCallback
+from tether.protocol import ErrorCode, WireError
+from tether.protocol.messages import (
+    AgentDefinition,
+    ModelCompleteParams,
+    ModelCompleteResult,
+    RunResult,
+    ToolCallParams,
+    ToolCallResult,
+    ToolSpec,
+    Usage,
+)
+
+if TYPE_CHECKING:
+    from tether.parent.config import ChildConfig
+    from tether.parent.runs import RunHandle
+    from tether.parent.supervisor import Supervisor
+
+DEFAULT_ORCHESTRATOR_STEPS = 40
+ORCHESTRATOR_TYPE = "orchestrator"
+
+
+@dataclass(frozen=True)
+class TaskCall:
+    """One task call the orchestrator's model made, and what it got back."""
+
+    tool_call_id: str
+    arguments: Any
+    output: TaskOutput
+
+
+@dataclass(frozen=True)
+class Running:
+    """An orchestration under way: what `orchestrate(on_start=...)` is handed once the
+    orchestrator's child is started, for live queries."""
+
+    handle: RunHandle
+    """The orchestrator's run (`cancel()`, `broker.brokered` for its tokens so far)."""
+    delegator: Delegator
+
+    def status(self) -> list[SubagentStatus]:
+        """Every queued or running sub-agent: state, queue position, elapsed time, step, last
+        tool, tokens so far."""
+        return self.delegator.status()
+
+    def limits(self) -> dict[str, Any]:
+        """The cap, how many run and wait, the tree budget and what is spent of it."""
+        return self.delegator.limits()
+
+
+@dataclass
+class Orchestration:
+    """What an orchestrated run gives back: the orchestrator's own result, every task call with
+    its output, and the usage ledger (a record per sub-agent run, the orchestrator's usage,
+    totals)."""
+
+    result: RunResult
+    ledger: Ledger
+    tasks: list[TaskCall] = field(default_factory=list)
+
+    @property
+    def success(self) -> bool:
+        return self.result.success
+
+    def totals(self) -> LedgerTotals:
+        return self.ledger.totals()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form (`tether orchestrate --json`)."""
+        return {
+            "result": msgspec.to_builtins(self.result),
+            "tasks": [
+                {
+                    "toolCallId": t.tool_call_id,
+                    "arguments": t.arguments,
+                    "output": t.output.to_dict(),
+                }
+                for t in self.tasks
+            ],
+            "ledger": {
+                "subagents": msgspec.to_builtins(self.ledger.records),
+                "orchestrator": msgspec.to_builtins(self.ledger.orchestrator),
+                "totals": msgspec.to_builtins(self.ledger.totals()),
+            },
+        }
+
+
+def orchestrator_definition(
+    *, read_only: bool = True, max_steps: int = DEFAULT_ORCHESTRATOR_STEPS
+) -> AgentDefinition:
+    """The orchestrator's wire definition: its system prompt and mode note; no model (the
+    caller's `model` is the run's)."""
+    note = EXPLORE_MODE_NOTE if read_only else BUILD_MODE_NOTE
+    return AgentDefinition(
+        type=ORCHESTRATOR_TYPE,
+        description="The top-level agent: solves the task, delegating through the task tool.",
+        max_iterations=max_steps,
+        instructions=f"{ORCHESTRATOR_SYSTEM_PROMPT.strip()}\n{note.strip()}",
+        read_only=read_only,
+    )
+
+
+async def orchestrate(
+    sup: Supervisor,
+    prompt: str,
+    *,
+    model: str | ModelProvider,
+    definitions: Registry | Iterable[SubagentDefinition] | None = None,
+    workspace: str | os.PathLike[str] = ".",
+    limits: Limits | None = None,
+    subagent_limits: Limits | None = None,
+    config: ChildConfig | None = None,
+    subagent_config: ChildConfig | None = None,
+    read_only: bool = True,
+    max_steps: int = DEFAULT_ORCHESTRATOR_STEPS,
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+    token_budget: int | None = None,
+    verifier: VerifierPolicy | None = None,
+    ledger: Ledger | str | os.PathLike[str] | None = None,
+    models: Mapping[str, ModelProvider] | None = None,
+    providers: Mapping[str, ProviderRunner] | None = None,
+    description: str = "",
+    on_event: EventCallback | None = None,
+    on_start: Callable[[Running], None] | None = None,
+) -> Orchestration:
+    """Run an orchestrator on `prompt` with the task tool over `definitions` (default: the
+    built-in roles; an empty set gives it no task tool) and return an `Orchestration`.
+
+    `model`: the orchestrator's, and every sub-agent's whose definition names none. `limits` /
+    `config`: the orchestrator's child; `subagent_limits` / `subagent_config`: each sub-agent's
+    (default: the same). `max_concurrent`, `token_budget`, `verifier`: admission control and the
+    verifier policy (`Delegator`). `ledger`: a `Ledger`, or a path for its JSON Lines file.
+    `models`: provider objects by the name a definition's `model` gives; `providers`: runners
+    by the name a definition's `provider` gives (`spawn` is built in). `on_start(running)`, if
+    given, is called once the orchestrator's child is started, with a `Running` for live
+    queries (`status()`, `limits()`) and the orchestrator's `RunHandle`.
+
+    Raises `ValueError` for bad usage before anything is spawned; never for what a child did.
+    """
+    registry = (
+        builtin_registry()
+        if definitions is None
+        else definitions
+        if isinstance(definitions, Registry)
+        else Registry(definitions)
+    )
+    book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+    runner = SupervisorRunner(
+        sup,
+        default_model=model,
+        models=models,
+        workspace=workspace,
+        limits=subagent_limits if subagent_limits is not None else limits,
+        config=subagent_config if subagent_config is not None else config,
+        providers=providers,
+    )
+    # Resolved once: the orchestrator and every sub-agent without a model of its own share it.
+    provider = await runner.resolve(model) if isinstance(model, str) else model
+    runner.default_model = provider
+    box: list[RunHandle] = []
+
+    def publish(event: SubagentEvent) -> None:
+        tagged = dataclasses.replace(event, parent_run_id=box[0].run_id if box else "")
+        sup.publish(tagged, on_event)
+
+    delegator = Delegator(
+        registry,
+        runner,
+        workspace=workspace,
+        max_concurrent=max_concurrent,
+        token_budget=token_budget,
+        verifier=verifier,
+        ledger=book,
+        on_event=publish,
+    )
+    tasks: list[TaskCall] = []
+    calls = 0
+
+    async def serve_task(params: ToolCallParams) -> ToolCallResult:
+        nonlocal calls
+        calls += 1
+        call_id = params.call_id or f"task-{calls}"
+        history = without_tools(fork_history(box[0].broker.completed_turns()), {"task"})
+        output = await delegator.execute(params.arguments, tool_call_id=call_id, history=history)
+        tasks.append(TaskCall(call_id, params.arguments, output))
+        return ToolCallResult(content=output.to_json(), is_error=output.error is not None)
+
+    parent_tools = []
+    if delegator.tool is not None:
+        spec = ToolSpec(
+            name=delegator.tool.name,
+            description=delegator.tool.description,
+            input_schema=delegator.tool.input_schema,
+        )
+        parent_tools.append(ParentTool(spec, serve_task))
+
+    counted = Usage()
+    if token_budget is not None:
+        provider = _TreeGuard(provider, delegator, box)
+
+    async def on_turn(params: ModelCompleteParams, result: ModelCompleteResult) -> None:
+        nonlocal counted
+        if not box:
+            return
+        now = box[0].broker.brokered.usage
+        _add_usage(book, counted, now)
+        counted = now
+        delegator.budget.report(ORCHESTRATOR_TYPE, now.input_tokens + now.output_tokens)
+        if delegator.budget.exceeded():
+            runner.stop_all(TREE_SPENT)
+
+    handle = await sup.start(
+        prompt,
+        agent=orchestrator_definition(read_only=read_only, max_steps=max_steps),
+        workspace=workspace,
+        model=provider,
+        limits=limits,
+        description=description,
+        config=config,
+        parent_tools=parent_tools,
+        on_event=on_event,
+        on_turn=on_turn,
+    )
+    box.append(handle)
+    if on_start is not None:
+        on_start(Running(handle, delegator))
+    try:
+        result = await handle.result()
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True):
+            handle.abort()
+            await handle.wait()
+        raise
+    # What the broker counted past the last turn (compaction calls): the ledger's figure for
+    # the orchestrator is the broker's, exactly.
+    _add_usage(book, counted, result.usage)
+    return Orchestration(result=result, ledger=book, tasks=tasks)
+
+
+class _TreeGuard:
+    """The orchestrator's model behind the tree budget: once the tree has spent it, the
+    orchestrator's next model request is refused and its run ends as `budget_exhausted`
+    (checked before the call, so no turn is paid for past the budget)."""
+
+    def __init__(self, inner: ModelProvider, delegator: Delegator, box: list[RunHandle]) -> None:
+        self.inner = inner
+        self.delegator = delegator
+        self.box = box
+
+    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+        budget = self.delegator.budget
+        if budget.exceeded():
+            why = f"{TREE_SPENT} ({budget.spent} of {budget.total} tokens used)"
+            if self.box:
+                self.box[0].exhaust(why)
+            raise WireError(ErrorCode.BUDGET_EXHAUSTED, why)
+        return await self.inner.complete(params)
+
+
+def _add_usage(book: Ledger, before: Usage, now: Usage) -> None:
+    increment = Usage(
+        input_tokens=now.input_tokens - before.input_tokens,
+        output_tokens=now.output_tokens - before.output_tokens,
+    )
+    if increment.input_tokens > 0 or increment.output_tokens > 0:
+        book.add_orchestrator_usage(increment)
