@@ -62,6 +62,7 @@ from tether.parent.sessions.records import (
     Holder,
     ReportEntry,
     SettledStatus,
+    SpawnSettings,
     StoreBounds,
     TakenOver,
     Unavailable,
@@ -142,6 +143,16 @@ class Activation:
         stored); `LeaseLost` if this activation no longer holds the lease.
         """
         return await self._append_or_replace(queries.append, messages, usage)
+
+    async def splice(
+        self, keep: int, messages: Sequence[ChatMessage], usage: Usage | None = None
+    ) -> int:
+        """Keep the first `keep` stored messages and replace the rest with `messages` (the
+        child's transcript diverged from the stored one there: it compacted, or rewrote a
+        message the parent had written for it); the transcript's new length."""
+        return await self._append_or_replace(
+            partial(queries.splice, keep=max(0, keep)), messages, usage
+        )
 
     async def replace_transcript(
         self, messages: Sequence[ChatMessage], usage: Usage | None = None
@@ -384,8 +395,10 @@ class SessionStore:
         label: str = "",
         workspace: str = "",
         parent_run: str | None = None,
+        spawn: SpawnSettings | None = None,
     ) -> AgentSummary:
-        """A new durable session, `idle` and not yet activated, with a fresh id."""
+        """A new durable session, `idle` and not yet activated, with a fresh id; `spawn`: how
+        to start its child again (stored for a cold resume in any process)."""
 
         def create(conn: sqlite3.Connection) -> AgentSummary:
             for _ in range(8):
@@ -400,6 +413,7 @@ class SessionStore:
                         workspace=workspace,
                         parent_run=parent_run,
                         bounds=self.bounds,
+                        spawn=spawn,
                     )
                 except sqlite3.IntegrityError:
                     continue  # 80 random bits collided: astronomically rare, but cheap to handle
@@ -449,6 +463,12 @@ class SessionStore:
                 stale_after=self.lease.stale_after,
             ),
         )
+
+    async def spawn_settings(self, agent_id: str) -> SpawnSettings | None:
+        """How to start the agent's child again, if it was stored (`None` also for an agent
+        created by a version of tether that did not store it)."""
+        agent_id = parse_agent_id(agent_id)
+        return await self._read(partial(queries.select_spawn, agent_id=agent_id))
 
     async def transcript(self, agent_id: str) -> list[ChatMessage]:
         """The stored transcript, in order: what a cold resume replays."""
