@@ -4,6 +4,7 @@ shared `agent_models` module importable (pytest runs with `--import-mode=importl
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,3 +25,13 @@ def workspace(tmp_path: Path) -> Path:
     ws.mkdir()
     (ws / "notes.txt").write_text("TODO: ship it\n")
     return ws
+
+
+@pytest.fixture
+def hosts(tmp_path: Path, state: Path, workspace: Path) -> Iterator[object]:
+    """`hosts.start()`: a parent process on `state` (see agent_hosts.py), killed at the end."""
+    from agent_hosts import Hosts
+
+    started = Hosts(tmp_path, state, workspace)
+    yield started
+    started.close()

@@ -246,3 +246,29 @@ async def test_ids_that_are_garbled_or_unknown_are_refused_before_anything_runs(
             await sup.send_message("ag_nope; DROP TABLE agents", "hi")
         with pytest.raises(AgentUnavailable, match="no agent ag_0000"):
             await sup.send_message("ag_" + "0" * 20, "hi")
+
+
+async def test_a_lease_taken_over_elsewhere_disposes_of_the_warm_child_at_once(
+    state: Path, workspace: Path
+) -> None:
+    import sqlite3
+
+    from tether.parent.agents import AgentBusy
+    from tether.parent.sessions import DB_NAME
+
+    async with Supervisor(state_dir=state) as sup:
+        agent = await sup.spawn_agent(
+            "first", agent="explorer", workspace=workspace, model=Commanded(), keep_alive=60
+        )
+        await agent.result()
+        pid = agent.run.pid
+        # What a takeover by another process does to this one's lease (through SQLite).
+        conn = sqlite3.connect(state / DB_NAME)
+        with conn:
+            conn.execute("UPDATE leases SET token = 'theirs' WHERE agent_id = ?", (agent.id,))
+        conn.close()
+        with pytest.raises(AgentBusy, match="no longer holds the lease"):
+            await sup.send_message(agent.id, "more")
+        with anyio.fail_after(10):
+            await agent.run.wait()
+        assert not alive(pid) and not sup.agents.is_warm(agent.id)
