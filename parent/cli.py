@@ -17,7 +17,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from tether.parent import conformance
+from tether.parent import agents_cli, conformance
 from tether.parent.delegation import cli as delegation_cli
 from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.host import TIERS
@@ -82,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     delegation_cli.add_arguments(
         sub.add_parser("task-schema", help="print the model-facing task tool's schema")
+    )
+    agents_cli.add_arguments(
+        sub.add_parser("agents", help="continuable agents: list, show, send a message")
     )
     return p
 
@@ -220,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return conformance.main(args)
         if args.cmd == "task-schema":
             return delegation_cli.main(args)
+        if args.cmd == "agents":
+            return agents_cli.main(args)
         args.interrupted, args.interrupted_once = None, False
         result = anyio.run(_run, args)
     except (UsageError, ValueError) as exc:
