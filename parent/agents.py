@@ -216,18 +216,33 @@ class _Recorder:
         except Exception as exc:  # a report that cannot be stored must not break the reader
             log.warning("a report could not be stored: %s", exc)
 
-    async def close_activation(self, result: RunResult) -> None:
-        """The activation answered: close the tool calls its last turn left open and store the
-        usage the turns did not carry (compaction)."""
+    async def settle(self, result: RunResult) -> None:
+        """The activation answered: store how it ended, with results closing the tool calls
+        its last turn left open and the usage the turns did not carry (compaction), in one
+        transaction."""
+        assert self.activation is not None
         async with self._lock:
             closing = closing_results(self.stored, result)
             extra = Usage(
                 input_tokens=max(0, result.usage.input_tokens - self.counted.input_tokens),
                 output_tokens=max(0, result.usage.output_tokens - self.counted.output_tokens),
             )
-            if closing or extra != Usage():
-                await self.add(closing, extra)
+            question = result.question if result.status == "needs_input" else None
+            await self.activation.settle(
+                settled_status(result),
+                summary=result.summary or result.message,
+                question=question,
+                messages=closing,
+                usage=extra,
+            )
+            self.stored.extend(closing)
             self.counted = Usage()
+
+    async def running(self, message: ChatMessage) -> None:
+        """A warm follow-up: store it and mark the session running, in one transaction."""
+        assert self.activation is not None
+        await self.activation.mark_running([message])
+        self.stored.append(message)
 
 
 @dataclass(eq=False)
@@ -505,8 +520,7 @@ class Agents:
             definition = spec.definition if spec is not None else None
             cap = _cap(definition, total, used) if definition is not None else None
             try:
-                await activation.mark_running()
-                await agent.recorder.add([user])
+                await agent.recorder.running(user)
             except SessionError as exc:
                 raise AgentBusy(f"agent {agent.id} could not be continued here: {exc}") from None
             user_stored = True
@@ -544,14 +558,14 @@ class Agents:
             agent.activation, agent.recorder = activation, None
         try:
             recorder = agent.recorder
+            user = [] if user_stored else [ChatMessage(role="user", content=message)]
             if recorder is None:
                 recorder = _Recorder()
                 transcript = await store.transcript(agent.id)
-                await recorder.bind(activation, transcript, closing_results(transcript, None))
-            if not user_stored:
-                if not fresh:
-                    await activation.mark_running()
-                await recorder.add([ChatMessage(role="user", content=message)])
+                closing = closing_results(transcript, None)
+                await recorder.bind(activation, transcript, [*closing, *user])
+            elif user:
+                await recorder.running(user[0])
             handle = await self._start(
                 spec,
                 message,
@@ -656,13 +670,7 @@ class Agents:
             return result
         with anyio.CancelScope(shield=True):
             try:
-                await recorder.close_activation(result)
-                question = result.question if result.status == "needs_input" else None
-                await activation.settle(
-                    settled_status(result),
-                    summary=result.summary or result.message,
-                    question=question,
-                )
+                await recorder.settle(result)
             except SessionError as exc:
                 log.warning("agent %s: the answer was not stored: %s", agent.id, exc)
                 note = f"the agent's session could not record this answer: {exc}"

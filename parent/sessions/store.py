@@ -173,25 +173,62 @@ class Activation:
         )
 
     async def settle(
-        self, status: SettledStatus, summary: str = "", question: str | None = None
+        self,
+        status: SettledStatus,
+        summary: str = "",
+        question: str | None = None,
+        *,
+        messages: Sequence[ChatMessage] = (),
+        usage: Usage | None = None,
     ) -> None:
-        """A run answered: its status (`needs_input` with the question it asks), its summary.
-        The activation itself goes on (a warm child idling for its keep-alive)."""
-        await self._write(
-            partial(
-                queries.settle,
-                agent_id=self.agent_id,
-                token=self.token,
-                status=status,
-                summary=summary,
-                question=question,
-                bounds=self._store.bounds,
-            )
+        """A run answered: its status (`needs_input` with the question it asks), its summary;
+        with `messages` and `usage` appended in the same transaction (the results that close
+        the last turn's calls, the usage no turn carried). The activation itself goes on (a warm
+        child idling for its keep-alive)."""
+        settle = partial(
+            queries.settle,
+            agent_id=self.agent_id,
+            token=self.token,
+            status=status,
+            summary=summary,
+            question=question,
+            bounds=self._store.bounds,
         )
+        await self._append_then(settle, messages, usage)
 
-    async def mark_running(self) -> None:
-        """A new message for this (warm) activation: the session is `running` again."""
-        await self._write(partial(queries.mark_running, agent_id=self.agent_id, token=self.token))
+    async def mark_running(self, messages: Sequence[ChatMessage] = ()) -> None:
+        """A new message for this (warm) activation: the session is `running` again, with
+        `messages` (the user's message) appended in the same transaction."""
+        running = partial(queries.mark_running, agent_id=self.agent_id, token=self.token)
+        await self._append_then(running, messages, None)
+
+    async def _append_then(
+        self,
+        then: Callable[[sqlite3.Connection], None],
+        messages: Sequence[ChatMessage],
+        usage: Usage | None,
+    ) -> None:
+        """Append `messages` and `usage` (if any), then `then`, in one transaction."""
+        store, copied = self._store, list(messages)
+
+        def run() -> None:
+            bodies = [queries.encode_message(m, store.bounds.message_bytes) for m in copied]
+
+            def both(conn: sqlite3.Connection) -> None:
+                if bodies or (usage is not None and usage != Usage()):
+                    queries.append(
+                        conn,
+                        self.agent_id,
+                        token=self.token,
+                        bodies=bodies,
+                        usage=usage or Usage(),
+                        bounds=store.bounds,
+                    )
+                then(conn)
+
+            store._db.write(both)
+
+        await self._guarded(run)
 
     async def heartbeat(self) -> None:
         await self._write(partial(queries.heartbeat, agent_id=self.agent_id, token=self.token))

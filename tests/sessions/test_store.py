@@ -17,6 +17,7 @@ from tether.parent.sessions import (
     Activation,
     AgentSummary,
     BadAgentId,
+    LeaseLost,
     SessionStore,
     StoreBounds,
     TranscriptFull,
@@ -430,3 +431,38 @@ async def test_spawn_settings_are_stored_with_the_agent_and_read_back(state: Pat
         assert await store.spawn_settings(plain.id) is None
         got = await store.spawn_settings(agent.id)
         assert got is not None and isinstance(got.limits["processes"], int)
+
+
+async def test_settle_and_mark_running_store_their_messages_in_the_same_transaction(
+    state: Path,
+) -> None:
+    async with SessionStore(state) as store:
+        agent = await store.create_agent(EXPLORER)
+        activation = await _activate(store, agent.id)
+        closing = ChatMessage(role="tool", content="asked", tool_call_id="c1")
+        await activation.settle(
+            "needs_input",
+            summary="s",
+            question="which?",
+            messages=[closing],
+            usage=Usage(input_tokens=4),
+        )
+        got = await store.get(agent.id)
+        assert got is not None and (got.status, got.question) == ("needs_input", "which?")
+        assert got.usage == Usage(input_tokens=4)
+        answer = ChatMessage(role="user", content="this one")
+        await activation.mark_running([answer])
+        got = await store.get(agent.id)
+        assert got is not None and (got.status, got.question) == ("running", None)
+        assert await store.transcript(agent.id) == [closing, answer]
+        # Taken over: the token check fails inside the transaction, so its messages are not
+        # stored either.
+        conn = sqlite3.connect(state / DB_NAME)
+        with conn:
+            conn.execute("UPDATE leases SET token = 'theirs' WHERE agent_id = ?", (agent.id,))
+        conn.close()
+        with pytest.raises(LeaseLost):
+            await activation.mark_running([answer])
+        with pytest.raises(LeaseLost):
+            await activation.settle("idle", messages=[closing])
+        assert len(await store.transcript(agent.id)) == 2
