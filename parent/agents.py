@@ -439,8 +439,8 @@ class Agents:
         self._agents[entry.id] = entry
         self._specs[entry.id] = spec
         out = AgentHandle(entry.id, handle, summary.label)
-        assert self._tg is not None
         self._tend(entry, handle)
+        assert self._tg is not None
         self._tg.start_soon(self._first_answer, entry, handle, out)
         return out
 
@@ -679,7 +679,9 @@ class Agents:
         return result
 
     def _tend(self, agent: _Agent, handle: RunHandle) -> None:
-        assert self._tg is not None
+        if self._tg is None:
+            handle.abort()
+            raise RuntimeError("the supervisor is closing")
         self._tending += 1
         self._runs[handle.run_id] = agent.id
         agent.tended = anyio.Event()
@@ -701,7 +703,10 @@ class Agents:
                     agent.handle = None
                     if activation is not None and agent.activation is activation:
                         agent.activation = agent.recorder = None
-                        await activation.release()
+                        try:
+                            await activation.release()
+                        except SessionError as exc:  # its heartbeat stops: it goes stale
+                            log.warning("agent %s: the lease was not released: %s", agent.id, exc)
         finally:
             self._runs.pop(handle.run_id, None)
             if agent.handle is None:
