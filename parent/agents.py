@@ -304,12 +304,14 @@ class Agents:
         self._runs: dict[str, str] = {}
         self._tending = 0
         self._quiet = anyio.Event()
+        self._shutting = False
 
     # --- lifetime -----------------------------------------------------------------------------
 
     async def aclose(self) -> None:
         """Dispose of every child (shielded), release every lease and close the store (its task
         ends: the supervisor's group waits for it)."""
+        self._shutting = True
         with anyio.CancelScope(shield=True):
             for agent in list(self._agents.values()):
                 if agent.handle is not None:
@@ -642,6 +644,8 @@ class Agents:
         *,
         on_event: EventCallback | None = None,
     ) -> RunHandle:
+        if self._shutting:
+            raise RuntimeError("the supervisor is closing: no new child for an agent")
         definition = spec.definition
         if cap != definition.token_budget:
             definition = msgspec.structs.replace(definition, token_budget=cap)
