@@ -19,12 +19,17 @@ def fork_history(
     transcript: Sequence[ChatMessage], tool_call_id: str | None = None
 ) -> list[ChatMessage]:
     messages = [m for m in transcript if m.role != "system"]
-    for i, m in enumerate(messages):
-        if m.role != "assistant" or not m.tool_calls:
-            continue
-        if tool_call_id is not None and any(c.id == tool_call_id for c in m.tool_calls):
-            return messages[:i]
-        answered = {r.tool_call_id for r in messages[i + 1 :] if r.role == "tool"}
-        if any(c.id not in answered for c in m.tool_calls):
-            return messages[:i]
-    return messages
+    end = len(messages)
+    i = 0
+    while i < end:
+        m = messages[i]
+        if m.role == "assistant" and m.tool_calls:
+            # Answered within what is kept: a cut can drop the answer to an earlier call, so
+            # after each cut the kept turns are checked again.
+            answered = {r.tool_call_id for r in messages[i + 1 : end] if r.role == "tool"}
+            issued = tool_call_id is not None and any(c.id == tool_call_id for c in m.tool_calls)
+            if issued or any(c.id not in answered for c in m.tool_calls):
+                end, i = i, 0
+                continue
+        i += 1
+    return messages[:end]
