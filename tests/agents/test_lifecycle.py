@@ -221,11 +221,11 @@ async def test_each_activation_has_its_own_wall_clock(state: Path, workspace: Pa
             agent="explorer",
             workspace=workspace,
             model=Commanded(),
-            limits=Limits(wall=3, idle=3),
+            limits=Limits(wall=4, idle=4),  # room for a slow spawn on a loaded machine
             keep_alive=30,
         )
         assert (await agent.result()).success
-        await anyio.sleep(3.2)  # idling between activations is neither clock's business
+        await anyio.sleep(4.2)  # idling between activations is neither clock's business
         assert sup.agents.is_warm(agent.id)
         slow = await sup.send_message(agent.id, "SLEEP 10")
         assert slow.failure is not None and slow.failure.kind == "timeout"
