@@ -806,6 +806,9 @@ def _settings(spec: _Spec, default: ChildConfig) -> SpawnSettings:
     model: str | None = None
     if isinstance(spec.model, str):
         model = spec.model
+        scheme, _, path = model.partition(":")
+        if scheme == "scripted" and path:
+            model = f"scripted:{Path(path).resolve()}"  # resumable from any directory
     elif spec.model is not None:
         missing.append("model")
     launcher = cfg.launcher if isinstance(cfg.launcher, str) else "local"
