@@ -16,7 +16,7 @@ owned by a `Supervisor`; it opens the store on first use, in a task of its own g
 
 Per agent, this process keeps an `_Agent`: a one-slot semaphore that serializes what happens
 to the agent here (its first answer, each message, the release of its lease), the activation
-while held, the live `RunHandle` (a continuable run, see `runs.py`) and the `_Recorder` that
+while held, the live `RunHandle` (a continuable run, see `runs.py`) and the `Recorder` that
 mirrors the stored transcript. Messages to one agent queue on its slot in arrival order;
 different agents never share a slot, so they run in parallel.
 
@@ -57,11 +57,20 @@ import anyio
 import anyio.abc
 import msgspec
 
+from tether.parent.agent_spawn import (
+    Spec,
+    activation_budget,
+    parse_keep_alive,
+    replace_model,
+    spec_from_stored,
+    stored_settings,
+)
 from tether.parent.broker import ApprovePolicy, ParentTool
-from tether.parent.config import DEFAULT_COMMAND, ChildConfig
-from tether.parent.limits import Limits, parse_duration
+from tether.parent.config import ChildConfig
+from tether.parent.limits import Limits
 from tether.parent.models import ModelProvider
-from tether.parent.recording import closing_results, turn_splice
+from tether.parent.recorder import Recorder
+from tether.parent.recording import closing_results
 from tether.parent.roles import resolve_agent
 from tether.parent.runs import Continuation, EventCallback, RunHandle
 from tether.parent.sessions import (
@@ -72,21 +81,10 @@ from tether.parent.sessions import (
     Busy,
     SessionError,
     SessionStore,
-    SettledStatus,
-    SpawnSettings,
     Unavailable,
     parse_agent_id,
 )
-from tether.protocol import ErrorCode, WireError
-from tether.protocol.messages import (
-    AgentDefinition,
-    ChatMessage,
-    Failure,
-    ModelCompleteParams,
-    ModelCompleteResult,
-    RunResult,
-    Usage,
-)
+from tether.protocol.messages import AgentDefinition, ChatMessage, Failure, RunResult
 
 if TYPE_CHECKING:
     from tether.parent.supervisor import Supervisor
@@ -97,7 +95,6 @@ DEFAULT_KEEP_ALIVE = 300.0
 """How long an agent's child idles after an answer before it is disposed (seconds)."""
 PROVIDER = "tether"
 """The store's `provider` for agents run as tether children."""
-LIMIT_FIELDS = ("wall", "idle", "memory", "cpu", "processes", "open_files", "file_size")
 
 
 class AgentError(Exception):
@@ -121,137 +118,13 @@ class CannotResume(AgentError):
     workspace)."""
 
 
-def parse_keep_alive(value: float | str) -> float:
-    """Seconds from `300`, `"5m"`, `"0"` (zero: dispose at once after each answer)."""
-    if value in (0, "0", "0s"):
-        return 0.0
-    seconds = parse_duration(value, "keep_alive")
-    assert seconds is not None
-    return seconds
-
-
-@dataclass
-class _Spec:
-    """How this process starts the agent's child: what the spawn was given (objects too)."""
-
-    definition: AgentDefinition
-    workspace: str
-    model: str | ModelProvider | None
-    limits: Limits
-    config: ChildConfig | None
-    keep_alive: float
-    token_total: int | None
-    description: str = ""
-    approve: ApprovePolicy | None = None
-    on_event: EventCallback | None = None
-    parent_tools: Sequence[ParentTool] = ()
-
-
-class _Recorder:
-    """The stored transcript of an agent while this process holds its lease: a mirror of what
-    is stored, kept equal to the child's transcript turn by turn (see `recording.py`)."""
-
-    def __init__(self) -> None:
-        self.activation: Activation | None = None
-        self.stored: list[ChatMessage] = []
-        self.counted = Usage()
-        """Turn usage stored during the current activation (the rest is stored at its end)."""
-        self._bound = anyio.Event()
-        self._failed = ""
-        self._lock = anyio.Lock()
-
-    async def bind(
-        self, activation: Activation, stored: Sequence[ChatMessage], add: Sequence[ChatMessage]
-    ) -> None:
-        self.activation, self.stored = activation, list(stored)
-        if add:
-            await self.add(add)
-        self._bound.set()
-
-    def fail(self, why: str) -> None:
-        self._failed = why
-        self._bound.set()
-
-    async def _ready(self) -> Activation:
-        await self._bound.wait()
-        if self._failed or self.activation is None:
-            raise WireError(
-                ErrorCode.INTERNAL_ERROR,
-                f"the agent's session is not available: {self._failed or 'unbound'}",
-            )
-        return self.activation
-
-    async def add(self, messages: Sequence[ChatMessage], usage: Usage | None = None) -> None:
-        assert self.activation is not None
-        await self.activation.append(messages, usage)
-        self.stored.extend(messages)
-
-    async def on_turn(self, params: ModelCompleteParams, result: ModelCompleteResult) -> None:
-        activation = await self._ready()
-        usage = Usage(
-            input_tokens=max(0, result.usage.input_tokens),
-            output_tokens=max(0, result.usage.output_tokens),
-        )
-        async with self._lock:
-            splice = turn_splice(self.stored, params.messages, result.message)
-            try:
-                if splice.keep == len(self.stored):
-                    await activation.append(splice.add, usage)
-                else:
-                    await activation.splice(splice.keep, splice.add, usage)
-            except SessionError as exc:
-                # The turn cannot be stored: the child must not act on it, so the turn fails.
-                raise WireError(
-                    ErrorCode.INTERNAL_ERROR,
-                    f"the parent could not store this turn ({type(exc).__name__}); the "
-                    "activation ends",
-                ) from None
-            self.stored[splice.keep :] = splice.add
-            self.counted = _plus(self.counted, usage)
-
-    async def on_report(self, text: str) -> None:
-        try:
-            activation = await self._ready()
-            await activation.report(text)
-        except Exception as exc:  # a report that cannot be stored must not break the reader
-            log.warning("a report could not be stored: %s", exc)
-
-    async def settle(self, result: RunResult) -> None:
-        """The activation answered: store how it ended, with results closing the tool calls
-        its last turn left open and the usage the turns did not carry (compaction), in one
-        transaction."""
-        assert self.activation is not None
-        async with self._lock:
-            closing = closing_results(self.stored, result)
-            extra = Usage(
-                input_tokens=max(0, result.usage.input_tokens - self.counted.input_tokens),
-                output_tokens=max(0, result.usage.output_tokens - self.counted.output_tokens),
-            )
-            question = result.question if result.status == "needs_input" else None
-            await self.activation.settle(
-                settled_status(result),
-                summary=result.summary or result.message,
-                question=question,
-                messages=closing,
-                usage=extra,
-            )
-            self.stored.extend(closing)
-            self.counted = Usage()
-
-    async def running(self, message: ChatMessage) -> None:
-        """A warm follow-up: store it and mark the session running, in one transaction."""
-        assert self.activation is not None
-        await self.activation.mark_running([message])
-        self.stored.append(message)
-
-
 @dataclass(eq=False)
 class _Agent:
     id: str
     slot: anyio.Semaphore = field(default_factory=lambda: anyio.Semaphore(1))
     activation: Activation | None = None
     handle: RunHandle | None = None
-    recorder: _Recorder | None = None
+    recorder: Recorder | None = None
     users: int = 0
     tended: anyio.Event = field(default_factory=anyio.Event)
     """Set when the latest child is gone and its lease released."""
@@ -300,7 +173,7 @@ class Agents:
         self._store_lock = anyio.Lock()
         self._closing = anyio.Event()
         self._agents: dict[str, _Agent] = {}
-        self._specs: dict[str, _Spec] = {}
+        self._specs: dict[str, Spec] = {}
         self._runs: dict[str, str] = {}
         self._tending = 0
         self._quiet = anyio.Event()
@@ -397,7 +270,7 @@ class Agents:
         limits = limits or Limits()
         ws = str(Path(workspace).resolve())
         store = await self.store()
-        spec = _Spec(
+        spec = Spec(
             definition,
             ws,
             model,
@@ -410,8 +283,9 @@ class Agents:
             on_event,
             tuple(parent_tools),
         )
-        recorder = _Recorder()
-        handle = await self._start(spec, prompt, history, recorder, _cap(definition, token_total))
+        recorder = Recorder()
+        budget = activation_budget(definition, token_total)
+        handle = await self._start(spec, prompt, history, recorder, budget)
         # The child is starting; its first model turn waits until the session exists.
         activation: Activation | None = None
         try:
@@ -421,7 +295,7 @@ class Agents:
                 label=label or description,
                 workspace=ws,
                 parent_run=parent_run,
-                spawn=_settings(spec, self._sup.config),
+                spawn=stored_settings(spec, self._sup.config),
             )
             got = await store.acquire(summary.id)
             assert isinstance(got, Activation), got  # a session nobody else knows of yet
@@ -520,7 +394,7 @@ class Agents:
         if handle is not None and handle.alive and activation is not None:
             assert agent.recorder is not None
             definition = spec.definition if spec is not None else None
-            cap = _cap(definition, total, used) if definition is not None else None
+            cap = activation_budget(definition, total, used) if definition is not None else None
             try:
                 await agent.recorder.running(user)
             except SessionError as exc:
@@ -562,7 +436,7 @@ class Agents:
             recorder = agent.recorder
             user = [] if user_stored else [ChatMessage(role="user", content=message)]
             if recorder is None:
-                recorder = _Recorder()
+                recorder = Recorder()
                 transcript = await store.transcript(agent.id)
                 closing = closing_results(transcript, None)
                 await recorder.bind(activation, transcript, [*closing, *user])
@@ -573,7 +447,7 @@ class Agents:
                 message,
                 recorder.stored[:-1],
                 recorder,
-                _cap(spec.definition, spec.token_total, used),
+                activation_budget(spec.definition, spec.token_total, used),
                 on_event=on_event,
             )
         except BaseException:
@@ -595,51 +469,29 @@ class Agents:
 
     async def _spec(
         self, store: SessionStore, agent_id: str, model: str | ModelProvider | None
-    ) -> _Spec:
+    ) -> Spec:
         known = self._specs.get(agent_id)
         if known is not None:
-            if model is None:
-                return known
-            return _replace_model(known, model)
+            return known if model is None else replace_model(known, model)
         detail = await store.show(agent_id, tail=0)
-        stored = await store.spawn_settings(agent_id)
         if detail is None:
             raise AgentUnavailable(Unavailable(agent_id=agent_id, reason="unknown_agent").message)
-        settings = stored or SpawnSettings(missing=["model"])
-        chosen: str | ModelProvider | None = model if model is not None else settings.model
-        if chosen is None and detail.definition.model is None:
-            raise CannotResume(
-                f"agent {agent_id} was started with a model this process does not have; "
-                "resume it with a model (model=..., or --model)"
-            )
-        config = ChildConfig(
-            command=tuple(settings.command) or DEFAULT_COMMAND,
-            pass_env=tuple(settings.pass_env),
-            containment=settings.containment,
-            launcher=settings.launcher,
-            spawner=settings.spawner,
-        )
-        try:
-            limits = Limits(**settings.limits)  # type: ignore[arg-type]
-        except (TypeError, ValueError) as exc:
-            raise CannotResume(f"agent {agent_id}'s stored limits are unusable: {exc}") from None
-        return _Spec(
+        got = spec_from_stored(
             detail.definition,
-            detail.summary.workspace or ".",
-            chosen,
-            limits,
-            config,
-            settings.keep_alive,
-            settings.token_total,
-            settings.description,
+            detail.summary.workspace,
+            await store.spawn_settings(agent_id),
+            model,
         )
+        if isinstance(got, str):
+            raise CannotResume(f"agent {agent_id} {got}")
+        return got
 
     async def _start(
         self,
-        spec: _Spec,
+        spec: Spec,
         prompt: str,
         history: Sequence[ChatMessage],
-        recorder: _Recorder,
+        recorder: Recorder,
         cap: int | None,
         *,
         on_event: EventCallback | None = None,
@@ -746,33 +598,6 @@ async def _cut_when_lost(activation: Activation, handle: RunHandle) -> None:
     handle.abort()
 
 
-def settled_status(result: RunResult) -> SettledStatus:
-    """The session's status after an activation that answered `result`."""
-    if result.status == "needs_input":
-        return "needs_input"
-    if result.success and result.status == "completed":
-        return "idle"
-    if result.status == "aborted":
-        return "aborted"
-    return "failed"
-
-
-def _plus(a: Usage, b: Usage) -> Usage:
-    return Usage(
-        input_tokens=a.input_tokens + b.input_tokens,
-        output_tokens=a.output_tokens + b.output_tokens,
-    )
-
-
-def _cap(definition: AgentDefinition | None, total: int | None, used: int = 0) -> int | None:
-    """One activation's token budget: the definition's, within what is left of the total."""
-    own = definition.token_budget if definition is not None else None
-    if total is None:
-        return own
-    left = max(0, total - used)
-    return left if own is None else min(own, left)
-
-
 def _budget_spent(agent_id: str, used: int, total: int) -> RunResult:
     return RunResult(
         success=False,
@@ -780,58 +605,4 @@ def _budget_spent(agent_id: str, used: int, total: int) -> RunResult:
         message=f"agent {agent_id} has used {used} tokens of its total budget of {total}; it "
         "cannot continue",
         failure=Failure(kind="budget_exhausted", limit=f"token_total={total}"),
-    )
-
-
-def _replace_model(spec: _Spec, model: str | ModelProvider) -> _Spec:
-    return _Spec(
-        spec.definition,
-        spec.workspace,
-        model,
-        spec.limits,
-        spec.config,
-        spec.keep_alive,
-        spec.token_total,
-        spec.description,
-        spec.approve,
-        spec.on_event,
-        spec.parent_tools,
-    )
-
-
-def _settings(spec: _Spec, default: ChildConfig) -> SpawnSettings:
-    """What of the spawn can be stored for a cold resume in another process."""
-    cfg = spec.config or default
-    missing: list[str] = []
-    model: str | None = None
-    if isinstance(spec.model, str):
-        model = spec.model
-        scheme, _, path = model.partition(":")
-        if scheme == "scripted" and path:
-            model = f"scripted:{Path(path).resolve()}"  # resumable from any directory
-    elif spec.model is not None:
-        missing.append("model")
-    launcher = cfg.launcher if isinstance(cfg.launcher, str) else "local"
-    if not isinstance(cfg.launcher, str):
-        missing.append("launcher")
-    if cfg.env:
-        missing.append("env")
-    limits = {
-        name: getattr(spec.limits, name)
-        for name in LIMIT_FIELDS
-        if getattr(spec.limits, name) is not None
-    }
-    command = list(cfg.command)
-    return SpawnSettings(
-        model=model,
-        limits=limits,
-        command=[] if tuple(command) == DEFAULT_COMMAND else command,
-        launcher=launcher,
-        containment=cfg.containment,
-        spawner=cfg.spawner,
-        pass_env=list(cfg.pass_env),
-        keep_alive=spec.keep_alive,
-        token_total=spec.token_total,
-        description=spec.description,
-        missing=missing,
     )
