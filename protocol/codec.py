@@ -7,8 +7,8 @@ because only the receiver knows which request a response belongs to.
 
 Nothing here raises on bad input: `Decoder.feed` turns any bytes into values. Before msgspec sees
 a line, its nesting depth is measured (`depth.py`): a line nested deeper than the limit is refused
-whole, so msgspec never recurses past the limit and params/result, which are slices of a line that
-passed, stay within it too.
+whole, so decoding it never recurses past the limit, and params/result, which are slices of a line
+that passed, stay within it too.
 """
 
 from __future__ import annotations

@@ -181,6 +181,20 @@ def test_a_value_is_refused_exactly_when_it_nests_deeper_than_the_limit(
     assert exceeds_depth(line, limit) == (depth_of(value) > limit)
 
 
+@settings(PROPS, max_examples=100)
+@given(
+    value=deep_values(max_spine=10),
+    limit=st.integers(0, 12),
+    text=st.text(alphabet='ab"\\\n[]{}', min_size=1, max_size=8),
+)
+def test_a_line_of_long_escaped_strings_gets_the_same_verdict(
+    value: Any, limit: int, text: str
+) -> None:
+    # Long strings full of escaped quotes and backslashes, with brackets in them.
+    line = msgspec.json.encode([text * 400, value, text * 400])
+    assert exceeds_depth(line, limit) == (1 + depth_of(value) > limit)
+
+
 @PROPS
 @given(value=deep_values(), limit=st.integers(1, 16), rid=st.integers(0, 2**31))
 def test_decode_line_accepts_a_request_exactly_when_it_is_within_the_limit(
