@@ -18,7 +18,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from tether.parent import conformance
+from tether.parent import agents_cli, conformance
 from tether.parent.delegation import cli as delegation_cli
 from tether.parent.host import TIERS
 from tether.parent.launchers import launcher_usages
@@ -82,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     delegation_cli.add_orchestrate_arguments(orchestrate)
     add_limit_options(orchestrate)
     add_isolation_options(orchestrate)
+    agents_cli.add_arguments(
+        sub.add_parser("agents", help="continuable agents: list, show, send a message")
+    )
     return p
 
 
@@ -274,6 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from tether.parent.delegation import orchestrate_cli
 
             return orchestrate_cli.main(args)
+        if args.cmd == "agents":
+            return agents_cli.main(args)
         args.interrupted, args.interrupted_once = None, False
         result = anyio.run(_run, args)
     except (UsageError, ValueError) as exc:
