@@ -37,7 +37,7 @@ import anyio
 import msgspec
 import psutil
 
-from benchmarks.report import Figure, Results, render
+from benchmarks.report import SOAK_HEADING, Figure, Results, render, section, with_section
 from tether.parent.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_key
 from tether.parent.env import build_child_env
 from tether.parent.events import ChildEvent, Event
@@ -1394,6 +1394,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     swarm_group(res, plan)
     seconds = time.perf_counter() - t0
     text = render(res, started, seconds, (load0, os.getloadavg()[0]))
+    # The soak's section is written by scripts/soak, not measured here: keep it.
+    kept = section(args.out.read_text(), SOAK_HEADING) if args.out.exists() else None
+    if kept is not None:
+        text = with_section(text, SOAK_HEADING, kept)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     if args.json:

@@ -164,6 +164,37 @@ TARGETS = [
 # --- rendering ----------------------------------------------------------------------------------
 
 
+SOAK_HEADING = "## Soak"
+"""The section of docs/performance.md that `scripts/soak` writes and `scripts/bench` keeps."""
+
+
+def section(text: str, heading: str) -> str | None:
+    """The section of a markdown `text` under `heading` (a `## ` line), up to the next `## `
+    heading, heading included; `None` when there is none."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.rstrip() == heading:
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("## ")), None)
+            return "".join(lines[i:end]).rstrip() + "\n"
+    return None
+
+
+def with_section(text: str, heading: str, body: str) -> str:
+    """`text` with the section under `heading` replaced by `body` (which starts with the
+    heading); a new section goes before `## Analysis`, or at the end."""
+    body = body.rstrip() + "\n"
+    old = section(text, heading)
+    if old is not None:
+        start = text.index(old.rstrip())
+        rest = text[start + len(old.rstrip()) :].lstrip("\n")
+        return text[:start] + body + ("\n" + rest if rest else "")
+    marker = "\n## Analysis"
+    if marker in text:
+        at = text.index(marker) + 1
+        return text[:at] + body + "\n" + text[at:]
+    return (text.rstrip() + "\n\n" if text.strip() else "") + body
+
+
 def machine() -> dict[str, str]:
     cpu = "unknown"
     with contextlib.suppress(OSError):

@@ -45,6 +45,7 @@ from tether.child.tools import ToolInputError, ToolOutcome, ToolRegistry
 from tether.child.workspace import Workspace
 from tether.protocol import ConnectionClosed, LocalProtocolError, RemoteError
 from tether.protocol.messages import (
+    HEARTBEAT_SECONDS,
     AgentDefinition,
     AgentEventParams,
     AgentRunParams,
@@ -68,8 +69,6 @@ if TYPE_CHECKING:
     from tether.wire import Endpoint
 
 log = logging.getLogger("tether.child")
-
-HEARTBEAT_SECONDS = 2.0
 
 CURRENT_CALL_ID: contextvars.ContextVar[str] = contextvars.ContextVar(
     "tether_current_tool_call_id", default=""

@@ -14,14 +14,17 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 
-from tether.parent.cli import _progress, render
+from tether.parent.cli import render
 from tether.parent.delegation.live import LiveView
 from tether.parent.delegation.orchestrate_cli import render_orchestration
+from tether.parent.events import Event
 from tether.parent.limits import Limits
+from tether.parent.progress import printer
 from tether.parent.roles import role
 from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import AgentDefinition
@@ -30,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 
 
 async def main() -> int:
-    show = _progress(sys.stderr)
+    show = printer(sys.stderr)
     # Work on a copy, so the demo leaves the repository as it found it.
     scratch = Path(tempfile.mkdtemp(prefix="tether-demo-"))
     workspace = scratch / "workspace"
@@ -41,7 +44,7 @@ async def main() -> int:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-async def _cases(show: object, workspace: Path) -> int:
+async def _cases(show: Callable[[Event], None], workspace: Path) -> int:
     async with Supervisor(ChildConfig()) as sup:
         cases = [
             (
@@ -81,7 +84,7 @@ async def _cases(show: object, workspace: Path) -> int:
             started = time.monotonic()
             result = await sup.run(
                 workspace=workspace,
-                on_event=show,  # type: ignore[arg-type]
+                on_event=show,
                 **kwargs,  # type: ignore[arg-type]
             )
             print(render(result))

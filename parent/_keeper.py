@@ -16,7 +16,8 @@ on. The keeper SIGKILLs every process whose environment carries a tree marker mi
 supervisor (every child's descendants inherit it) and every process in a registered child's
 session or process group (which also catches descendants that scrubbed their environment) or
 cgroup (which catches everything, a daemon that left the session and scrubbed its environment
-included), and repeats the sweep until one finds nothing, for at most `SWEEP_SECONDS`.
+included; a v2 cgroup is killed whole through its `cgroup.kill`), and repeats the sweep until
+one finds nothing, for at most `SWEEP_SECONDS`; then it removes the emptied cgroups.
 """
 
 import ctypes
@@ -81,14 +82,37 @@ def _targets(needle: bytes, leaders: set[int], cgroups: list[str]) -> list[int]:
     return found
 
 
+def _cgroup_kill(procs_files: list[str]) -> None:
+    """Kill each v2 cgroup whole (`cgroup.kill` beside its `cgroup.procs`; v1 has none): the
+    kernel also gets whatever its members fork meanwhile."""
+    for path in procs_files:
+        try:
+            with open(os.path.join(os.path.dirname(path), "cgroup.kill"), "w") as f:
+                f.write("1")
+        except OSError:
+            continue
+
+
+def _remove_cgroups(procs_files: list[str]) -> None:
+    """Remove the emptied cgroup directories (best effort: the next supervisor to start also
+    sweeps what is left, `cgroups.sweep_stale`)."""
+    for path in procs_files:
+        try:
+            os.rmdir(os.path.dirname(path))
+        except OSError:
+            continue
+
+
 def sweep(
     needle: bytes, leaders: set[int], cgroups: list[str], seconds: float = SWEEP_SECONDS
 ) -> None:
     deadline = time.monotonic() + seconds
     delay = 0.005
     while True:
+        _cgroup_kill(cgroups)
         found = _targets(needle, leaders, cgroups)
         if not found or time.monotonic() >= deadline:
+            _remove_cgroups(cgroups)
             return
         for pid in found:
             try:

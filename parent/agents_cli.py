@@ -139,7 +139,7 @@ async def _show(args: argparse.Namespace) -> int:
 def render_list(agents: list[AgentSummary]) -> str:
     if not agents:
         return "no agents"
-    from tether.parent.cli import line
+    from tether.parent.progress import line
 
     rows = [("ID", "TYPE", "STATUS", "TOKENS", "UPDATED", "LABEL")]
     for a in agents:
@@ -200,7 +200,7 @@ def render_detail(d: AgentDetail) -> str:
 
 
 def _message(m: ChatMessage) -> str:
-    from tether.parent.cli import line
+    from tether.parent.progress import line
 
     text = line(m.content)[:300]
     calls = " ".join(
@@ -275,7 +275,7 @@ def _send(args: argparse.Namespace) -> int:
 async def _send_async(args: argparse.Namespace, outcome: dict[str, Any]) -> None:
     import anyio
 
-    from tether.parent.cli import _progress
+    from tether.parent.progress import printer
     from tether.parent.supervisor import Supervisor
 
     async with Supervisor(state_dir=args.state) as sup, anyio.create_task_group() as tg:
@@ -295,7 +295,7 @@ async def _send_async(args: argparse.Namespace, outcome: dict[str, Any]) -> None
                 args.message,
                 model=args.model,
                 wait=args.wait,
-                on_event=None if args.quiet else _progress(sys.stderr),
+                on_event=None if args.quiet else printer(sys.stderr),
             )
         except Exception as exc:  # raised as itself below, not in an exception group
             outcome["error"] = exc

@@ -11,8 +11,8 @@ import os
 import shlex
 import signal
 import sys
+import warnings
 from collections.abc import Sequence
-from typing import TextIO
 
 import anyio
 import msgspec
@@ -20,13 +20,15 @@ from anyio.abc import TaskGroup
 
 from tether.parent import agents_cli, conformance
 from tether.parent.delegation import cli as delegation_cli
-from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.host import TIERS
 from tether.parent.launchers import launcher_usages
 from tether.parent.limits import Limits
+from tether.parent.progress import line, printer
 from tether.parent.roles import ROLES
+from tether.parent.spawning import version
 from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
 from tether.parent.terminal import clean
+from tether.parent.usage import limits_from_flags
 from tether.protocol.messages import RunResult
 
 
@@ -41,11 +43,16 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="tether", description="Run sub-agents as supervised child processes.")
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    p.add_argument("--version", action="version", version=f"tether {version()}")
+    sub = p.add_subparsers(dest="cmd", parser_class=_Parser)
 
     run = sub.add_parser("run", help="run one sub-agent in a child process")
     run.add_argument("prompt", help="the task for the sub-agent")
-    run.add_argument("--model", help="model for the run, e.g. scripted:FILE")
+    run.add_argument(
+        "--model",
+        help="model for the run, e.g. scripted:FILE, openai:MODEL (required for the built-in "
+        "roles; a --command child or your own agent may not need one)",
+    )
     run.add_argument(
         "--agent",
         default="general",
@@ -83,13 +90,19 @@ def _parser() -> argparse.ArgumentParser:
 
 def add_limit_options(p: argparse.ArgumentParser) -> None:
     """The per-child limit flags (`tether run`, `tether orchestrate`); see `limits_from`."""
-    p.add_argument("--timeout", help="wall-clock limit, e.g. 30 or 30s")
-    p.add_argument("--idle-timeout", help="limit on silence from the child, e.g. 20s")
-    p.add_argument("--memory", help="memory limit, e.g. 512M")
+    p.add_argument("--timeout", help="wall-clock limit, e.g. 30s, 1m30s, 2h (a number: seconds)")
+    p.add_argument(
+        "--idle-timeout",
+        help="limit on silence from the child, e.g. 20s; tether's child sends a heartbeat every "
+        "2s while a step is pending, so keep it well above that (at least 4s)",
+    )
+    p.add_argument(
+        "--memory", help="memory limit with its unit, e.g. 512M or 2G (a bare number is refused)"
+    )
     p.add_argument("--cpu", help="CPU time limit, e.g. 30s")
     p.add_argument("--processes", type=int, help="limit on processes/threads at once")
     p.add_argument("--open-files", type=int, help="limit on open file descriptors")
-    p.add_argument("--file-size", help="largest file the child may write, e.g. 100M")
+    p.add_argument("--file-size", help="largest file the child may write, with its unit, e.g. 100M")
 
 
 def add_isolation_options(p: argparse.ArgumentParser) -> None:
@@ -115,14 +128,17 @@ def add_isolation_options(p: argparse.ArgumentParser) -> None:
 
 
 def limits_from(args: argparse.Namespace) -> Limits:
-    return Limits(
-        wall=args.timeout,
-        idle=args.idle_timeout,
-        memory=args.memory,
-        cpu=args.cpu,
-        processes=args.processes,
-        open_files=args.open_files,
-        file_size=args.file_size,
+    """The limit flags as `Limits`; an error names the flag (`--timeout: ...`)."""
+    return limits_from_flags(
+        {
+            "wall": args.timeout,
+            "idle": args.idle_timeout,
+            "memory": args.memory,
+            "cpu": args.cpu,
+            "processes": args.processes,
+            "open_files": args.open_files,
+            "file_size": args.file_size,
+        }
     )
 
 
@@ -130,35 +146,6 @@ def config_from(args: argparse.Namespace) -> ChildConfig:
     return ChildConfig(
         launcher=args.launcher, containment=args.containment, isolation=args.isolation
     )
-
-
-def _progress(out: TextIO) -> object:
-    def show(ev: Event) -> None:
-        if isinstance(ev, RunStarted):
-            print(f"tether: child pid {ev.pid} started ({shlex.join(ev.argv)})", file=out)
-        elif isinstance(ev, ChildEvent):
-            d = ev.data
-            if ev.kind == "step":
-                print(f"  step {line(d.get('iteration', d.get('step', '')))}", file=out)
-            elif ev.kind == "tool_call":
-                args = msgspec.json.encode(d.get("arguments", {})).decode()
-                print(f"  tool {line(d.get('name', '?'))} {line(args)[:120]}", file=out)
-            elif ev.kind == "text" and d.get("text"):
-                print(f"  says: {line(d['text'])[:200]}", file=out)
-            elif ev.kind == "compaction":
-                print("  compacted the transcript", file=out)
-        elif isinstance(ev, RunFinished):
-            r = ev.result
-            how = "ok" if r.success else f"failed ({r.failure.kind if r.failure else r.status})"
-            print(f"tether: run {ev.run_id} {how}", file=out)
-        out.flush()
-
-    return show
-
-
-def line(value: object) -> str:
-    """A child's value as one line of plain text."""
-    return clean(str(value), multiline=False)
 
 
 def render(result: RunResult) -> str:
@@ -198,6 +185,13 @@ def _render(result: RunResult) -> str:
         f"turns {result.turn_count}, iterations {result.iteration_count}, tokens "
         f"{result.usage.input_tokens} in / {result.usage.output_tokens} out"
     )
+    ran = [
+        f"process {result.pid}" if result.pid is not None else "no process started",
+        f"launcher {result.launcher}" if result.launcher else "",
+        f"containment {result.containment}" if result.containment else "",
+        f"{result.duration_seconds:.2f}s" if result.duration_seconds is not None else "",
+    ]
+    lines.append(", ".join(bit for bit in ran if bit))
     return "\n".join(lines)
 
 
@@ -210,16 +204,20 @@ async def _run(args: argparse.Namespace) -> RunResult:
         command = [_absolute_if_here(arg) for arg in command]
     config = config_from(args)
     async with Supervisor(config) as sup:
-        handle = await sup.start(
-            args.prompt,
-            agent=args.agent,
-            workspace=args.workspace,
-            model=args.model,
-            limits=limits,
-            description=args.description,
-            command=command,
-            on_event=None if args.quiet else _progress(sys.stderr),  # type: ignore[arg-type]
-        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RuntimeWarning)
+            handle = await sup.start(
+                args.prompt,
+                agent=args.agent,
+                workspace=args.workspace,
+                model=args.model,
+                limits=limits,
+                description=args.description,
+                command=command,
+                on_event=None if args.quiet else printer(sys.stderr),
+            )
+        for warning in caught:
+            print(f"tether: warning: {warning.message}", file=sys.stderr, flush=True)
         async with anyio.create_task_group() as tg:
             tg.start_soon(_cancel_on_signal, handle, args, tg)
             result = await handle.result()
@@ -252,7 +250,11 @@ async def _cancel_on_signal(handle: RunHandle, args: argparse.Namespace, tg: Tas
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = _parser().parse_args(argv)
+        parser = _parser()
+        args = parser.parse_args(argv)
+        if args.cmd is None:
+            parser.print_help()
+            return 0
         if args.cmd == "schema":
             from tether.protocol.schema import render as render_schema
 

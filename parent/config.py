@@ -33,8 +33,8 @@ class ChildConfig:
     cancel_grace: float = 2.0
     """After `agent/cancel`, how long the child has to answer `aborted` itself."""
     containment: str = "auto"
-    """The containment tier: `auto` (the most complete this host offers), `cgroup2`, `cgroup1`
-    or `process-group`. A tier this host does not offer is refused at `start()`."""
+    """The containment tier: `auto` (the most complete this host offers), `cgroup2`, `hybrid`,
+    `cgroup1` or `process-group`. A tier this host does not offer is refused at `start()`."""
     launcher: str | Launcher = "local"
     """An argv prefix the command runs under (`local`, `bwrap`, `ssh:HOST`, `docker:IMAGE`,
     ..., or a `Launcher`); see `launchers.py` for what each provides."""

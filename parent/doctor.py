@@ -11,7 +11,7 @@ from typing import Any
 
 from tether.contain import landlock, seccomp
 from tether.contain.plan import DEFAULT_SANDBOX_ID
-from tether.parent.host import ROOT, TIERS, available, probe
+from tether.parent.host import ROOT, TIERS, Host, available, probe
 from tether.parent.isolation import FORCE_ABI_ENV, probe_host
 from tether.parent.keeper import KEEPER
 from tether.parent.launchers import LAUNCHERS
@@ -89,7 +89,7 @@ def _subreaper() -> dict[str, Any]:
 
 def _cgroups() -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for tier in ("cgroup2", "cgroup1"):
+    for tier in TIERS[:-1]:
         got = probe(tier)
         out[tier] = {
             "available": available(got),
@@ -102,6 +102,22 @@ def _cgroups() -> dict[str, Any]:
         out["cgroup2"]["mount"] = str(unified.parent)
         out["cgroup2"]["controllers"] = unified.read_text().split()
     return out
+
+
+def _teardown(auto: Host) -> str:
+    """How a child's tree is taken down on the tier `auto` picked."""
+    if "unified" in auto.parents:
+        how = (
+            "cgroup.kill"
+            if "cgroup.kill" in auto.v2_files
+            else "cgroup.freeze, SIGKILL each member, thaw"
+            if auto.v2_files
+            else "cgroup.kill (where the kernel lacks it: cgroup.freeze, SIGKILL each, thaw)"
+        )
+        return f"{how} on the child's v2 cgroup; cgroup.events says when it is empty"
+    if auto.tier == "cgroup1":
+        return "freeze (v1 freezer), SIGKILL every member, thaw"
+    return "kill(-pgid), then each process of the tree found by parentage, session and marker"
 
 
 def _launchers() -> dict[str, Any]:
@@ -146,7 +162,7 @@ def report() -> dict[str, Any]:
         "root": root,
         "cgroups": _cgroups(),
         "tiers": {t: available(h) for t, h in tiers.items()},
-        "auto": {"tier": auto.tier, "why": why},
+        "auto": {"tier": auto.tier, "why": why, "teardown": _teardown(auto)},
         "bwrap": _bwrap(),
         "landlock": _landlock(),
         "isolation": _isolation(),
@@ -161,6 +177,7 @@ def report() -> dict[str, Any]:
 def render(r: dict[str, Any]) -> str:
     lines = [f"tether doctor (python {r['python']}, {'root' if r['root'] else 'not root'})"]
     lines.append(f"containment: auto picks {r['auto']['tier']} — {r['auto']['why']}")
+    lines.append(f"  teardown: {r['auto']['teardown']}")
     for tier, info in r["cgroups"].items():
         state = "available" if info["available"] else "not available"
         where = ", ".join(f"{k} at {v}" for k, v in info["where"].items())

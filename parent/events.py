@@ -25,6 +25,9 @@ class RunStarted:
     run_id: str
     pid: int
     argv: tuple[str, ...]
+    """The child's command (without the launcher's prefix)."""
+    launcher: str = "local"
+    """The launcher the command runs under (`local`, `bwrap`, `ssh:HOST`, ...)."""
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,14 @@ may create children:
 
 - cgroup v2 (`cgroup2`): a subtree of the unified hierarchy we can write to, whose children
   really get the `memory` and `pids` controllers;
+- `hybrid`: a writable subtree of the unified (v2) hierarchy *without* those controllers — the
+  common hybrid layout, where they are bound to v1, or a v2 host that cannot delegate them.
+  Each child gets a v2 cgroup for tracking and teardown (`cgroup.kill`, or `cgroup.freeze`
+  then SIGKILL on kernels before 5.14; `cgroup.events` says when it is empty) and, for limits,
+  cgroups in the v1 `memory` and `pids` hierarchies where those are writable (rlimits
+  otherwise). `auto` prefers it to `cgroup1`: its limits come from the same v1 controllers, and
+  its teardown is better (a kill no fork can outrun and no freezer wait, emptiness announced
+  rather than polled);
 - cgroup v1 (`cgroup1`): the `memory`, `pids` and `freezer` hierarchies, each under this
   process's own cgroup in that hierarchy;
 - `process-group`: always available: rlimits, the process group, and a psutil walk.
@@ -30,11 +38,15 @@ class Host:
     """What this host offers for containment."""
 
     tier: str
-    """`cgroup2`, `cgroup1` or `process-group`."""
+    """`cgroup2`, `hybrid`, `cgroup1` or `process-group`."""
     parents: dict[str, Path] = field(default_factory=dict)
-    """Where per-child cgroups go: controller (`unified` on v2) → writable parent directory."""
+    """Where per-child cgroups go: controller (`unified` for the v2 hierarchy) → writable
+    parent directory."""
     why: str = ""
     """Why a cgroup tier is not available, when it is not."""
+    v2_files: frozenset[str] = frozenset()
+    """The teardown files a child's v2 cgroup has here (`cgroup.kill`, `cgroup.freeze`,
+    `cgroup.events`), as probed."""
 
     def enforces(self, controller: str) -> bool:
         """Whether per-child cgroups enforce this controller (`memory`, `pids`)."""
@@ -72,21 +84,27 @@ def _writable_dir(path: Path) -> bool:
     return True
 
 
-TIERS = ("cgroup2", "cgroup1", "process-group")
+TIERS = ("cgroup2", "hybrid", "cgroup1", "process-group")
 """Every containment tier, most complete first."""
 
 
+def unified_mount() -> Path:
+    """Where the unified (v2) hierarchy is mounted: /sys/fs/cgroup on a pure v2 host, its
+    `unified` subdirectory on a hybrid one."""
+    return ROOT if (ROOT / "cgroup.controllers").exists() else ROOT / "unified"
+
+
 def _probe_v2(own: dict[str, str]) -> Host:
-    unified_mount = ROOT if (ROOT / "cgroup.controllers").exists() else ROOT / "unified"
-    if "unified" not in own or not (unified_mount / "cgroup.controllers").exists():
+    mount = unified_mount()
+    if "unified" not in own or not (mount / "cgroup.controllers").exists():
         return Host("cgroup2", why="no cgroup v2 hierarchy is mounted for this process")
-    base = unified_mount / own["unified"].lstrip("/")
-    controllers = (unified_mount / "cgroup.controllers").read_text().split()
+    base = mount / own["unified"].lstrip("/")
+    controllers = (mount / "cgroup.controllers").read_text().split()
     if not {"memory", "pids"} <= set(controllers):
         have = " ".join(controllers) or "none"
         return Host(
             "cgroup2",
-            why=f"the cgroup v2 hierarchy at {unified_mount} has no memory and pids "
+            why=f"the cgroup v2 hierarchy at {mount} has no memory and pids "
             f"controllers (it has: {have}); they are bound to cgroup v1",
         )
     if not _writable_dir(base):
@@ -125,14 +143,50 @@ def _children_get_controllers(base: Path) -> bool:
             probe.rmdir()
 
 
-def _probe_v1(own: dict[str, str]) -> Host:
+V2_TEARDOWN = ("cgroup.kill", "cgroup.freeze")
+"""What a v2 cgroup kills its members with: `cgroup.kill` (Linux 5.14+), else `cgroup.freeze`
+(5.2+) and SIGKILL to each frozen member."""
+
+
+def _probe_hybrid(own: dict[str, str]) -> Host:
+    mount = unified_mount()
+    if "unified" not in own or not (mount / "cgroup.controllers").exists():
+        return Host("hybrid", why="no cgroup v2 (unified) hierarchy is mounted for this process")
+    base = mount / own["unified"].lstrip("/")
+    probe = base / f"{PREFIX}probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+    except OSError:
+        return Host("hybrid", why=f"cannot create cgroups under {base} (not root, no delegation)")
+    try:
+        files = {f for f in (*V2_TEARDOWN, "cgroup.events") if (probe / f).exists()}
+    finally:
+        with contextlib.suppress(OSError):
+            probe.rmdir()
+    if "cgroup.events" not in files or not files & set(V2_TEARDOWN):
+        return Host(
+            "hybrid",
+            why=f"cgroups under {base} have no cgroup.events and cgroup.kill or cgroup.freeze "
+            "(a kernel before 5.2)",
+        )
+    parents = {"unified": base, **_v1_parents(own, ("memory", "pids"))}
+    return Host("hybrid", parents, v2_files=frozenset(files))
+
+
+def _v1_parents(own: dict[str, str], controllers: tuple[str, ...]) -> dict[str, Path]:
+    """The writable directories, one per v1 hierarchy, under this process's own cgroup."""
     parents: dict[str, Path] = {}
-    for controller in ("memory", "pids", "freezer"):
+    for controller in controllers:
         if controller not in own:
             continue
         base = ROOT / controller / own[controller].lstrip("/")
         if base.is_dir() and _writable_dir(base):
             parents[controller] = base
+    return parents
+
+
+def _probe_v1(own: dict[str, str]) -> Host:
+    parents = _v1_parents(own, ("memory", "pids", "freezer"))
     if "freezer" in parents or "pids" in parents:
         return Host("cgroup1", parents)
     return Host(
@@ -145,6 +199,8 @@ def probe(tier: str) -> Host:
     The process-group tier is always available."""
     if tier == "cgroup2":
         return _probe_v2(_own_cgroups())
+    if tier == "hybrid":
+        return _probe_hybrid(_own_cgroups())
     if tier == "cgroup1":
         return _probe_v1(_own_cgroups())
     if tier == "process-group":
@@ -160,7 +216,7 @@ def choose(probes: dict[str, Host]) -> Host:
     """The most complete available tier among `probes` (tier → `probe(tier)`); when no cgroup
     tier is available, the process-group tier, saying why in `why`."""
     reasons = []
-    for tier in ("cgroup2", "cgroup1"):
+    for tier in TIERS[:-1]:
         got = probes.get(tier) or probe(tier)
         if available(got):
             return got

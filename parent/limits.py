@@ -21,32 +21,61 @@ def max_open_files() -> int:
         return 1 << 20
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$", re.IGNORECASE)
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|h|m|s)\s*", re.IGNORECASE)
+_BARE_NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+_DURATION_EXAMPLES = "'30s', '1m30s', '1h', '500ms' or a number of seconds"
+
+
+def _compound_seconds(text: str) -> float | None:
+    """Seconds from `1h2m3s`, `1m30s`, `2m`, `1.5s`, `500ms` (units largest first, each at most
+    once) or a bare number of seconds; `None` when `text` is none of these."""
+    bare = _BARE_NUMBER.match(text)
+    if bare:
+        return float(bare.group(1))
+    pos, seconds, order = len(text) - len(text.lstrip()), 0.0, list(_DURATION_UNITS)
+    last = -1
+    while pos < len(text):
+        m = _DURATION_PART.match(text, pos)
+        if m is None:
+            return None
+        rank = order.index(m.group(2).lower())
+        if rank <= last:
+            return None  # `30s1m`, `1m1m`: out of order or repeated
+        last = rank
+        seconds += float(m.group(1)) * _DURATION_UNITS[order[rank]]
+        pos = m.end()
+    return seconds if last >= 0 else None
 
 
 def parse_duration(value: float | int | str | None, what: str) -> float | None:
-    """Seconds from `30`, `"30s"`, `"500ms"`, `"2m"`; `None` stays `None` (no limit)."""
+    """Seconds from `30`, `"30s"`, `"1m30s"`, `"500ms"`, `"2h"`; `None` stays `None` (no
+    limit). `what` names the value in errors (a field, or the command-line flag)."""
     if value is None:
         return None
     if isinstance(value, bool):
-        raise ValueError(f"{what}: expected a duration like '30s', got {value!r}")
+        raise ValueError(f"{what}: expected a duration like {_DURATION_EXAMPLES}, got {value!r}")
     if isinstance(value, int | float):
         seconds = float(value)
     else:
-        m = _DURATION.match(value)
-        if not m:
-            raise ValueError(f"{what}: expected a duration like '30s' or '500ms', got {value!r}")
-        seconds = float(m.group(1)) * _DURATION_UNITS[(m.group(2) or "s").lower()]
+        got = _compound_seconds(value)
+        if got is None:
+            raise ValueError(
+                f"{what}: expected a duration like {_DURATION_EXAMPLES}, got {value!r}"
+            )
+        seconds = got
     if not seconds > 0:
         raise ValueError(f"{what}: must be positive, got {value!r}")
     return seconds
 
 
 def parse_size(value: int | str | None, what: str) -> int | None:
-    """Bytes from `1048576`, `"512M"`, `"2GiB"`, `"64k"`; `None` stays `None`."""
+    """Bytes from `1048576` (an int is bytes), `"512M"`, `"2GiB"`, `"64k"`, `"100B"`; `None`
+    stays `None`. A string needs its unit: `"512"` is refused rather than read as 512 bytes
+    (which a memory limit would turn into an immediate `oom`). `what` names the value in
+    errors (a field, or the command-line flag)."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -57,7 +86,12 @@ def parse_size(value: int | str | None, what: str) -> int | None:
         m = _SIZE.match(value)
         if not m:
             raise ValueError(f"{what}: expected a size like '512M' or '2G', got {value!r}")
-        unit = (m.group(2) or "").lower().rstrip("b").rstrip("i")
+        if not m.group(2):
+            raise ValueError(
+                f"{what}: {value!r} has no unit; write {m.group(1)}M for mebibytes (or K, G, "
+                f"T), or {m.group(1)}B if you really mean bytes"
+            )
+        unit = m.group(2).lower().rstrip("b").rstrip("i")
         n = int(float(m.group(1)) * _SIZE_UNITS[unit])
     if n <= 0:
         raise ValueError(f"{what}: must be positive, got {value!r}")
@@ -76,16 +110,20 @@ class Limits:
     """Seconds for the whole run, spawn to result (`timeout`)."""
     idle: float | str | None = None
     """Seconds of silence from the child while a run is going (`unresponsive`); time the parent
-    spends answering the child's own requests (a model turn) does not count."""
+    spends answering the child's own requests (a model turn) does not count. tether's own child
+    sends a heartbeat every `HEARTBEAT_SECONDS` (2 s) while a tool call is pending, so keep this
+    well above that (at least twice it; the supervisor warns below), or a tool call that takes
+    longer is cut as `unresponsive`."""
     memory: int | str | None = None
-    """Bytes of memory (`oom`)."""
+    """Memory (`oom`): an int is bytes; a string needs its unit (`"512M"`, `"2G"`, `"100B"`)."""
     cpu: float | str | None = None
     """CPU seconds (`cpu_limit`)."""
     processes: int | None = None
     """Processes/threads at once (`tasks_limit`)."""
     open_files: int | None = None
     file_size: int | str | None = None
-    """Largest file the child may write, in bytes (`fsize_limit`)."""
+    """Largest file the child may write (`fsize_limit`): an int is bytes; a string needs its
+    unit (`"100M"`)."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

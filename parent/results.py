@@ -30,9 +30,13 @@ def build_result(
     answer: RunResult | None,
     brokered: Brokered | None,
     prompts: int,
+    launcher: str | None = None,
+    pid: int | None = None,
+    duration_seconds: float | None = None,
 ) -> RunResult:
     """The result of one run. `prompts`: user turns the parent sent (the run's prompt, and any
-    follow-up messages)."""
+    follow-up messages); `launcher`, `pid`, `duration_seconds`: what the parent saw of the
+    run's process."""
     if answer is not None:
         result = _from_answer(answer, observed)
         artifacts, skipped = check_artifacts(params.workspace, answer.artifacts, answer.skipped)
@@ -48,6 +52,9 @@ def build_result(
         run_id=params.run_id,
         containment=containment,
         isolation=isolation,
+        launcher=launcher,
+        pid=pid,
+        duration_seconds=None if duration_seconds is None else round(duration_seconds, 3),
         usage=counted.usage,
         iteration_count=counted.turns,
         turn_count=prompts,

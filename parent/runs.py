@@ -46,7 +46,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
@@ -56,7 +56,7 @@ from tether.parent.config import ChildConfig, pool_key
 from tether.parent.events import Event, RunFinished, RunStarted
 from tether.parent.host import Host
 from tether.parent.isolation import Choice, probe_host
-from tether.parent.launchers import Local, resolve_launcher
+from tether.parent.launchers import Launcher, Local, resolve_launcher
 from tether.parent.limits import Limits
 from tether.parent.pool import Pooled
 from tether.parent.process import SpawnError
@@ -108,6 +108,19 @@ class _Activation:
         """Set with `done`; stays `None` for a follow-up the child never took."""
         self.done = anyio.Event()
         self.drive: anyio.CancelScope | None = None
+        self.started = time.monotonic()
+
+
+RunState = Literal["starting", "running", "stopping", "done"]
+"""Where a run is: `starting` (spawning its child, or the handshake), `running` (the child is
+initialized and has the run, or idles between a continuable run's activations), `stopping` (the
+child is being taken down), `done` (the result is ready and the child is gone)."""
+
+
+def launcher_name(spec: str | Launcher) -> str:
+    """How a result names its launcher: the spec as given (`bwrap-net`, `ssh:HOST`), or a
+    `Launcher` object's name."""
+    return spec if isinstance(spec, str) else spec.name
 
 
 class RunHandle:
@@ -158,7 +171,11 @@ class RunHandle:
         self._messages = anyio.Semaphore(1)
         self._child: SupervisedChild | None = None
         self._outer_scope = anyio.CancelScope()
+        self._stopping = False
         self.pid: int | None = None
+        """The child's process id, once it is spawned (`None` before, and when none was)."""
+        self.launcher = launcher_name(config.launcher)
+        """The launcher the child's command runs under."""
 
     # --- public -------------------------------------------------------------------------------
 
@@ -186,6 +203,33 @@ class RunHandle:
     def alive(self) -> bool:
         """The run's child lives and may still take a follow-up."""
         return self._continuation is not None and not self._gone.is_set() and not self._closing
+
+    @property
+    def state(self) -> RunState:
+        """Where the run is now (read-only; see `RunState`)."""
+        if self._gone.is_set():
+            return "done"
+        if self._stopping:
+            return "stopping"
+        child = self._child
+        return "running" if child is not None and child.ready else "starting"
+
+    async def ping(self) -> float | None:
+        """Ask the run's child for a `ping`: the round trip in seconds, or `None` when no child
+        can answer (not initialized yet, being taken down, gone, or it answered with an error).
+
+        A wedged child does not answer at all: bound the call yourself
+        (`with anyio.move_on_after(2): rtt = await handle.ping()`). An answered ping is the
+        child speaking, so it re-arms the run's idle clock like any message from the child."""
+        child = self._child
+        if child is None or self.state != "running":
+            return None
+        started = time.perf_counter()
+        try:
+            await child.session.ping()
+        except (ConnectionClosed, RemoteError, RemoteProtocolError, LocalProtocolError):
+            return None
+        return time.perf_counter() - started
 
     async def wait(self) -> None:
         """Wait until the run has ended and its child is gone (shielded callers use this)."""
@@ -303,6 +347,9 @@ class RunHandle:
             answer=act.answer,
             brokered=act.broker.brokered,
             prompts=prompts,
+            launcher=self.launcher,
+            pid=self.pid,
+            duration_seconds=time.monotonic() - act.started,
         )
         act.done.set()
         self._sup.publish(RunFinished(self.run_id, act.result), self._on_event)
@@ -371,7 +418,10 @@ class RunHandle:
         self._sup.register(child)
         try:
             async with child:
-                await self._serve(child)
+                try:
+                    await self._serve(child)
+                finally:
+                    self._stopping = True  # leaving the context disposes of the child
         finally:
             self._sup.unregister(child)
         exec_error = child.spawn_failure()
@@ -447,6 +497,7 @@ class RunHandle:
             self._first.answer = await self._drive(child, self._first, handshake_first=False)
         finally:
             child.cut_off = not child.observed.answered
+            self._stopping = True
             with anyio.CancelScope(shield=True):
                 await pooled.finish()
         return child.observed
@@ -462,7 +513,8 @@ class RunHandle:
         child.serve_with(broker.on_request, self._notifications(broker))
         if act is self._first:
             self._sup.publish(
-                RunStarted(self.run_id, child.pid, tuple(self._config.command)), self._on_event
+                RunStarted(self.run_id, child.pid, tuple(self._config.command), self.launcher),
+                self._on_event,
             )
         answer: RunResult | None = None
         wall = self._limits.wall_seconds

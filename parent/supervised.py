@@ -29,7 +29,8 @@ still alive after the previous one, and the last rung attempted is recorded:
 
 Then, whatever rung was reached: everything left of the tree (grandchildren that outlived the
 child, daemons that left its session) is SIGKILLed and the sweep repeats until nothing of the
-tree is alive or the kill grace runs out; then the pipes are closed. A grandchild that holds
+tree is alive or the kill grace runs out (a v2 cgroup is killed whole and waited on until it
+says it is empty); then the pipes are closed. A grandchild that holds
 the child's stdout never delays any of this, because exit is seen through the pidfd, not EOF.
 """
 
@@ -336,7 +337,14 @@ class SupervisedChild:
         """SIGKILL whatever is left of the tree until none of it is alive, or grace runs out."""
         deadline = time.monotonic() + grace
         delay = 0.002
+        cgroup = self.cgroup
         while True:
+            if cgroup is not None and cgroup.announces_empty and cgroup.populated():
+                # A v2 cgroup says when it is empty: kill what is left in it and wait for
+                # that, instead of reading its membership again and again.
+                cgroup.kill()
+                with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+                    await cgroup.wait_empty()
             members = self._members()
             # Once the child has exited (it is a zombie until `reap`), its children have been
             # reparented: the walk by parentage would find nothing, so it is skipped.
@@ -365,6 +373,8 @@ class SupervisedChild:
 
     def kill_now(self) -> None:
         """SIGKILL the child's tree without waiting (interpreter exit: no event loop left)."""
+        if self.cgroup is not None:
+            self.cgroup.kill()
         procs = tree_procs(self.pid, self.marker)
         self.proc.send_signal(signal.SIGKILL)
         signal_procs(procs, signal.SIGKILL)

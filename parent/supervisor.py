@@ -60,6 +60,7 @@ from tether.parent.spawning import (
     spawn_child,
 )
 from tether.parent.supervised import SupervisedChild
+from tether.parent.usage import check_model, warn_idle
 from tether.parent.zygote import Zygote
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
 from tether.protocol.messages import AgentDefinition, AgentRunParams, ChatMessage, RunResult
@@ -194,7 +195,9 @@ class Supervisor:
         continuation: Continuation | None = None,
     ) -> RunHandle:
         """Start one run in a fresh child and return its handle. Raises `ValueError` for bad
-        usage (unknown agent, unreadable model script, bad limits), before spawning.
+        usage (unknown agent, unreadable model script, bad limits, no model for the built-in
+        agent loop), before spawning; warns (`RuntimeWarning`) when the idle limit is too close
+        to tether's heartbeat interval to let a slow tool call finish (`usage.py`).
 
         `parent_tools`: tools this parent serves for the run itself (`tool/call`), offered to
         its agent beside the child's own; `history`: a transcript the run starts from;
@@ -247,6 +250,8 @@ class Supervisor:
                 f"the run's request is {size} bytes, more than a child reads in one message "
                 f"({DEFAULT_MAX_MESSAGE_BYTES}); put large inputs in the workspace instead"
             )
+        check_model(cfg.command, definition, models.main is not None)
+        warn_idle(cfg.command, limits or Limits())
         handle = RunHandle(
             self,
             params,

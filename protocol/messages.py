@@ -159,6 +159,13 @@ EventKind = Literal[
 ]
 
 
+HEARTBEAT_SECONDS = 2.0
+"""How often tether's own child sends a `heartbeat` event while a model turn, an approval or a
+tool call is pending. A parent's idle limit must be comfortably above it (tether's parent warns
+below twice this), or every step that takes longer is cut as `unresponsive`. Children in other
+languages choose their own interval."""
+
+
 class AgentEventParams(Wire, frozen=True):
     run_id: str
     seq: int
@@ -300,3 +307,12 @@ class RunResult(Wire, frozen=True):
     """With `status: "needs_input"`: what the run asks before it can go on."""
     isolation: Isolation | None = None
     """The isolation level the parent ran this child under (filled in by the parent)."""
+    launcher: str | None = None
+    """The launcher the child's command ran under (`local`, `bwrap`, `ssh:HOST`, ...; filled in
+    by the parent)."""
+    pid: int | None = None
+    """The child's process id as the parent saw it (for a remote launcher: the local client's;
+    filled in by the parent, `null` when no process was started)."""
+    duration_seconds: float | None = None
+    """Seconds from the run's start (or a follow-up's) to its result, the child's teardown
+    included when the run is not continuable (filled in by the parent)."""

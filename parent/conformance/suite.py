@@ -36,6 +36,8 @@ class Outcome:
     passed: bool
     why: str = ""
     junk: list[str] = field(default_factory=list)
+    echoed: bool = False
+    """The child sent the kit's own messages back (it echoes its input)."""
 
 
 @dataclass
@@ -50,6 +52,11 @@ class Report:
     def failed(self) -> int:
         return len(self.outcomes) - self.passed
 
+    @property
+    def echoed(self) -> int:
+        """Checks that saw the child send the kit's own messages back."""
+        return sum(o.echoed for o in self.outcomes)
+
     def failures(self) -> dict[str, str]:
         return {o.name: o.why for o in self.outcomes if not o.passed}
 
@@ -57,6 +64,7 @@ class Report:
 async def run_check(check: Check, command: Sequence[str], env: Mapping[str, str]) -> Outcome:
     """Run one check on a fresh child; never raises for anything the child did."""
     junk: list[str] = []
+    echoed = False
     try:
         with anyio.fail_after(CHECK_DEADLINE):
             async with open_wire(command, env, scripted_complete) as w:
@@ -64,8 +72,9 @@ async def run_check(check: Check, command: Sequence[str], env: Mapping[str, str]
                     await check.run(w)
                 finally:
                     junk = list(w.junk)
+                    echoed = w.echo is not None
     except CheckFailed as exc:
-        return Outcome(check.name, False, str(exc), junk)
+        return Outcome(check.name, False, str(exc), junk, echoed)
     except TimeoutError:
         why = f"the check did not finish within {CHECK_DEADLINE:g}s"
         return Outcome(check.name, False, why, junk)
@@ -126,6 +135,15 @@ async def run_suite(
     report = Report([o for o in outcomes if o is not None])
     if out is not None:
         print(f"{report.passed} passed, {report.failed} failed", file=out, flush=True)
+        if report.echoed:
+            print(
+                f"{report.echoed} check(s) got the kit's own messages back: the command copies "
+                "its input to its output (`cat`, or a pipeline that does) instead of answering "
+                "it; a child reads requests from stdin and writes replies to stdout "
+                "(docs/protocol.md)",
+                file=out,
+                flush=True,
+            )
     return report
 
 

@@ -79,6 +79,11 @@ class Wire:
         self.model = model
         self._status: int | None = None
         """Exit status once seen: the exit code, or minus the signal number."""
+        self._sent: dict[RequestId, str] = {}
+        """Requests the kit sent (id → method), to recognise them if they come back."""
+        self._sent_notifications: set[str] = set()
+        self.echo: str | None = None
+        """Set when the child sent the kit's own message back: it echoes its input."""
 
     # --- output of the child --------------------------------------------------------------
 
@@ -110,12 +115,20 @@ class Wire:
                 self._replies.append(ErrorResponse(None, ev.error))
             else:
                 self.junk.append(f"a reply to id {ev.id!r}, which the kit never sent")
+        elif (
+            isinstance(ev, RequestReceived | RequestRefused) and self._sent.get(ev.id) == ev.method
+        ):
+            # Our own request, id and all, came back: answering it would only be echoed back
+            # too, and then look like the child's answer.
+            self._echoed(f"{ev.method} request (id {ev.id!r})")
         elif isinstance(ev, RequestReceived):
             self.requests.append(ev)
             self._tg.start_soon(self._serve, ev)
         elif isinstance(ev, RequestRefused):
             self.junk.append(f"a request the child may not send: {ev.message}")
             self._tg.start_soon(self._write, self._conn.send_error(ev.id, ev.code, ev.message))
+        elif isinstance(ev, NotificationDropped) and ev.method in self._sent_notifications:
+            self._echoed(f"{ev.method} notification")
         elif isinstance(ev, NotificationReceived):
             self.notifications.append(ev)
         elif isinstance(ev, NotificationDropped):
@@ -142,6 +155,14 @@ class Wire:
         else:
             assert isinstance(ev, ResultInvalid | ReplyLate)  # neither arises: results stay raw
 
+    def _is_ours(self, rid: RequestId, method: str) -> bool:
+        return self._sent.get(rid) == method
+
+    def _echoed(self, what: str) -> None:
+        self.junk.append(f"the kit's own {what}, sent back unchanged")
+        if self.echo is None:
+            self.echo = f"the child sent the kit's own {what} back unchanged: it echoes its input"
+
     async def _serve(self, req: RequestReceived) -> None:
         if req.method == "model/complete":
             result: Any = await self.model(req.params)
@@ -161,6 +182,8 @@ class Wire:
                 got = found()
                 if got:
                     return got
+                if self.echo is not None:
+                    raise CheckFailed(self.echo)
                 if self.stdout_closed:
                     raise CheckFailed(f"{what}, but the child closed its stdout{self.ended()}")
                 await self._changed.wait()
@@ -177,6 +200,7 @@ class Wire:
         (with `reply`) like any other."""
         if expect is not None:
             self._conn.track(expect, method or "raw")
+            self._sent[expect] = method or "raw"
         try:
             await self.proc.stdin.send(line)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -187,10 +211,12 @@ class Wire:
             rid, line = self._conn.send_request(method, params)
         except LocalProtocolError as exc:
             raise CheckFailed(f"the kit cannot send {method}: {exc.message}") from None
+        self._sent[rid] = method
         await self.send(line)
         return rid
 
     async def notify(self, method: str, params: Any = None) -> None:
+        self._sent_notifications.add(method)
         await self.send(self._conn.send_notification(method, params))
 
     def close_stdin(self) -> None:

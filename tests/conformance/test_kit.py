@@ -102,3 +102,31 @@ def test_the_cli_refuses_a_missing_command_as_bad_usage() -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert "give the child command" in done.stderr
+
+
+@pytest.mark.anyio
+async def test_a_child_that_echoes_its_input_is_recognised_and_named_as_such() -> None:
+    report = await run_suite(["cat"], only=["handshake", "not-initialized", "eof-exit"])
+    assert report.passed == 0
+    assert report.echoed == 3
+    assert report.failures() == {
+        "handshake": "the child sent the kit's own initialize request (id 1) back unchanged: "
+        "it echoes its input",
+        "not-initialized": "the child sent the kit's own ping request (id 1) back unchanged: "
+        "it echoes its input",
+        "eof-exit": "the child sent the kit's own initialize request (id 1) back unchanged: "
+        "it echoes its input",
+    }
+
+
+def test_the_cli_says_an_echoing_child_copies_its_input_rather_than_answering_it() -> None:
+    cmd = [sys.executable, "-m", "tether.parent.cli", "conformance", "--check", "handshake"]
+    done = subprocess.run([*cmd, "--", "cat"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert "copies its input to its output" in done.stdout.splitlines()[-1]
+
+
+@pytest.mark.anyio
+async def test_a_real_child_is_never_taken_for_an_echo() -> None:
+    report = await run_suite(BROKEN_CHILD)
+    assert report.echoed == 0

@@ -27,7 +27,7 @@ async def test_an_unknown_tier_is_refused_at_start_with_the_tiers_there_are(
     tmp_path: Path,
 ) -> None:
     async with Supervisor() as sup:
-        with pytest.raises(ValueError, match="cgroup2, cgroup1, process-group"):
+        with pytest.raises(ValueError, match="cgroup2, hybrid, cgroup1, process-group"):
             await sup.start("go", workspace=tmp_path, config=ChildConfig(containment="jail"))
 
 

@@ -80,12 +80,26 @@ async def test_the_events_stream_yields_what_the_run_reported(workspace: Path) -
     assert got[-1] == RunFinished(result.run_id, result)
 
 
-async def test_a_run_without_a_model_fails_with_a_clear_agent_error(workspace: Path) -> None:
+async def test_the_builtin_loop_without_a_model_is_refused_before_spawning(
+    workspace: Path,
+) -> None:
     async with Supervisor() as sup:
-        result = await sup.run("go", workspace=workspace)
+        with pytest.raises(ValueError, match="built-in agent loop, which needs a model"):
+            await sup.start("go", workspace=workspace)
+        assert not sup._live
+
+
+async def test_a_custom_agent_that_asks_for_a_model_without_one_fails_with_a_clear_agent_error(
+    workspace: Path,
+) -> None:
+    # A custom agent may need no model, so it is not refused; when it asks for one anyway,
+    # the parent's refusal says why there is none (the agent did not catch it: its stderr).
+    agent = Path(__file__).parents[1] / "child" / "agents" / "byo_agent.py"
+    async with Supervisor() as sup:
+        result = await sup.run("go", agent=f"{agent}:make", workspace=workspace)
     assert not result.success
     assert result.failure is not None and result.failure.kind == "agent_error"
-    assert "no model is configured" in result.message
+    assert "no model is configured" in result.failure.stderr_tail
 
 
 async def test_a_run_that_exhausts_its_iterations_keeps_its_last_text(workspace: Path) -> None:

@@ -60,7 +60,7 @@ def test_out_of_range_limits_are_bad_usage_on_the_command_line(tmp_path: Path) -
         cwd=tmp_path,
     )
     assert done.returncode == 2
-    assert "open_files" in done.stderr and "more than this host can apply" in done.stderr
+    assert "--open-files" in done.stderr and "more than this host can apply" in done.stderr
 
 
 async def test_a_prompt_over_the_childs_message_cap_is_refused_before_any_spawn(

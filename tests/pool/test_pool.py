@@ -166,7 +166,7 @@ async def test_the_wall_deadline_of_a_pooled_run_starts_when_the_run_takes_the_c
         (warm,) = await _ready(sup)
         await anyio.sleep(1.2)  # longer than the wall below: a clock started at spawn has run out
         handle = await sup.start(
-            "go", workspace=tmp_path, model=_model(), limits=Limits(wall="1s", idle="1s")
+            "go", workspace=tmp_path, model=_model(), limits=Limits(wall="1s", idle="4s")
         )
         result = await handle.result()
         assert result.success, result
