@@ -19,6 +19,11 @@ child's silence) and the answer re-arms it. `cancel()` asks the child to abort
 (`agent/cancel`) and gives it a grace to answer `aborted` itself before cutting the run.
 A child that answered gets the polite `shutdown` rung; one that was cut off (deadline, idle,
 cancel, broken wire) starts at the EOF lifeline.
+
+A provider with its own way of running (a foreign agent over ACP, the in-process runtime; see
+`tether.parent.providers`) hands the handle a `RunBody` in place of that tether child: the body
+obtains and drives its child, filling the run's `Observed`, under the same outer and drive
+scopes, so `abort()`, `cancel()` (through the body), budgets and the result work the same way.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
@@ -53,6 +58,23 @@ if TYPE_CHECKING:
 EventCallback = Callable[[Event], None]
 
 
+class RunBody(Protocol):
+    """A provider's way to obtain and drive a run's child, in place of a tether child."""
+
+    prompts: int
+    """User turns sent to the agent (the result's `turnCount`)."""
+
+    async def drive(self, handle: RunHandle, observed: Observed) -> RunResult | None:
+        """Run the child to its answer (`None`: no answer, `observed` says why), filling
+        `observed` as things happen; never raises for what the child did."""
+        ...
+
+    async def cancel(self, reason: str) -> None:
+        """Ask the agent to stop; the handle cuts the run if it has not ended within the
+        config's cancel grace."""
+        ...
+
+
 class RunHandle:
     """One run in one child. Await `result()`; `cancel()` aborts it."""
 
@@ -69,6 +91,7 @@ class RunHandle:
         parent_tools: Sequence[ParentTool] = (),
         on_turn: TurnHook | None = None,
         isolation: Choice | None = None,
+        body: RunBody | None = None,
     ) -> None:
         self.run_id = params.run_id
         self._sup = sup
@@ -94,6 +117,8 @@ class RunHandle:
         self._done = anyio.Event()
         self._result: RunResult | None = None
         self._child: SupervisedChild | None = None
+        self._body = body
+        self._body_observed: Observed | None = None
         self._drive_scope: anyio.CancelScope | None = None
         self._outer_scope = anyio.CancelScope()
         self.pid: int | None = None
@@ -104,6 +129,26 @@ class RunHandle:
     def broker(self) -> Broker:
         """What this run's child asked of the parent, and what the parent counted."""
         return self._broker
+
+    @property
+    def params(self) -> AgentRunParams:
+        return self._params
+
+    @property
+    def config(self) -> ChildConfig:
+        return self._config
+
+    @property
+    def limits(self) -> Limits:
+        return self._limits
+
+    @property
+    def supervisor(self) -> Supervisor:
+        return self._sup
+
+    def publish(self, event: Event) -> None:
+        """Hand `event` to the run's own callback and the supervisor's subscribers."""
+        self._sup.publish(event, self._on_event)
 
     async def result(self) -> RunResult:
         await self._done.wait()
@@ -121,9 +166,12 @@ class RunHandle:
     async def cancel(self, reason: str = "cancelled by the parent") -> RunResult:
         """Abort the run: ask the child, then cut it if it does not answer within the grace."""
         child = self._child
-        if not self._done.is_set() and child is not None:
+        if not self._done.is_set() and (child is not None or self._body is not None):
             with anyio.move_on_after(0.5), contextlib.suppress(ConnectionClosed):
-                await child.session.cancel(self.run_id, reason)
+                if self._body is not None:
+                    await self._body.cancel(reason)
+                elif child is not None:
+                    await child.session.cancel(self.run_id, reason)
             with anyio.move_on_after(self._config.cancel_grace):
                 await self._done.wait()
         if not self._done.is_set():
@@ -141,6 +189,8 @@ class RunHandle:
             return
         if self._child is not None:
             self._child.observed.cancelled = True
+        elif self._body_observed is not None:
+            self._body_observed.cancelled = True
         if self._drive_scope is not None:
             self._drive_scope.cancel()
         else:
@@ -153,7 +203,10 @@ class RunHandle:
         answer: RunResult | None = None
         try:
             with self._outer_scope:
-                answer, observed = await self._spawn_and_drive(observed)
+                if self._body is not None:
+                    answer = await self._drive_body(self._body, observed)
+                else:
+                    answer, observed = await self._spawn_and_drive(observed)
         finally:
             if self._outer_scope.cancelled_caught and not observed.spawn_error:
                 observed.cancelled = True
@@ -164,10 +217,23 @@ class RunHandle:
                 observed=observed,
                 answer=answer,
                 brokered=self._broker.brokered,
-                prompts=1 if self._child is not None and self._child.ready else 0,
+                prompts=self._body.prompts
+                if self._body is not None
+                else 1
+                if self._child is not None and self._child.ready
+                else 0,
             )
             self._done.set()
             self._sup.publish(RunFinished(self.run_id, self._result), self._on_event)
+
+    async def _drive_body(self, body: RunBody, observed: Observed) -> RunResult | None:
+        self._body_observed = observed
+        answer: RunResult | None = None
+        with anyio.CancelScope() as drive:
+            self._drive_scope = drive
+            answer = await body.drive(self, observed)
+        self._drive_scope = None
+        return answer
 
     async def _spawn_and_drive(self, observed: Observed) -> tuple[RunResult | None, Observed]:
         cfg = self._config
@@ -292,9 +358,9 @@ class RunHandle:
         return Isolation(level=choice.level, landlock_abi=abi, warning=choice.warning)
 
     def _budget_exhausted(self, why: str) -> None:
-        child = self._child
-        if child is not None and not child.observed.answered:
-            child.observed.budget = why
+        observed = self._child.observed if self._child is not None else self._body_observed
+        if observed is not None and not observed.answered:
+            observed.budget = why
             if self._drive_scope is not None:
                 self._drive_scope.cancel()
 
