@@ -148,9 +148,7 @@ def _enter(plan: Plan) -> None:
         idmap = None
         if plan.owner is not None and plan.uid is not None and plan.gid is not None:
             idmap = (plan.owner[0], plan.uid, plan.owner[1], plan.gid)
-        mounts.private_namespace(
-            lay, idmap=idmap, workspace_read_only=plan.workspace_read_only
-        )
+        mounts.private_namespace(lay, idmap=idmap, workspace_read_only=plan.workspace_read_only)
         _private_dirs(plan)
     elif plan.home:
         os.makedirs(plan.home, mode=0o700, exist_ok=True)
