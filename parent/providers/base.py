@@ -124,7 +124,9 @@ class Provider:
 
     name: str = ""
     summary: str = ""
-    """One line for `tether doctor` and the docs."""
+    """One line for `tether doctor`, the docs, and the task tool's `agentType`."""
+    isolated: bool = True
+    """Runs out of the parent's process (so a model may pick it per task call)."""
 
     def problem(self, argument: str | None = None) -> str | None:
         """Why this provider cannot run here with `argument` (`None`: it can)."""

@@ -66,6 +66,7 @@ ARGV = ("<in-process>",)
 class InProcessProvider(Provider):
     name = "inprocess"
     summary = "tether's agent loop in the parent's own process (no process isolation)"
+    isolated = False
 
     def problem(self, argument: str | None = None) -> str | None:
         if argument is not None:
