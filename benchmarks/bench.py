@@ -37,6 +37,7 @@ import anyio
 import msgspec
 import psutil
 
+from benchmarks.providers import providers_group
 from benchmarks.report import Figure, Results, render
 from tether.parent.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_key
 from tether.parent.env import build_child_env
@@ -108,6 +109,8 @@ class Plan:
     swarm_runs: int = 3
     rss: int = 3
     pooled: int = 20
+    only: tuple[str, ...] = ()
+    """Run only these groups (by name, as printed); empty: every group."""
 
     @classmethod
     def make(cls, quick: bool) -> Plan:
@@ -1173,8 +1176,11 @@ async def measure(res: Results, p: Plan) -> None:
             ("stubborn dispose, crash", lambda: stubborn_and_crash(res, p, ws)),
             ("idle memory", lambda: memory_group(res, p)),
             ("warm pool", lambda: pool_group(res, p, ws)),
+            ("providers", lambda: providers_group(res, p.whole_runs, ws)),
         ]
         for name, step in steps:
+            if p.only and name not in p.only:
+                continue
             print(f"== {name}", flush=True)
             await step()
 
@@ -1184,15 +1190,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny sample counts (smoke test)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "performance.md")
     ap.add_argument("--json", type=Path, help="also write the raw samples here")
+    ap.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="run only this group (repeatable; e.g. providers); the report then holds only its "
+        "figures and the targets it can check",
+    )
     args = ap.parse_args(argv)
-    plan = Plan.make(args.quick)
+    plan = dataclasses.replace(Plan.make(args.quick), only=tuple(args.only))
     res = Results(quick=plan.quick)
     started = dt.datetime.now(dt.UTC)
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     anyio.run(measure, res, plan, backend="asyncio")
-    print("== many children at once", flush=True)
-    swarm_group(res, plan)
+    if not plan.only or "many children at once" in plan.only:
+        print("== many children at once", flush=True)
+        swarm_group(res, plan)
     seconds = time.perf_counter() - t0
     text = render(res, started, seconds, (load0, os.getloadavg()[0]))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -347,3 +347,28 @@ async def test_under_the_sandbox_an_explore_mode_agent_cannot_write_the_workspac
     else:
         assert texts(events) == [f"own write {target}: ok"]
         assert target.read_text() == "x"
+
+
+async def test_the_gateway_is_one_per_supervisor_and_each_runs_token_dies_with_the_run(
+    tmp_path: Path,
+) -> None:
+    import httpx
+
+    async with Supervisor(ChildConfig(isolation="process", dispose=QUICK)) as sup:
+        result = await sup.run(
+            json.dumps([{"environ": True}]), workspace=tmp_path, model=Counting(), provider=ACP
+        )
+        assert result.success, result
+        gateway = await sup.gateway()
+        assert gateway is await sup.gateway()
+        token = json.loads(result.summary)["ANTHROPIC_API_KEY"]
+        body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+        async with httpx.AsyncClient() as client:
+            got = await client.post(
+                f"{gateway.base_url}/v1/messages", json=body, headers={"x-api-key": token}
+            )
+        assert got.status_code == 401  # revoked when the run ended
+        address = gateway.address
+    assert address is not None
+    with pytest.raises(OSError):
+        socket.create_connection(address, timeout=2).close()  # closed with the supervisor
