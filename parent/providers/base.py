@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from tether.parent.broker import Broker
     from tether.parent.gateway import Gateway
     from tether.parent.host import Host
+    from tether.parent.limits import Limits
     from tether.parent.runs import RunHandle
     from tether.parent.supervised import SupervisedProcess
 
@@ -280,7 +281,7 @@ class SubagentRun:
         return self._handle.host
 
     @property
-    def limits(self) -> Any:
+    def limits(self) -> Limits:
         return self._handle.limits
 
     @property

@@ -23,6 +23,8 @@ run's events and summary:
   the error; `{"environ": true}` says the agent's whole environment as JSON;
 - `{"own_write": {"path", "content"}}` writes a file itself (not through the client) and says
   `own write PATH: ok` or the error;
+- `{"sleeper": true}` starts `sleep 300` as a child that inherits the agent's stdout (and
+  holds it open after the agent dies);
 - `{"ignore_eof": true}` makes the agent ignore the end of its input and SIGTERM from then
   on (it must be killed);
 - `{"echo_prompt": true}` says the text of the prompt's blocks before the script;
@@ -41,6 +43,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -173,6 +176,9 @@ class ScriptAgent:
                 await self.say(sid, await asyncio.to_thread(_connect, arg[0], arg[1]))
             elif op == "unix_socket":
                 await self.say(sid, _unix_socket())
+            elif op == "sleeper":
+                _start_sleeper()
+                await self.say(sid, "sleeper started")
             elif op == "own_write":
                 await self.say(sid, f"own write {arg['path']}: {_own_write(arg)}")
             elif op == "environ":
@@ -202,6 +208,10 @@ def _write_raw(data: bytes) -> None:
             view = view[os.write(1, view) :]
     finally:
         os.set_blocking(1, False)
+
+
+def _start_sleeper() -> None:
+    subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL)
 
 
 def _own_write(arg: dict[str, Any]) -> str:

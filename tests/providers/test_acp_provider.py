@@ -372,3 +372,27 @@ async def test_the_gateway_is_one_per_supervisor_and_each_runs_token_dies_with_t
     assert address is not None
     with pytest.raises(OSError):
         socket.create_connection(address, timeout=2).close()  # closed with the supervisor
+
+
+async def test_an_agent_past_its_wall_clock_is_a_timeout(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        result, _ = await run_acp(
+            tmp_path, [{"say": "slow"}, {"hang": 60}], limits=Limits(wall=1.5)
+        )
+    assert result.failure is not None and result.failure.kind == "timeout", result
+    assert result.failure.limit == "wall=1.5s"
+
+
+async def test_an_agent_that_dies_while_its_child_holds_its_stdout_ends_at_once(
+    tmp_path: Path,
+) -> None:
+    import time
+
+    started = time.monotonic()
+    result, events = await run_acp(tmp_path, [{"sleeper": True}, {"crash": 5}])
+    assert time.monotonic() - started < 20
+    assert "sleeper started" in texts(events)
+    assert result.failure is not None and result.failure.kind == "exit_nonzero", result
+    assert result.failure.exit_code == 5
+    # The sleeper that held the pipe was swept with the tree (the reaper checks nothing is
+    # left).
