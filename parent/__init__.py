@@ -15,6 +15,8 @@ from tether.parent.launchers import Launcher, resolve_launcher
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models import ModelProvider, resolve_model
 from tether.parent.models.scripted import ScriptedModel
+from tether.parent.providers.acp_provider import AcpProvider
+from tether.parent.providers.base import Provider, SubagentRequest, SubagentRun
 from tether.parent.runs import RunHandle
 from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import (
@@ -35,6 +37,7 @@ from tether.protocol.messages import (
 )
 
 __all__ = [
+    "AcpProvider",
     "AgentDefinition",
     "ApprovePolicy",
     "Artifact",
@@ -52,12 +55,15 @@ __all__ = [
     "ModelProvider",
     "ParentTool",
     "PoolSpec",
+    "Provider",
     "RunFinished",
     "RunHandle",
     "RunResult",
     "RunStarted",
     "ScriptedModel",
     "SkippedPath",
+    "SubagentRequest",
+    "SubagentRun",
     "Supervisor",
     "ToolApproveParams",
     "ToolApproveResult",
