@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import shlex
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -167,8 +168,6 @@ class ProviderRegistry:
     def register(self, provider: Provider, *, replace: bool = False) -> Provider:
         """Add `provider` under its name; raises `ValueError` for a bad or taken name (unless
         `replace`)."""
-        import re
-
         name = provider.name
         if not isinstance(name, str) or not re.match(NAME_PATTERN, name):
             raise ValueError(
