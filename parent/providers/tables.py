@@ -80,7 +80,11 @@ def providers_from_document(doc: Mapping[str, Any], *, file: str | None = None) 
         provider = _provider(table, base, file, index)
         if provider.name in seen:
             raise DefinitionError(
-                f"duplicate provider name {provider.name!r}", file=file, key="name"
+                f"duplicate provider name {provider.name!r}",
+                file=file,
+                index=index,
+                key="name",
+                table="provider",
             )
         seen.add(provider.name)
         out.append(provider)
@@ -89,7 +93,7 @@ def providers_from_document(doc: Mapping[str, Any], *, file: str | None = None) 
 
 def _provider(table: Any, base: str, file: str | None, index: int) -> Provider:
     def fail(problem: str, key: str | None = None) -> DefinitionError:
-        return DefinitionError(f"[[provider]] #{index + 1}: {problem}", file=file, key=key)
+        return DefinitionError(problem, file=file, index=index, key=key, table="provider")
 
     if not isinstance(table, dict):
         raise fail(f"expected a table, found a {type(table).__name__}")
