@@ -47,7 +47,6 @@ from tether.parent.broker import ApprovePolicy, ParentTool, TurnHook, resolve_mo
 from tether.parent.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_key
 from tether.parent.env import build_child_env
 from tether.parent.events import DEFAULT_EVENT_BUFFER, Event, EventStream
-from tether.parent.gateway.seat import GatewaySeat
 from tether.parent.host import host
 from tether.parent.isolation import Choice, choose_level, probe_host, workspace_problem
 from tether.parent.keeper import Keeper
@@ -58,6 +57,7 @@ from tether.parent.pool import WarmPool
 from tether.parent.process import ChildProcess, SpawnError, SpawnSpec
 from tether.parent.providers.base import Provider, ProviderBody, SubagentRequest
 from tether.parent.providers.builtin import SpawnProvider, builtin_providers
+from tether.parent.providers.gateway_seat import GatewaySeat
 from tether.parent.providers.inprocess import InProcessProvider
 from tether.parent.roles import resolve_agent
 from tether.parent.runs import EventCallback, RunHandle

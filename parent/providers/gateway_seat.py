@@ -4,15 +4,19 @@ The gateway's server lives in a task of the supervisor's own task group (a task 
 left by the task that entered it, so the gateway cannot simply be entered by whichever run
 asked first and left by the supervisor). `get()` starts that task once and hands everyone the
 same `Gateway`; `close()` tells it to stop, and the supervisor's group waits for it (requests
-in progress get the server's close grace).
+in progress get the server's close grace). The gateway's modules (h11, the API translations)
+are imported when it first starts, never by a supervisor that runs no foreign agent.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from tether.parent.gateway.server import Gateway
+if TYPE_CHECKING:
+    from tether.parent.gateway.server import Gateway
 
 
 class GatewaySeat:
@@ -36,6 +40,8 @@ class GatewaySeat:
             return self._gateway
 
     async def _serve(self, *, task_status: TaskStatus[Gateway]) -> None:
+        from tether.parent.gateway.server import Gateway
+
         async with Gateway() as gateway:
             task_status.started(gateway)
             await self._stop.wait()
