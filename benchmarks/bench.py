@@ -37,6 +37,7 @@ import anyio
 import msgspec
 import psutil
 
+from benchmarks.providers import providers_group
 from benchmarks.report import SOAK_HEADING, Figure, Results, render, section, with_section
 from tether.parent.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_key
 from tether.parent.env import build_child_env
@@ -113,6 +114,8 @@ class Plan:
     """Follow-up messages to live children (spread over `rounds`, a fresh agent each round)."""
     resumes: int = 10
     """Rounds of the cold-resume figures (one sample of each per round)."""
+    only: tuple[str, ...] = ()
+    """Run only these groups (by name, as printed); empty: every group."""
 
     @classmethod
     def make(cls, quick: bool) -> Plan:
@@ -1372,8 +1375,11 @@ async def measure(res: Results, p: Plan) -> None:
             ("idle memory", lambda: memory_group(res, p)),
             ("warm pool", lambda: pool_group(res, p, ws)),
             ("continuable agents", lambda: continue_group(res, p, ws)),
+            ("providers", lambda: providers_group(res, p.whole_runs, ws)),
         ]
         for name, step in steps:
+            if p.only and name not in p.only:
+                continue
             print(f"== {name}", flush=True)
             await step()
 
@@ -1383,15 +1389,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny sample counts (smoke test)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "performance.md")
     ap.add_argument("--json", type=Path, help="also write the raw samples here")
+    ap.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="run only this group (repeatable; e.g. providers); the report then holds only its "
+        "figures and the targets it can check",
+    )
     args = ap.parse_args(argv)
-    plan = Plan.make(args.quick)
+    plan = dataclasses.replace(Plan.make(args.quick), only=tuple(args.only))
     res = Results(quick=plan.quick)
     started = dt.datetime.now(dt.UTC)
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     anyio.run(measure, res, plan, backend="asyncio")
-    print("== many children at once", flush=True)
-    swarm_group(res, plan)
+    if not plan.only or "many children at once" in plan.only:
+        print("== many children at once", flush=True)
+        swarm_group(res, plan)
     seconds = time.perf_counter() - t0
     text = render(res, started, seconds, (load0, os.getloadavg()[0]))
     # The soak's section is written by scripts/soak, not measured here: keep it.

@@ -60,6 +60,7 @@ SCOPE_SIGNAL = 1 << 1
 
 _CREATE_RULESET_VERSION = 1 << 0
 _RULE_PATH_BENEATH = 1
+_RULE_NET_PORT = 2
 
 
 def fs_rights(abi: int) -> int:
@@ -112,6 +113,10 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = (("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32))
 
 
+class _NetPort(ctypes.Structure):
+    _fields_ = (("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64))
+
+
 def _attr_size(abi: int) -> int:
     return 8 if abi < 4 else 16 if abi < 6 else 24
 
@@ -151,6 +156,17 @@ class Ruleset:
     def allow_all(self, paths: Iterable[str], rights: int) -> None:
         for path in paths:
             self.allow(path, rights)
+
+    def allow_port(self, port: int, rights: int = NET_CONNECT_TCP) -> bool:
+        """Grant `rights` (connect, bind) on TCP `port`, any address; `False` below ABI 4,
+        where Landlock handles no network rights at all."""
+        rights &= net_rights(self.abi)
+        if not rights:
+            return False
+        rule = _NetPort(rights, port)
+        syscall("landlock_add_rule", self.fd, _RULE_NET_PORT, ctypes.addressof(rule), 0)
+        self.granted.append((f"tcp:{port}", rights))
+        return True
 
     def restrict_self(self) -> None:
         """Enter the domain (needs no_new_privs or CAP_SYS_ADMIN). Per thread: call it while

@@ -240,10 +240,12 @@ def private_namespace(
     plan: Layout,
     *,
     idmap: tuple[int, int, int, int] | None,
+    workspace_read_only: bool = False,
 ) -> Applied:
     """Enter a private mount namespace laid out as `plan` (see the module docstring).
     `idmap` is (owner uid, sandbox uid, owner gid, sandbox gid) for the workspace, or `None`
-    to bind it unmapped. Raises `OSError`."""
+    to bind it unmapped; `workspace_read_only` mounts the workspace read-only too (a write
+    grant on a private /tmp would otherwise reach a workspace under it). Raises `OSError`."""
     userns = idmap_userns(*idmap) if idmap is not None and plan.workspace else None
     try:
         unshare(CLONE_NEWNS)
@@ -256,7 +258,10 @@ def private_namespace(
             ws_fd = open_tree_clone(plan.workspace)
             set_attr(
                 ws_fd,
-                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (MOUNT_ATTR_IDMAP if userns else 0),
+                MOUNT_ATTR_NOSUID
+                | MOUNT_ATTR_NODEV
+                | (MOUNT_ATTR_IDMAP if userns else 0)
+                | (MOUNT_ATTR_RDONLY if workspace_read_only else 0),
                 userns or 0,
             )
         set_attr(-100, MOUNT_ATTR_RDONLY, path="/")

@@ -106,6 +106,8 @@ _FIELDS = (
     "home",
     "cwd",
     "seccomp",
+    "network",
+    "workspace_read_only",
 )
 
 
@@ -132,6 +134,8 @@ class Plan:
         home: str | None = None,
         cwd: str | None = None,
         seccomp: bool = True,
+        network: dict[str, Any] | None = None,
+        workspace_read_only: bool = False,
     ) -> None:
         self.level = level
         self.abi = abi
@@ -154,6 +158,16 @@ class Plan:
         """A directory to create for HOME (owned by `uid`), inside the private temp dir."""
         self.cwd = cwd
         self.seccomp = seccomp
+        self.network = dict(network) if network else None
+        """`None`: no network at all (tether's own children). For a foreign agent that must
+        reach the model gateway: `{"port": P, "channel": FD}` — a private network namespace
+        whose only listener is the gateway's socket on 127.0.0.1:P, made inside and sent to
+        the parent over the inherited UNIX socket FD (`netns.py`); without `channel` (a
+        supervisor that cannot make one), the host's network with TCP connect to port P
+        only. Either way the seccomp filter's `inet` variant and a Landlock rule for P."""
+        self.workspace_read_only = workspace_read_only
+        """The workspace is granted read only (a foreign agent in explore mode: its own
+        tools must not write there either)."""
 
     @property
     def sandboxed(self) -> bool:

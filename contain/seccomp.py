@@ -11,6 +11,11 @@ allow list of every system call a program may make — tools must keep working).
   socket path without connecting (EACCES);
 - `connect`: Landlock before ABI 9 does not cover pathname UNIX sockets (a D-Bus or docker
   socket outside the workspace), so no connect at all (EACCES);
+- with `inet=True` (a foreign agent that must reach the model gateway, `sandbox_program`):
+  `socket` makes TCP sockets only (AF_INET/AF_INET6 stream) and no UNIX socket at all
+  (EACCES), so `connect` can be allowed: it can then only reach a TCP address, and the run's
+  private network namespace and Landlock port rule leave the gateway as the one TCP address
+  there is; `socketpair` stays as above (a runtime's own pipes to its children);
 - `io_uring_*`: its operations run outside the system call path this filter sees (ENOSYS);
 - `ptrace`, `process_vm_readv/writev`, `pidfd_getfd`: no reading or steering another
   process, in or out of the sandbox (EPERM);
@@ -54,6 +59,8 @@ def offset_arg(i: int) -> int:
 
 X32_SYSCALL_BIT = 0x40000000
 AF_UNIX = 1
+AF_INET = 2
+AF_INET6 = 10
 SOCK_STREAM = 1
 SOCK_SEQPACKET = 5
 SOCK_FLAGS = 0o4000 | 0o2000000  # SOCK_NONBLOCK | SOCK_CLOEXEC
@@ -160,9 +167,12 @@ def _jeq(value: int, jt: int | str = 0, jf: int | str = 0) -> Insn:
     return Insn(BPF_JMP | BPF_JEQ | BPF_K, value, jt, jf)
 
 
-def sandbox_program(arch: str = MACHINE) -> Program:
-    """The filter for `arch` (`x86_64` or `aarch64`) as a labelled program."""
+def sandbox_program(arch: str = MACHINE, *, inet: bool = False) -> Program:
+    """The filter for `arch` (`x86_64` or `aarch64`) as a labelled program; `inet`: the
+    variant for a child that may connect to the model gateway over TCP (see the module
+    docstring)."""
     nrs = numbers(arch)
+    deny = [(name, err) for name, err in DENY if not (inet and name == "connect")]
     prog: list[Insn | str] = [
         _load(OFFSET_ARCH),
         _jeq(AUDIT_ARCH[arch], 1, 0),
@@ -172,16 +182,28 @@ def sandbox_program(arch: str = MACHINE) -> Program:
     if arch == "x86_64":
         prog.append(Insn(BPF_JMP | BPF_JGE | BPF_K, X32_SYSCALL_BIT, "kill", 0))
     prog += [
-        _jeq(nrs["socket"], "socket", 0),
-        _jeq(nrs["socketpair"], "socket", 0),
+        _jeq(nrs["socket"], "inet" if inet else "unix", 0),
+        _jeq(nrs["socketpair"], "unix", 0),
         _jeq(nrs["clone"], "clone", 0),
     ]
-    errnos = sorted({e for _, e in DENY})
-    for name, err in DENY:
+    errnos = sorted({e for _, e in deny})
+    for name, err in deny:
         prog.append(_jeq(nrs[name], f"errno{err}", 0))
+    prog.append(_ret(RET_ALLOW))
+    if inet:
+        prog += [
+            "inet",
+            _load(offset_arg(0)),
+            _jeq(AF_INET, "stream", 0),
+            _jeq(AF_INET6, "stream", 0),
+            _jeq(AF_UNIX, f"errno{errno.EACCES}", f"errno{errno.EAFNOSUPPORT}"),
+            "stream",
+            _load(offset_arg(1)),
+            Insn(BPF_ALU | BPF_AND | BPF_K, ~SOCK_FLAGS & 0xFFFFFFFF),
+            _jeq(SOCK_STREAM, "allow", f"errno{errno.EACCES}"),
+        ]
     prog += [
-        _ret(RET_ALLOW),
-        "socket",
+        "unix",
         _load(offset_arg(0)),
         _jeq(AF_UNIX, 0, f"errno{errno.EAFNOSUPPORT}"),
         _load(offset_arg(1)),
@@ -219,10 +241,10 @@ def available() -> bool:
     return MACHINE in AUDIT_ARCH
 
 
-def install(program: Program | None = None) -> None:
-    """Install the filter on the calling thread (needs no_new_privs); inherited by every
-    child, kept across exec, never removable."""
-    code = assemble(program if program is not None else sandbox_program())
+def install(program: Program | None = None, *, inet: bool = False) -> None:
+    """Install the filter (`program`, default: `sandbox_program(inet=inet)`) on the calling
+    thread (needs no_new_privs); inherited by every child, kept across exec, never removable."""
+    code = assemble(program if program is not None else sandbox_program(inet=inet))
     buf = ctypes.create_string_buffer(code, len(code))
     fprog = _SockFprog(len(code) // 8, ctypes.addressof(buf))
     prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog))

@@ -13,7 +13,8 @@ first instruction:
 4. signal dispositions: for an exec, the ignored signals Python set for itself put back to
    default (ignored dispositions survive exec); for the fork path, exactly what a freshly
    started interpreter has;
-5. the sandbox (`enter_sandbox`), when the plan asks for one: private mounts, the Landlock
+5. the sandbox (`enter_sandbox`), when the plan asks for one: private mounts, for a foreign
+   agent the private network namespace with the gateway's socket (`netns.py`), the Landlock
    rule fds, the uid/gid change with every capability dropped, the working directory,
    no_new_privs, the Landlock domain, the seccomp filter — last, so nothing before it is
    filtered.
@@ -147,17 +148,25 @@ def _enter(plan: Plan) -> None:
         idmap = None
         if plan.owner is not None and plan.uid is not None and plan.gid is not None:
             idmap = (plan.owner[0], plan.uid, plan.owner[1], plan.gid)
-        mounts.private_namespace(lay, idmap=idmap)
+        mounts.private_namespace(lay, idmap=idmap, workspace_read_only=plan.workspace_read_only)
         _private_dirs(plan)
     elif plan.home:
         os.makedirs(plan.home, mode=0o700, exist_ok=True)
+    network = plan.network
+    if network is not None and network.get("channel") is not None:
+        from tether.contain import netns
+
+        # As root, before the uid change: a new network namespace needs CAP_SYS_ADMIN.
+        netns.enter_gateway_namespace(int(network["port"]), int(network["channel"]))
     # Rule fds are opened now, while every granted path is still reachable.
     rules = landlock.Ruleset(plan.abi)
     rules.allow_all(plan.reads, landlock.READ)
     rules.allow_all(plan.writes, landlock.WRITE)
     if plan.workspace:
-        rules.allow(plan.workspace, landlock.WRITE)
+        rules.allow(plan.workspace, landlock.READ if plan.workspace_read_only else landlock.WRITE)
     rules.allow_all(plan.devices, landlock.DEVICE)
+    if network is not None:
+        rules.allow_port(int(network["port"]), landlock.NET_CONNECT_TCP)
     if plan.uid is not None and plan.gid is not None:
         privileges.drop_to(plan.uid, plan.gid)
     else:
@@ -167,4 +176,4 @@ def _enter(plan: Plan) -> None:
     privileges.set_no_new_privs()
     rules.restrict_self()
     if plan.seccomp:
-        seccomp.install()
+        seccomp.install(inet=network is not None)

@@ -19,6 +19,8 @@ from tether.parent.launchers import Launcher, resolve_launcher
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models import ModelProvider, resolve_model
 from tether.parent.models.scripted import ScriptedModel
+from tether.parent.providers.acp_provider import AcpProvider
+from tether.parent.providers.base import Provider, SubagentRequest, SubagentRun
 from tether.parent.runs import Continuation, RunHandle
 from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import (
@@ -74,6 +76,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "AcpProvider",
     "AgentBusy",
     "AgentDefinition",
     "AgentError",
@@ -98,12 +101,15 @@ __all__ = [
     "ModelProvider",
     "ParentTool",
     "PoolSpec",
+    "Provider",
     "RunFinished",
     "RunHandle",
     "RunResult",
     "RunStarted",
     "ScriptedModel",
     "SkippedPath",
+    "SubagentRequest",
+    "SubagentRun",
     "Supervisor",
     "ToolApproveParams",
     "ToolApproveResult",

@@ -62,6 +62,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--workspace", default=".", help="directory the agent works in")
     add_limit_options(run)
     run.add_argument("--command", help="drive this command instead of the Python child")
+    run.add_argument(
+        "--provider",
+        help="what runs the agent: spawn (default), fork, command:ARGV, inprocess, "
+        "acp:COMMAND, or a [[provider]] of --agents (see tether doctor)",
+    )
+    run.add_argument(
+        "--agents", metavar="FILE", help="a definitions file whose [[provider]] tables to add"
+    )
     add_isolation_options(run)
     run.add_argument("--description", default="", help="short label for the run")
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
@@ -70,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("schema", help="print the wire protocol's JSON Schema")
     doctor = sub.add_parser("doctor", help="what this host can enforce, and how")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument(
+        "--agents", metavar="FILE", help="also list the [[provider]] tables of this file"
+    )
     conformance.add_arguments(
         sub.add_parser("conformance", help="check that a child command speaks the protocol")
     )
@@ -203,7 +214,17 @@ async def _run(args: argparse.Namespace) -> RunResult:
     if command is not None:
         command = [_absolute_if_here(arg) for arg in command]
     config = config_from(args)
+    provider = None
+    if args.provider is not None:
+        from tether.parent.providers.tables import absolute_spec
+
+        provider = absolute_spec(args.provider)
     async with Supervisor(config) as sup:
+        if args.agents is not None:
+            from tether.parent.delegation.files import load_providers
+
+            for named in load_providers(args.agents):
+                sup.providers.register(named, replace=True)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)
             handle = await sup.start(
@@ -215,6 +236,7 @@ async def _run(args: argparse.Namespace) -> RunResult:
                 description=args.description,
                 command=command,
                 on_event=None if args.quiet else printer(sys.stderr),
+                provider=provider,
             )
         for warning in caught:
             print(f"tether: warning: {warning.message}", file=sys.stderr, flush=True)
@@ -263,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "doctor":
             from tether.parent import doctor
 
-            got = doctor.report()
+            got = doctor.report(agents=args.agents)
             if args.json:
                 sys.stdout.write(msgspec.json.format(msgspec.json.encode(got)).decode() + "\n")
             else:

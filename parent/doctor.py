@@ -1,4 +1,5 @@
-"""`tether doctor`: what this host offers for containment, and what enforces each limit."""
+"""`tether doctor`: what this host offers for containment, what enforces each limit, and which
+providers can run a sub-agent here."""
 
 from __future__ import annotations
 
@@ -134,7 +135,20 @@ def _launchers() -> dict[str, Any]:
     return out
 
 
-def report() -> dict[str, Any]:
+def _providers(agents: str | None) -> list[dict[str, Any]]:
+    from tether.parent.providers.builtin import builtin_providers
+
+    registry = builtin_providers()
+    if agents is not None:
+        from tether.parent.delegation.files import load_providers
+
+        for provider in load_providers(agents):
+            registry.register(provider, replace=True)
+    return registry.report()
+
+
+def report(agents: str | None = None) -> dict[str, Any]:
+    """The report; `agents`: a definitions file whose `[[provider]]` tables are listed too."""
     tiers = {t: probe(t) for t in TIERS}
     auto = next(h for t, h in tiers.items() if available(h))
     cg = auto.tier != "process-group"
@@ -171,6 +185,7 @@ def report() -> dict[str, Any]:
         "keeper": {"available": KEEPER.exists(), "script": str(KEEPER)},
         "launchers": _launchers(),
         "limits": limits,
+        "providers": _providers(agents),
     }
 
 
@@ -214,4 +229,8 @@ def render(r: dict[str, Any]) -> str:
     lines.append("limits, and what enforces each here:")
     for name, how in r["limits"].items():
         lines.append(f"  {name}: {how}")
+    lines.append("providers (tether run --provider NAME):")
+    for p in r["providers"]:
+        state = "ready" if p["ready"] else f"not ready: {p['why']}"
+        lines.append(f"  {p['name']}: {p['summary']} ({state})")
     return "\n".join(lines)

@@ -97,6 +97,24 @@ class Choice:
     """Why the level is weaker than `sandbox`, when `auto` had to settle for less."""
 
 
+@dataclass(frozen=True)
+class GatewayNetwork:
+    """A sandboxed foreign agent's one network destination, the model gateway (see
+    `tether.contain.netns`): `channel` set, a private network namespace whose only listener
+    is the gateway's socket on 127.0.0.1:`port`, made inside and sent back over the inherited
+    UNIX socket `channel`; `channel` `None` (no namespace can be made), the host's network
+    with TCP connect to `port` only."""
+
+    port: int
+    channel: int | None = None
+
+    def to_json(self) -> dict[str, int]:
+        out = {"port": self.port}
+        if self.channel is not None:
+            out["channel"] = self.channel
+        return out
+
+
 @dataclass
 class Setup:
     """What `plan_for` decided for one child."""
@@ -360,12 +378,17 @@ def plan_for(
     read_paths: Sequence[str] = (),
     inside_launcher: bool = False,
     interpreter: bool = True,
+    network: GatewayNetwork | None = None,
+    workspace_read_only: bool = False,
 ) -> Setup:
     """The plan for one child at `level`. `inside_launcher`: the sandbox is applied inside a
     launcher that made its own mount namespace and user (bwrap), so it adds Landlock, seccomp
-    and no_new_privs only. `interpreter=False` leaves Python's own paths out (the probe)."""
+    and no_new_privs only. `interpreter=False` leaves Python's own paths out (the probe).
+    `network`: a foreign agent's way to the model gateway (`GatewayNetwork`);
+    `workspace_read_only`: the workspace is granted read only."""
     if level != "sandbox":
         return Setup(Plan())
+    net = network.to_json() if network is not None else None
     host = host or probe_host()
     ws = os.path.realpath(workspace) if workspace else None
     reads = {*_base_reads(interpreter), *_normalized([*command_reads(command), *read_paths])}
@@ -382,6 +405,8 @@ def plan_for(
             writes=["/tmp", "/dev/shm"],
             home=PRIVATE_HOME,
             cwd=ws,
+            network=net,
+            workspace_read_only=workspace_read_only,
         )
         return Setup(plan, private_env("/tmp"))
     if host.root:
@@ -402,6 +427,8 @@ def plan_for(
             private_mounts=True,
             home=PRIVATE_HOME,
             cwd=ws,
+            network=net,
+            workspace_read_only=workspace_read_only,
         )
         return Setup(plan, private_env("/tmp"))
     private = tempfile.mkdtemp(prefix="tether-sandbox-")
@@ -415,6 +442,8 @@ def plan_for(
         writes=[private, "/dev/shm"],
         home=os.path.join(private, "home"),
         cwd=ws,
+        network=net,
+        workspace_read_only=workspace_read_only,
     )
     env = private_env(private)
     env["TMPDIR"] = os.path.join(private, "tmp")
@@ -469,6 +498,8 @@ def isolation_setup(
     sandbox_user: tuple[int, int] | None = None,
     read_paths: Sequence[str] = (),
     launcher: object | None = None,
+    network: GatewayNetwork | None = None,
+    workspace_read_only: bool = False,
 ) -> Spawnable:
     """The one place a child's isolation is decided: its plan (`plan_for`), and where it is
     applied. bwrap must be the outer layer (inside a Landlock domain it cannot set up its
@@ -482,6 +513,8 @@ def isolation_setup(
         sandbox_user=sandbox_user,
         read_paths=read_paths,
         inside_launcher=inside,
+        network=network,
+        workspace_read_only=workspace_read_only,
     )
     if inside:
         from tether.parent.process import TRAMPOLINE

@@ -37,6 +37,10 @@ built after the dispose, with what the dispose saw. A continuable run never take
 child: the pool's task owns its children's contexts.
 
 `result()` is the first activation's result; `wait()` returns once the child is gone.
+A provider with its own way of running (a foreign agent over ACP, the in-process runtime; see
+`tether.parent.providers`) hands the handle a `RunBody` in place of that tether child: the body
+obtains and drives its child, filling the run's `Observed`, under the same outer and drive
+scopes, so `abort()`, `cancel()` (through the body), budgets and the result work the same way.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 
@@ -123,6 +127,23 @@ def launcher_name(spec: str | Launcher) -> str:
     return spec if isinstance(spec, str) else spec.name
 
 
+class RunBody(Protocol):
+    """A provider's way to obtain and drive a run's child, in place of a tether child."""
+
+    prompts: int
+    """User turns sent to the agent (the result's `turnCount`)."""
+
+    async def drive(self, handle: RunHandle, observed: Observed) -> RunResult | None:
+        """Run the child to its answer (`None`: no answer, `observed` says why), filling
+        `observed` as things happen; never raises for what the child did."""
+        ...
+
+    async def cancel(self, reason: str) -> None:
+        """Ask the agent to stop; the handle cuts the run if it has not ended within the
+        config's cancel grace."""
+        ...
+
+
 class RunHandle:
     """One run in one child. Await `result()`; `cancel()` aborts it. A continuable run takes
     follow-ups with `message()` while its child lives; `close()` lets the child go."""
@@ -141,6 +162,7 @@ class RunHandle:
         on_turn: TurnHook | None = None,
         continuation: Continuation | None = None,
         isolation: Choice | None = None,
+        body: RunBody | None = None,
     ) -> None:
         self.run_id = params.run_id
         self._sup = sup
@@ -170,6 +192,8 @@ class RunHandle:
         self._gone = anyio.Event()
         self._messages = anyio.Semaphore(1)
         self._child: SupervisedChild | None = None
+        self._body = body
+        self._body_observed: Observed | None = None
         self._outer_scope = anyio.CancelScope()
         self._stopping = False
         self.pid: int | None = None
@@ -184,6 +208,26 @@ class RunHandle:
         """What the child asked of the parent in the latest activation, and what was counted."""
         assert self._latest.broker is not None
         return self._latest.broker
+
+    @property
+    def params(self) -> AgentRunParams:
+        return self._params
+
+    @property
+    def config(self) -> ChildConfig:
+        return self._config
+
+    @property
+    def limits(self) -> Limits:
+        return self._limits
+
+    @property
+    def supervisor(self) -> Supervisor:
+        return self._sup
+
+    def publish(self, event: Event) -> None:
+        """Hand `event` to the run's own callback and the supervisor's subscribers."""
+        self._sup.publish(event, self._on_event)
 
     async def result(self) -> RunResult:
         """The result of the run's prompt (a continuable run's first activation)."""
@@ -212,6 +256,8 @@ class RunHandle:
         if self._stopping:
             return "stopping"
         child = self._child
+        if child is None and self._body_observed is not None:
+            return "running" if self.pid is not None else "starting"
         return "running" if child is not None and child.ready else "starting"
 
     async def ping(self) -> float | None:
@@ -266,9 +312,12 @@ class RunHandle:
         the child, then cut it if it does not answer within the grace. Its result."""
         act = self._current or self._latest
         child = self._child
-        if not act.done.is_set() and child is not None:
+        if not act.done.is_set() and (child is not None or self._body is not None):
             with anyio.move_on_after(0.5), contextlib.suppress(ConnectionClosed):
-                await child.session.cancel(self.run_id, reason)
+                if self._body is not None:
+                    await self._body.cancel(reason)
+                elif child is not None:
+                    await child.session.cancel(self.run_id, reason)
             with anyio.move_on_after(self._config.cancel_grace):
                 await act.done.wait()
         if not act.done.is_set():
@@ -329,6 +378,8 @@ class RunHandle:
             return
         if self._child is not None:
             self._child.observed.cancelled = True
+        elif self._body_observed is not None:
+            self._body_observed.cancelled = True
         if act.drive is not None:
             act.drive.cancel()
         elif act is self._current:
@@ -336,7 +387,9 @@ class RunHandle:
 
     def _resolve(self, act: _Activation, observed: Observed) -> None:
         prompts = 1
-        if act is self._first and (self._child is None or not self._child.ready):
+        if self._body is not None:
+            prompts = self._body.prompts
+        elif act is self._first and (self._child is None or not self._child.ready):
             prompts = 0
         assert act.broker is not None
         act.result = build_result(
@@ -358,7 +411,10 @@ class RunHandle:
         observed = Observed()
         try:
             with self._outer_scope:
-                observed = await self._spawn_and_drive(observed)
+                if self._body is not None:
+                    observed = await self._drive_body(self._body, observed)
+                else:
+                    observed = await self._spawn_and_drive(observed)
         finally:
             if self._child is not None:
                 observed = self._child.observed  # also when the spawn phase was cut
@@ -374,6 +430,17 @@ class RunHandle:
                 late.done.set()  # never taken: its caller starts a fresh child
             self._gone.set()
             self._pulse()
+
+    async def _drive_body(self, body: RunBody, observed: Observed) -> Observed:
+        """A provider's own run (one activation: bodies are not continuable)."""
+        self._body_observed = observed
+        act = self._first
+        with anyio.CancelScope() as drive:
+            act.drive = drive
+            act.answer = await body.drive(self, observed)
+        act.drive = None
+        self._stopping = True
+        return observed
 
     async def _spawn_and_drive(self, observed: Observed) -> Observed:
         cfg = self._config
@@ -596,9 +663,9 @@ class RunHandle:
         return Isolation(level=choice.level, landlock_abi=abi, warning=choice.warning)
 
     def _budget_exhausted(self, act: _Activation, why: str) -> None:
-        child = self._child
-        if child is not None and not child.observed.answered and act is self._current:
-            child.observed.budget = why
+        observed = self._child.observed if self._child is not None else self._body_observed
+        if observed is not None and not observed.answered and act is self._current:
+            observed.budget = why
             if act.drive is not None:
                 act.drive.cancel()
 

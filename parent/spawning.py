@@ -1,10 +1,13 @@
 """Spawning one child the way every child is spawned, and its handshake.
 
-`spawn_child()` is the one place a `SupervisedChild` is made: the scrubbed environment with a
+`spawn_child()` is the one place a child process is made: the scrubbed environment with a
 fresh tree marker, the child's own cgroup (on a cgroup tier) with its limits, rlimits for the
 rest, the launcher's argv around the command, and the process started through the trampoline
-(exec) or forked by the zygote — either way contained before the child's first line runs.
-`handshake()` sends `initialize` within the config's timeout and records what went wrong.
+(exec) or forked by the zygote — either way contained before the child's first line runs. It
+returns a `SupervisedChild` for a child that speaks tether's protocol, or, with `wire="raw"`,
+a `SupervisedProcess` whose pipes the caller drives (a foreign agent: every provider that runs
+a process goes through here). `handshake()` sends `initialize` within the config's timeout and
+records what went wrong.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
+from typing import Literal, overload
 
 import anyio
 
@@ -19,11 +23,11 @@ from tether.parent.cgroups import ChildCgroup
 from tether.parent.config import DEFAULT_COMMAND, ChildConfig
 from tether.parent.env import build_child_env
 from tether.parent.host import Host
-from tether.parent.isolation import isolation_setup, merged_env
+from tether.parent.isolation import GatewayNetwork, isolation_setup, merged_env
 from tether.parent.launchers import LaunchContext, Launcher, Local, resolve_launcher
 from tether.parent.limits import Limits
 from tether.parent.process import ChildProcess, SpawnError, SpawnSpec
-from tether.parent.supervised import SupervisedChild
+from tether.parent.supervised import SupervisedChild, SupervisedProcess
 from tether.parent.tree import TREE_ENV, new_tree_marker
 from tether.parent.zygote import supported as zygote_supported
 from tether.protocol import ConnectionClosed, RemoteError, RemoteProtocolError
@@ -44,6 +48,7 @@ def child_env(cfg: ChildConfig) -> dict[str, str]:
     return build_child_env(os.environ, pass_through=cfg.pass_env, explicit=cfg.env)
 
 
+@overload
 def spawn_child(
     cfg: ChildConfig,
     limits: Limits,
@@ -54,10 +59,48 @@ def spawn_child(
     workspace: str | None = None,
     spawner: Spawner | None = None,
     level: str = "process",
-) -> SupervisedChild:
+    wire: Literal["tether"] = "tether",
+    network: GatewayNetwork | None = None,
+    workspace_read_only: bool = False,
+) -> SupervisedChild: ...
+
+
+@overload
+def spawn_child(
+    cfg: ChildConfig,
+    limits: Limits,
+    host: Host,
+    tag: str,
+    *,
+    launcher: Launcher | None = None,
+    workspace: str | None = None,
+    spawner: Spawner | None = None,
+    level: str = "process",
+    wire: Literal["raw"],
+    network: GatewayNetwork | None = None,
+    workspace_read_only: bool = False,
+) -> SupervisedProcess: ...
+
+
+def spawn_child(
+    cfg: ChildConfig,
+    limits: Limits,
+    host: Host,
+    tag: str,
+    *,
+    launcher: Launcher | None = None,
+    workspace: str | None = None,
+    spawner: Spawner | None = None,
+    level: str = "process",
+    wire: Literal["tether", "raw"] = "tether",
+    network: GatewayNetwork | None = None,
+    workspace_read_only: bool = False,
+) -> SupervisedProcess:
     """Start one child at isolation `level` (its plan computed by `isolation_setup`, the one
     place that decides it); raises `SpawnError` when it cannot start (nothing is left
-    behind)."""
+    behind). `wire="raw"`: a foreign agent whose pipes the caller drives. `network`: a
+    sandboxed foreign agent's way to the model gateway (its `channel` descriptor is passed to
+    the child); `workspace_read_only`: the sandbox grants the workspace read only."""
     setup = isolation_setup(
         level,
         command=cfg.command,
@@ -65,6 +108,8 @@ def spawn_child(
         sandbox_user=cfg.sandbox_user,
         read_paths=cfg.read_paths,
         launcher=launcher,
+        network=network,
+        workspace_read_only=workspace_read_only,
     )
     try:
         cgroup = (
@@ -106,6 +151,7 @@ def spawn_child(
         ),
         cgroup_procs=cgroup.procs_files if cgroup else [],
         plan=setup.outer_plan,
+        pass_fds=(network.channel,) if network is not None and network.channel is not None else (),
     )
     try:
         proc = (spawner or ChildProcess.spawn)(spec)
@@ -115,14 +161,20 @@ def spawn_child(
         if setup.setup.cleanup is not None:
             setup.setup.cleanup()
         raise
-    child = SupervisedChild(
-        proc,
-        marker,
-        dispose=cfg.dispose,
-        cgroup=cgroup,
-        max_message_bytes=cfg.max_message_bytes,
-        ring_bytes=cfg.stderr_ring_bytes,
-    )
+    child: SupervisedProcess
+    if wire == "raw":
+        child = SupervisedProcess(
+            proc, marker, dispose=cfg.dispose, cgroup=cgroup, ring_bytes=cfg.stderr_ring_bytes
+        )
+    else:
+        child = SupervisedChild(
+            proc,
+            marker,
+            dispose=cfg.dispose,
+            cgroup=cgroup,
+            max_message_bytes=cfg.max_message_bytes,
+            ring_bytes=cfg.stderr_ring_bytes,
+        )
     child.observed.limits = limits
     child.cleanup = setup.setup.cleanup
     return child

@@ -1,29 +1,41 @@
-"""The parent's handle on one live child process: process, endpoint, typed session, stderr ring,
-what was observed, and the dispose ladder.
+"""The parent's handle on one live child process: process, stderr ring, what was observed, the
+dispose ladder — and, for a child that speaks tether's protocol, its endpoint and typed session.
 
 Theory of operation
 -------------------
-A `SupervisedChild` is made by `spawning.spawn_child()` (the process already runs) and used as
-an async context: `async with child:` runs its three background jobs in a task group the child
-owns — the reader (the wire `Endpoint`, serving the child's requests through whatever handlers
-are bound at the moment, `serve_with`), the stderr drain into a bounded ring, and the exit
-watch — and leaving the context disposes of the child, shielded, on every path. That is the one
-dispose site; a child lives as long as its context, through any number of runs. Everything the
-supervisor notices lands in one `Observed` record, which `classify` later turns into a result.
+A `SupervisedProcess` is made by `spawning.spawn_child()` (the process already runs) and used
+as an async context: `async with child:` runs its background jobs in a task group the child
+owns — the stderr drain into a bounded ring and the exit watch, and for a tether child the
+reader — and leaving the context disposes of the child, shielded, on every path. That is the
+one dispose site; a child lives as long as its context, through any number of runs. Everything
+the supervisor notices lands in one `Observed` record, which `classify` later turns into a
+result.
 
-The exit watch is what makes a dead child's pending requests fail at once even when a
-grandchild inherited its stdout and holds the pipe open (so no EOF ever comes): once the pidfd
-says the child exited, whatever it wrote is already in the pipe; the reader takes it, and then
-our read end is closed, which the reader sees as end of stream.
+Two kinds share it:
+
+- `SupervisedChild` speaks tether's protocol: the reader is the wire `Endpoint`, serving the
+  child's requests through whatever handlers are bound at the moment (`serve_with`), and the
+  ladder starts with the polite `shutdown` rung;
+- a raw `SupervisedProcess` (`spawn_child(..., wire="raw")`) is a foreign agent whose caller
+  speaks its protocol over `proc.stdin` / `proc.stdout` itself (the ACP provider); it has no
+  `shutdown` request, so its ladder starts at closing stdin. (Asking the agent to stop its
+  work, `session/cancel`, is the caller's business before it leaves the context.)
+
+The exit watch is what makes a dead child's output end at once even when a grandchild
+inherited its stdout and holds the pipe open (so no EOF ever comes): once the pidfd says the
+child exited, whatever it wrote is already in the pipe; the reader (ours or the caller's) takes
+it, and then our read end is closed, which the reader sees as end of stream — for a tether
+child, every pending request fails at once.
 
 `dispose()` is bounded and shielded from cancellation. Each rung runs only if the child is
 still alive after the previous one, and the last rung attempted is recorded:
 
-    shutdown  request `shutdown`, then `exit`, close stdin      (polite: only a child that is
-                                                               ready, not cut off, wire intact)
-    exit      `exit` notification, close stdin: the EOF lifeline (any well-behaved child);
-              its grace counts from when stdin closed, so after the shutdown rung closed it
-              only what is left of the grace is waited
+    shutdown  request `shutdown`, then `exit`, close stdin      (tether children only, and only
+                                                               one that is ready, not cut off,
+                                                               wire intact)
+    exit      (tether: the `exit` notification,) close stdin: the EOF lifeline; its grace
+              counts from when stdin closed, so after the shutdown rung closed it only what
+              is left of the grace is waited
     sigterm   SIGTERM + SIGCONT to the whole tree                (stopped processes wake to die)
     sigkill   SIGKILL to the whole tree
 
@@ -42,7 +54,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import psutil
@@ -92,7 +104,10 @@ def _internal(method: str, exc: BaseException) -> str:
     return f"the parent failed to answer {method}"
 
 
-class SupervisedChild:
+class SupervisedProcess:
+    """A live child whose caller reads and writes its pipes itself (`wire="raw"`); the base of
+    `SupervisedChild`. See the module docstring."""
+
     def __init__(
         self,
         proc: ChildProcess,
@@ -100,7 +115,6 @@ class SupervisedChild:
         *,
         dispose: DisposePolicy,
         cgroup: ChildCgroup | None = None,
-        max_message_bytes: int,
         ring_bytes: int,
     ) -> None:
         self.proc = proc
@@ -108,23 +122,9 @@ class SupervisedChild:
         self.cgroup = cgroup
         self.policy = dispose
         self.observed = Observed()
+        """What the supervisor noticed; a caller that keeps its own record may put it here
+        before entering the context."""
         self.stderr = ByteRing(ring_bytes)
-        self._on_request: RequestHandler = _nobody_serves
-        self._on_notification: NotificationHandler = _nobody_listens
-        self.endpoint = Endpoint(
-            Connection("parent", max_message_bytes=max_message_bytes),
-            proc.stdout,
-            proc.stdin,
-            on_request=self._route_request,
-            on_notification=self._route_notification,
-            strict=True,
-            internal_error=_internal,
-        )
-        self.session = ChildSession(self.endpoint)
-        self.ready = False
-        """The child answered `initialize`."""
-        self.cut_off = False
-        """The supervisor interrupted it (deadline, idle, cancel): no polite shutdown rung."""
         self.stderr_done = anyio.Event()
         self.disposed: DisposeReport | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -136,29 +136,17 @@ class SupervisedChild:
     def pid(self) -> int:
         return self.proc.pid
 
-    # --- who serves the child's requests ----------------------------------------------------
-
-    def serve_with(self, on_request: RequestHandler, on_notification: NotificationHandler) -> None:
-        """Route the child's requests and notifications to these handlers from now on (the run
-        that drives it; a pooled child waits unbound until a run takes it)."""
-        self._on_request = on_request
-        self._on_notification = on_notification
-
-    async def _route_request(self, method: str, params: Any) -> Any:
-        return await self._on_request(method, params)
-
-    def _route_notification(self, method: str, params: Any) -> Awaitable[None] | None:
-        return self._on_notification(method, params)
-
     # --- the context: background jobs, and the one dispose site -----------------------------
 
-    async def __aenter__(self) -> SupervisedChild:
+    async def __aenter__(self) -> Self:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self._tg.start_soon(self._read)
-        self._tg.start_soon(self._drain_stderr)
-        self._tg.start_soon(self._watch_exit)
+        self._start_jobs(self._tg)
         return self
+
+    def _start_jobs(self, tg: anyio.abc.TaskGroup) -> None:
+        tg.start_soon(self._drain_stderr)
+        tg.start_soon(self._watch_exit)
 
     async def __aexit__(
         self,
@@ -177,28 +165,25 @@ class SupervisedChild:
             await tg.__aexit__(None, None, None)
         return None
 
-    async def _read(self) -> None:
-        end = await self.endpoint.run()
-        if end.oversize:
-            self.observed.oversize = end.oversize
-        elif end.fault:
-            self.observed.protocol_error = end.fault
-        if end.truncated:
-            self.observed.truncated = True
-
     async def _watch_exit(self) -> None:
         """When the child exits, end its output stream even if another process holds it open."""
         await self.proc.wait()
         out = self.proc.stdout
         # Everything the child wrote before it exited is in the pipe now: let the reader take
-        # it (it routes each chunk as soon as it reads it). Bounded, because a grandchild may
-        # keep writing into the pipe it inherited.
+        # it. Bounded, because a grandchild may keep writing into the pipe it inherited.
         with anyio.move_on_after(EXIT_DRAIN_SECONDS):
-            while out.unread() > 0 and self.endpoint.end is None:
-                with anyio.move_on_after(0.002):
-                    await self.endpoint.ended.wait()
-        if self.endpoint.end is None:
-            out.close()  # the reader wakes to end-of-stream and fails every pending request
+            while out.unread() > 0 and not self._output_ended():
+                await self._reader_progress()
+        if not self._output_ended():
+            out.close()  # the reader wakes to end-of-stream
+
+    def _output_ended(self) -> bool:
+        """Whether the reader has seen the end of the child's output (a raw child's caller
+        reads it: unknown here)."""
+        return False
+
+    async def _reader_progress(self) -> None:
+        await anyio.sleep(0.002)
 
     async def _drain_stderr(self) -> None:
         try:
@@ -226,10 +211,9 @@ class SupervisedChild:
         if self.disposed is not None:
             return self.disposed
         policy = self.policy
-        polite = self.ready and not self.cut_off
         started = time.monotonic()
         with anyio.CancelScope(shield=True):
-            rung = await self._climb(policy, polite)
+            rung = await self._climb(policy)
             survivors = await self._sweep(policy.kill)
             status = self.proc.reap()
             await self._settle_stderr()
@@ -265,25 +249,16 @@ class SupervisedChild:
     def _alive(self) -> bool:
         return not self.proc.exited()
 
-    async def _climb(self, policy: DisposePolicy, polite: bool) -> Rung:
+    async def _climb(self, policy: DisposePolicy) -> Rung:
         rung: Rung = "none"
-        ep = self.endpoint
-        if ep.end is not None:
+        if self._output_ended():
             # Output closed: the child is probably exiting right now (the kernel closes its
             # files just before it reports the exit). Don't count that as a rung we needed.
             await self.proc.wait_for(0.05)
         if not self._alive():
             return rung
-        if polite and ep.end is None:
+        if await self._shutdown_rung(policy):
             rung = "shutdown"
-            with anyio.move_on_after(policy.shutdown):
-                try:
-                    await self.session.shutdown()
-                    await self.session.exit()
-                except (ConnectionClosed, RemoteError):
-                    pass
-                self._close_stdin()
-                await self.proc.wait()
             if not self._alive():
                 return rung
         rung = "exit"
@@ -293,12 +268,9 @@ class SupervisedChild:
         if self._stdin_closed_at is not None:
             eof_left = max(0.0, policy.eof - (time.monotonic() - self._stdin_closed_at))
         with anyio.move_on_after(eof_left):
-            if ep.end is None and not self.proc.stdin.closed:
+            if not self.proc.stdin.closed:
                 with anyio.move_on_after(min(0.05, policy.eof)):
-                    try:
-                        await self.session.exit()
-                    except ConnectionClosed:
-                        pass
+                    await self._say_exit()
             self._close_stdin()
             await self.proc.wait()
         if not self._alive():
@@ -311,6 +283,14 @@ class SupervisedChild:
         self._signal_tree(signal.SIGKILL)
         await self.proc.wait_for(policy.kill)
         return rung
+
+    async def _shutdown_rung(self, policy: DisposePolicy) -> bool:
+        """The polite rung before the EOF lifeline; whether it was tried (a raw child has
+        none)."""
+        return False
+
+    async def _say_exit(self) -> None:
+        """What is said on stdin just before it is closed (a raw child: nothing)."""
 
     def _close_stdin(self) -> None:
         if self._stdin_closed_at is None:
@@ -378,6 +358,97 @@ class SupervisedChild:
         procs = tree_procs(self.pid, self.marker)
         self.proc.send_signal(signal.SIGKILL)
         signal_procs(procs, signal.SIGKILL)
+
+
+class SupervisedChild(SupervisedProcess):
+    """A live child that speaks tether's protocol: the endpoint on its pipes, the typed
+    session, and the polite `shutdown` rung. See the module docstring."""
+
+    def __init__(
+        self,
+        proc: ChildProcess,
+        marker: str,
+        *,
+        dispose: DisposePolicy,
+        cgroup: ChildCgroup | None = None,
+        max_message_bytes: int,
+        ring_bytes: int,
+    ) -> None:
+        super().__init__(proc, marker, dispose=dispose, cgroup=cgroup, ring_bytes=ring_bytes)
+        self._on_request: RequestHandler = _nobody_serves
+        self._on_notification: NotificationHandler = _nobody_listens
+        self.endpoint = Endpoint(
+            Connection("parent", max_message_bytes=max_message_bytes),
+            proc.stdout,
+            proc.stdin,
+            on_request=self._route_request,
+            on_notification=self._route_notification,
+            strict=True,
+            internal_error=_internal,
+        )
+        self.session = ChildSession(self.endpoint)
+        self.ready = False
+        """The child answered `initialize`."""
+        self.cut_off = False
+        """The supervisor interrupted it (deadline, idle, cancel): no polite shutdown rung."""
+
+    # --- who serves the child's requests ----------------------------------------------------
+
+    def serve_with(self, on_request: RequestHandler, on_notification: NotificationHandler) -> None:
+        """Route the child's requests and notifications to these handlers from now on (the run
+        that drives it; a pooled child waits unbound until a run takes it)."""
+        self._on_request = on_request
+        self._on_notification = on_notification
+
+    async def _route_request(self, method: str, params: Any) -> Any:
+        return await self._on_request(method, params)
+
+    def _route_notification(self, method: str, params: Any) -> Awaitable[None] | None:
+        return self._on_notification(method, params)
+
+    # --- the reader, and the protocol's rungs ------------------------------------------------
+
+    def _start_jobs(self, tg: anyio.abc.TaskGroup) -> None:
+        tg.start_soon(self._read)
+        super()._start_jobs(tg)
+
+    async def _read(self) -> None:
+        end = await self.endpoint.run()
+        if end.oversize:
+            self.observed.oversize = end.oversize
+        elif end.fault:
+            self.observed.protocol_error = end.fault
+        if end.truncated:
+            self.observed.truncated = True
+
+    def _output_ended(self) -> bool:
+        return self.endpoint.end is not None
+
+    async def _reader_progress(self) -> None:
+        # The reader routes each chunk as soon as it reads it; wake as soon as it ends.
+        with anyio.move_on_after(0.002):
+            await self.endpoint.ended.wait()
+
+    async def _shutdown_rung(self, policy: DisposePolicy) -> bool:
+        if not (self.ready and not self.cut_off) or self.endpoint.end is not None:
+            return False
+        with anyio.move_on_after(policy.shutdown):
+            try:
+                await self.session.shutdown()
+                await self.session.exit()
+            except (ConnectionClosed, RemoteError):
+                pass
+            self._close_stdin()
+            await self.proc.wait()
+        return True
+
+    async def _say_exit(self) -> None:
+        if self.endpoint.end is not None:
+            return
+        try:
+            await self.session.exit()
+        except ConnectionClosed:
+            pass
 
 
 def _alive(p: psutil.Process) -> bool:

@@ -16,6 +16,12 @@ The parts: `spawning` (environment, cgroup, launcher, spawner; the handshake), `
 host can contain), `broker` (what a child may ask), `runs` (one run's clocks and drive),
 `results` (the result), `supervised` (the child handle and its dispose ladder), `pool`,
 `zygote`, `keeper`.
+
+Providers: every run is carried out by a named provider of `sup.providers` (`spawn` by
+default; `fork`, `command`, `inprocess`, `acp`, and any a user registers), which prepares the
+run's request before anything is spawned and may drive the run its own way
+(`tether.parent.providers`). Foreign agents reach their model through the supervisor's model
+gateway, started on first use (`gateway()`) and closed when the supervisor closes.
 """
 
 from __future__ import annotations
@@ -49,6 +55,10 @@ from tether.parent.limits import Limits
 from tether.parent.models import ModelProvider
 from tether.parent.pool import WarmPool
 from tether.parent.process import ChildProcess, SpawnError, SpawnSpec
+from tether.parent.providers.base import Provider, ProviderBody, SubagentRequest
+from tether.parent.providers.builtin import SpawnProvider, builtin_providers
+from tether.parent.providers.gateway_seat import GatewaySeat
+from tether.parent.providers.inprocess import InProcessProvider
 from tether.parent.roles import resolve_agent
 from tether.parent.runs import Continuation, EventCallback, RunHandle
 from tether.parent.spawning import (
@@ -59,7 +69,7 @@ from tether.parent.spawning import (
     missing_command,
     spawn_child,
 )
-from tether.parent.supervised import SupervisedChild
+from tether.parent.supervised import SupervisedChild, SupervisedProcess
 from tether.parent.usage import check_model, warn_idle
 from tether.parent.zygote import Zygote
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
@@ -69,6 +79,7 @@ from tether.protocol.methods import AGENT_RUN
 if TYPE_CHECKING:
     from tether.parent.agents import AgentHandle, Agents
     from tether.parent.delegation.orchestrator import Orchestration
+    from tether.parent.gateway import Gateway
     from tether.parent.sessions import AgentSummary
 
 _run_ids = itertools.count(1)
@@ -91,13 +102,17 @@ class Supervisor:
         self._agents: Agents | None = None
         self._pool: WarmPool | None = None
         self._tg: TaskGroup | None = None
-        self._live: dict[int, SupervisedChild] = {}
+        self._live: dict[int, SupervisedProcess] = {}
         self._handles: set[RunHandle] = set()
         self._subscribers: list[EventCallback] = []
         self._keeper: Keeper | None = None
         self._zygote: Zygote | None = None
         self._zygote_lock = anyio.Lock()
         self._warned = False
+        self.providers = builtin_providers()
+        """The ways this supervisor runs a sub-agent, by name (`start(provider=...)`); register
+        your own here."""
+        self._gateway = GatewaySeat()
         self.host = host()
         """What `containment="auto"` picks on this host; each run names its own tier
         (`RunHandle.host`, `RunResult.containment`)."""
@@ -155,6 +170,7 @@ class Supervisor:
                 self._pool.close()  # idle children go down the ladder; the group waits for it
             if self._agents is not None:
                 await self._agents.aclose()  # leases released, the store closed
+            self._gateway.close()  # the gateway's task ends; the group waits for it
         # Every run is done, so the group has nothing left to wait for. An exception from the
         # body propagates as itself rather than wrapped in an ExceptionGroup.
         tg, self._tg = self._tg, None
@@ -193,9 +209,11 @@ class Supervisor:
         history: Sequence[ChatMessage] = (),
         on_turn: TurnHook | None = None,
         continuation: Continuation | None = None,
+        provider: str | Provider | None = None,
+        fork_from: RunHandle | None = None,
     ) -> RunHandle:
-        """Start one run in a fresh child and return its handle. Raises `ValueError` for bad
-        usage (unknown agent, unreadable model script, bad limits, no model for the built-in
+        """Start one run and return its handle. Raises `ValueError` for bad usage (unknown
+        agent or provider, unreadable model script, bad limits, no model for the built-in
         agent loop), before spawning; warns (`RuntimeWarning`) when the idle limit is too close
         to tether's heartbeat interval to let a slow tool call finish (`usage.py`).
 
@@ -203,14 +221,25 @@ class Supervisor:
         its agent beside the child's own; `history`: a transcript the run starts from;
         `on_turn`: told of every model turn the parent brokers for the run, before the child
         gets the answer (to record the transcript durably); `continuation`: keep the child
-        after it answers, for follow-ups (`RunHandle.message`; see `runs.py`)."""
+        after it answers, for follow-ups (`RunHandle.message`; see `runs.py`). `provider`:
+        what runs it, a name of `self.providers` (`NAME` or `NAME:ARGUMENT`, e.g.
+        `acp:node agent.js`) or a `Provider`; default `spawn`, or `command` when `command` is
+        given. `fork_from`: the run whose completed turns a `fork` starts from."""
         if self._tg is None:
             raise RuntimeError("use the Supervisor as `async with Supervisor() as sup:`")
+        if provider is None:
+            provider = "command" if command is not None else "spawn"
+        chosen, argument = self.providers.select(provider)
         impl: str | None = None
         if isinstance(agent, str) and ":" in agent:
             # Bring your own agent: the child hosts `module:callable` (or `file.py:callable`)
             # with the same context as the built-in loop, under the same supervision.
             impl = _agent_impl(agent, command)
+            if not isinstance(chosen, (SpawnProvider, InProcessProvider)):
+                raise ValueError(
+                    f"a custom agent runs in tether's own runtime; provider {chosen.name!r} "
+                    "runs something else (use spawn, fork or inprocess)"
+                )
             agent = AgentDefinition(type="custom", description=f"custom agent {impl}")
         definition = resolve_agent(agent)
         ws = Path(workspace).resolve()
@@ -223,25 +252,41 @@ class Supervisor:
             cfg = dataclasses.replace(cfg, command=tuple(command))
         if impl is not None:
             cfg = dataclasses.replace(cfg, command=(*cfg.command, "--agent", impl))
+        request = chosen.prepare(
+            SubagentRequest(
+                run_id=run_id or f"run-{os.getpid()}-{next(_run_ids)}",
+                prompt=prompt,
+                agent=definition,
+                workspace=str(ws),
+                config=cfg,
+                history=tuple(history),
+                description=description,
+                argument=argument,
+                caller_turns=tuple(fork_from.broker.completed_turns()) if fork_from else (),
+                parent_tools=tuple(t.spec for t in parent_tools),
+                command_given=command is not None,
+            )
+        )
+        cfg = request.config
         tier = host(cfg.containment)
         launcher = resolve_launcher(cfg.launcher)  # an unknown launcher is bad usage
         check_spawner(cfg)
         remote = launcher.name if launcher.provides.eof_teardown_only else None
-        choice = choose_level(cfg.isolation, remote_launcher=remote)
+        choice = chosen.isolation(choose_level(cfg.isolation, remote_launcher=remote), cfg)
         if choice.level == "sandbox":
             problem = workspace_problem(str(ws))
             if problem is not None:
                 raise ValueError(problem)
         self._warn_once(choice)
-        models = await resolve_models(model, definition)
+        models = await resolve_models(model, request.agent)
         params = AgentRunParams(
-            run_id=run_id or f"run-{os.getpid()}-{next(_run_ids)}",
-            prompt=prompt,
-            agent=definition,
-            description=description,
-            workspace=str(ws),
-            history=list(history),
-            parent_tools=[t.spec for t in parent_tools],
+            run_id=request.run_id,
+            prompt=request.prompt,
+            agent=request.agent,
+            description=request.description,
+            workspace=request.workspace,
+            history=list(request.history),
+            parent_tools=list(request.parent_tools),
             continuable=continuation is not None,
         )
         size = len(encode_request(0, AGENT_RUN.name, params)) - 1
@@ -250,7 +295,14 @@ class Supervisor:
                 f"the run's request is {size} bytes, more than a child reads in one message "
                 f"({DEFAULT_MAX_MESSAGE_BYTES}); put large inputs in the workspace instead"
             )
-        check_model(cfg.command, definition, models.main is not None)
+        if continuation is not None and chosen.drives_itself:
+            raise ValueError(
+                f"provider {chosen.name!r} runs its agent once; only tether's own runtime keeps "
+                "a run for follow-ups (use spawn or fork for a continuable run)"
+            )
+        if not chosen.drives_itself or isinstance(chosen, InProcessProvider):
+            # A provider that drives its own agent may need no model of ours.
+            check_model(cfg.command, request.agent, models.main is not None)
         warn_idle(cfg.command, limits or Limits())
         handle = RunHandle(
             self,
@@ -265,6 +317,7 @@ class Supervisor:
             on_turn,
             continuation,
             choice,
+            ProviderBody(chosen, request) if chosen.drives_itself else None,
         )
         self._handles.add(handle)
         self._tg.start_soon(self._execute, handle)
@@ -325,15 +378,22 @@ class Supervisor:
         """The stored agents, most recently updated first (`Agents.list`)."""
         return await self.agents.list(**kwargs)
 
+    async def gateway(self) -> Gateway:
+        """The model gateway foreign agents of this supervisor call with their capability
+        tokens; started on first use, closed when the supervisor closes."""
+        if self._tg is None:
+            raise RuntimeError("use the Supervisor as `async with Supervisor() as sup:`")
+        return await self._gateway.get(self._tg)
+
     # --- children: registration, spawners -----------------------------------------------------
 
-    def register(self, child: SupervisedChild) -> None:
+    def register(self, child: SupervisedProcess) -> None:
         """A child is alive: the keeper and the interpreter-exit hook know it from now on."""
         self._live[child.pid] = child
         if self._keeper is not None:
             self._keeper.watch(child.pid, child.cgroup.procs_files if child.cgroup else ())
 
-    def unregister(self, child: SupervisedChild) -> None:
+    def unregister(self, child: SupervisedProcess) -> None:
         self._live.pop(child.pid, None)
         if self._keeper is not None:
             self._keeper.forget(child.pid)

@@ -272,7 +272,7 @@ RunStatus = Literal["completed", "aborted", "error", "needs_input"]
 """`needs_input`: a continuable run paused to ask its orchestrator `question`; an answer
 (`agent/message`) continues it."""
 
-IsolationLevel = Literal["sandbox", "process"]
+IsolationLevel = Literal["sandbox", "process", "none"]
 
 
 class Isolation(Wire, frozen=True):
@@ -280,11 +280,14 @@ class Isolation(Wire, frozen=True):
 
     level: IsolationLevel
     """`sandbox` (Landlock, seccomp, no_new_privs; an unprivileged uid when the supervisor is
-    root) or `process` (environment scrub, session, limits and containment tier only)."""
+    root), `process` (environment scrub, session, limits and containment tier only), or
+    `none`: the run was served inside the parent's own process (the `inprocess` provider),
+    with no process isolation at all; `warning` says so."""
     landlock_abi: int | None = None
     """The Landlock ABI the child's domain was built for (`sandbox` only)."""
     warning: str | None = None
-    """Why the level is weaker than `sandbox`, when `auto` had to settle for less."""
+    """Why the level is weaker than `sandbox`, when `auto` had to settle for less, or the run
+    had none."""
 
 
 class RunResult(Wire, frozen=True):

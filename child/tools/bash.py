@@ -14,6 +14,7 @@ import asyncio
 import os
 import signal
 import subprocess
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import anyio
@@ -51,6 +52,11 @@ class BashTool:
     input_schema = schema_of(BashArgs)
     mutates = True
 
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = dict(env) if env is not None else None
+        """The commands' environment; `None`: this process's own (a child's is scrubbed
+        already; a runtime hosted inside the parent passes a scrubbed one)."""
+
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
         args = parse_arguments(BashArgs, arguments)
         if "\0" in args.command:
@@ -60,6 +66,7 @@ class BashTool:
             "-c",
             args.command,
             cwd=ctx.workspace.root,
+            env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -102,13 +102,15 @@ class DefinitionError(ValueError):
         index: int | None = None,
         type: str | None = None,
         key: str | None = None,
+        table: str = "agent",
     ) -> None:
+        """`table`: the kind of table `index` counts (`agent`, or `provider`)."""
         self.problem, self.file, self.index, self.type, self.key = problem, file, index, type, key
         where = []
         if file is not None:
             where.append(file)
         if index is not None:
-            where.append(f"[[agent]] #{index + 1}" + (f" ({type!r})" if type else ""))
+            where.append(f"[[{table}]] #{index + 1}" + (f" ({type!r})" if type else ""))
         elif type:
             where.append(f"agent {type!r}")
         if key is not None:

@@ -37,7 +37,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -165,11 +165,14 @@ class Delegator:
         serialize_writers: bool = True,
         snapshot_exclude: Iterable[str] = DEFAULT_EXCLUDE,
         snapshot_max_entries: int = DEFAULT_MAX_ENTRIES,
+        agent_types: Mapping[str, str] | None = None,
     ) -> None:
+        """`agent_types`: provider names the model may pick per call with the task tool's
+        `agentType` (each with a line saying what it is); two or more offer the argument."""
         self.definitions = (
             definitions if isinstance(definitions, Registry) else Registry(definitions)
         )
-        self.tool: TaskTool | None = task_tool(self.definitions)
+        self.tool: TaskTool | None = task_tool(self.definitions, agent_types=agent_types)
         self.runner = runner
         self.workspace = None if workspace is None else str(Path(workspace).resolve())
         self.policy = verifier or VerifierPolicy()
@@ -239,9 +242,12 @@ class Delegator:
                 f"({self.budget.spent} used); no further sub-agent can start.",
             )
         definition = self.definitions[got.subagent_type]
+        if got.agent_type is not None:
+            # The model's per-call choice of provider (validated against the offered names).
+            definition = definition.replace(provider=got.agent_type)
         read_only = definition.read_only if got.read_only is None else got.read_only
         fork: tuple[ChatMessage, ...] = ()
-        if got.fork_context:
+        if got.fork_context or definition.provider == "fork":
             # The sub-agent has no task tool: earlier task exchanges reach it as text.
             fork = tuple(without_tools(fork_history(history, tool_call_id), {self.tool.name}))
         call = _Call(got, tool_call_id, on_event)

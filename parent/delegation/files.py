@@ -16,6 +16,10 @@ type = "explorer"          # a built-in role's type: start from that role
 model = "anthropic:claude-haiku"
 ```
 
+Named providers may be defined beside the agents, in `[[provider]]` tables (an ACP agent's
+command, a tether-protocol executable), for definitions to name as their `provider`; see
+`tether.parent.providers.tables` and `load_providers`.
+
 A table whose `type` is a built-in role's starts from that role (its description,
 instructions and mode) and changes only the keys it gives; any other type needs at least a
 `description`. The file's definitions are the whole set: a role the file does not mention is
@@ -28,7 +32,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -42,20 +46,34 @@ from tether.parent.delegation.definitions import (
     definition_from_mapping,
 )
 
+if TYPE_CHECKING:
+    from tether.parent.providers.base import Provider
+
+
+def _read(file: str) -> dict[str, Any]:
+    try:
+        with open(file, "rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise DefinitionError(f"cannot read the file: {exc.strerror or exc}", file=file) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise DefinitionError(f"not valid TOML: {exc}", file=file) from None
+
+
+def load_providers(path: str | os.PathLike[str]) -> list[Provider]:
+    """The named providers of a definitions file's `[[provider]]` tables (none without)."""
+    from tether.parent.providers.tables import providers_from_document
+
+    file = os.fspath(path)
+    return providers_from_document(_read(file), file=file)
+
 
 def load_definitions(
     path: str | os.PathLike[str], *, base: Iterable[SubagentDefinition] = BUILTIN_ROLES
 ) -> list[SubagentDefinition]:
     """Read a definitions file; raise `DefinitionError` saying precisely what is wrong."""
     file = os.fspath(path)
-    try:
-        with open(file, "rb") as fh:
-            doc = tomllib.load(fh)
-    except OSError as exc:
-        raise DefinitionError(f"cannot read the file: {exc.strerror or exc}", file=file) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise DefinitionError(f"not valid TOML: {exc}", file=file) from None
-    return definitions_from_document(doc, file=file, base=base)
+    return definitions_from_document(_read(file), file=file, base=base)
 
 
 def definitions_from_document(
@@ -66,9 +84,9 @@ def definitions_from_document(
 ) -> list[SubagentDefinition]:
     """The definitions of a parsed TOML document (see the module docstring)."""
     for key in doc:
-        if key != "agent":
+        if key not in ("agent", "provider"):
             raise DefinitionError(
-                "unknown top-level key; a definitions file holds only [[agent]] tables",
+                "unknown top-level key; a definitions file holds [[agent]] and [[provider]] tables",
                 file=file,
                 key=key,
             )

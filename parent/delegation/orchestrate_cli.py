@@ -24,6 +24,7 @@ from tether.parent.terminal import clean
 if TYPE_CHECKING:
     from tether.parent.delegation.orchestrator import Orchestration, Running
     from tether.parent.runs import RunHandle
+    from tether.parent.supervisor import Supervisor
 
 
 def main(args: argparse.Namespace) -> int:
@@ -73,6 +74,8 @@ async def _orchestrate(
 
     refused: ValueError | None = None
     async with Supervisor(config) as sup:  # type: ignore[arg-type]
+        if args.agents is not None:
+            _add_providers(sup, args.agents, registry)
         async with anyio.create_task_group() as tg:
 
             async def watch_signals() -> None:
@@ -106,6 +109,25 @@ async def _orchestrate(
         if view is not None:
             view.draw()
         return got
+
+
+def _add_providers(sup: Supervisor, agents: str, registry: object) -> None:
+    """Register the file's `[[provider]]` tables; a definition naming a provider nobody
+    registered is bad usage, found before anything runs."""
+    from tether.parent.delegation.definitions import Registry
+    from tether.parent.delegation.files import load_providers
+    from tether.parent.providers.base import split_spec
+
+    for named in load_providers(agents):
+        sup.providers.register(named, replace=True)
+    assert isinstance(registry, Registry)
+    for definition in registry:
+        name = split_spec(definition.provider)[0]
+        if name not in sup.providers:
+            raise ValueError(
+                f"{agents}: agent {definition.type!r} names provider {name!r}, which is "
+                f"neither built in nor a [[provider]] of the file ({sup.providers.listing()})"
+            )
 
 
 def render_orchestration(got: Orchestration) -> str:

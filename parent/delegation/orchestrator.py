@@ -185,6 +185,7 @@ async def orchestrate(
     ledger: Ledger | str | os.PathLike[str] | None = None,
     models: Mapping[str, ModelProvider] | None = None,
     providers: Mapping[str, ProviderRunner] | None = None,
+    agent_types: Iterable[str] | None = None,
     description: str = "",
     on_event: EventCallback | None = None,
     on_start: Callable[[Running], None] | None = None,
@@ -197,7 +198,10 @@ async def orchestrate(
     (default: the same). `max_concurrent`, `token_budget`, `verifier`: admission control and the
     verifier policy (`Delegator`). `ledger`: a `Ledger`, or a path for its JSON Lines file.
     `models`: provider objects by the name a definition's `model` gives; `providers`: runners
-    by the name a definition's `provider` gives (`spawn` is built in). `on_start(running)`, if
+    by the name a definition's `provider` gives, tried before the supervisor's own providers
+    (`sup.providers`). `agent_types`: the provider names the model may pick per call with the
+    task tool's `agentType` (default: every provider of the supervisor that runs out of
+    process and can run here; `inprocess` only if named). `on_start(running)`, if
     given, is called once the orchestrator's child is started, with a `Running` for live
     queries (`status()`, `limits()`) and the orchestrator's `RunHandle`.
 
@@ -229,6 +233,11 @@ async def orchestrate(
         tagged = dataclasses.replace(event, parent_run_id=box[0].run_id if box else "")
         sup.publish(tagged, on_event)
 
+    offered = runner.agent_types()
+    if agent_types is not None:
+        offered = {}
+        for name in agent_types:
+            offered[name] = sup.providers.get(name).summary or name  # unknown: bad usage
     delegator = Delegator(
         registry,
         runner,
@@ -238,6 +247,7 @@ async def orchestrate(
         verifier=verifier,
         ledger=book,
         on_event=publish,
+        agent_types=offered,
     )
     tasks: list[TaskCall] = []
     calls = 0

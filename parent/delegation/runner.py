@@ -5,10 +5,13 @@ Theory of operation
 `SupervisorRunner(sup, ...)` is the `Runner` a `Delegator` runs its sub-agents with. For one
 `RunRequest`:
 
-1. provider: the definition's `provider` names what runs it. `spawn` (a fresh tether child of
-   this supervisor, a sibling of the orchestrator's) is built in; `providers=` adds runners by
-   name until the provider registry lands. An unknown name is a `spawn_failed` result the
-   orchestrator's model reads, never an exception.
+1. provider: the definition's `provider` (or the task call's `agentType`, which the delegator
+   put there) names what runs it: a provider of the supervisor's registry (`sup.providers`:
+   `spawn`, a fresh tether child of this supervisor, a sibling of the orchestrator's; `fork`,
+   one seeded with the orchestrator's completed turns; `command`, `inprocess`, `acp`, and any
+   registered), each run through `Supervisor.start(provider=...)`. `providers=` adds runners
+   by name, tried first. An unknown name, or bad usage of a provider, is a `spawn_failed`
+   result the orchestrator's model reads, never an exception.
 2. model: decided by the parent, never the child. A definition that names a model runs on it
    (`models=` maps names to provider objects first, else the string is resolved, once per
    runner); a definition that names none runs on the orchestrator's model (`default_model`).
@@ -76,25 +79,44 @@ class SupervisorRunner:
         self.workspace = str(Path(workspace).resolve())
         self.limits = limits
         self.config = config
-        self.providers: dict[str, ProviderRunner] = {SPAWN: self.spawn, **(providers or {})}
+        self.providers: dict[str, ProviderRunner] = dict(providers or {})
         self._built: dict[str, ModelProvider] = {}
         self._live: set[RunHandle] = set()
 
     async def __call__(self, request: RunRequest) -> RunResult:
         name = request.definition.provider
         provider = self.providers.get(name)
-        if provider is None:
-            known = ", ".join(sorted(self.providers))
-            return _failed(
-                f"no sub-agent provider named {name!r} (type {request.definition.type!r}); "
-                f"this parent knows: {known}"
-            )
-        return await provider(request)
+        if provider is not None:
+            return await provider(request)
+        if name in self.sup.providers:
+            return await self.spawn(request)
+        known = ", ".join(sorted({*self.providers, *self.sup.providers.names()}))
+        return _failed(
+            f"no sub-agent provider named {name!r} (type {request.definition.type!r}); "
+            f"this parent knows: {known}"
+        )
+
+    def agent_types(self) -> dict[str, str]:
+        """The providers a model may pick per task call (`agentType`): those of the
+        supervisor that run out of process and can run here, with what each is. The
+        `inprocess` provider is never offered to a model (it has no isolation)."""
+        out: dict[str, str] = {}
+        for provider in self.sup.providers:
+            if not provider.isolated:
+                continue
+            try:
+                if provider.problem(None) is not None:
+                    continue
+            except Exception:
+                continue
+            out[provider.name] = provider.summary or provider.name
+        return out
 
     # --- the spawn provider -------------------------------------------------------------------
 
     async def spawn(self, request: RunRequest) -> RunResult:
-        """Run the sub-agent in a fresh tether child of this supervisor."""
+        """Run the sub-agent through the supervisor's provider its definition names (`spawn`
+        by default: a fresh tether child of this supervisor)."""
         try:
             model = await self.model_for(request.definition.model)
         except ValueError as exc:
@@ -124,6 +146,7 @@ class SupervisorRunner:
                 history=request.history,
                 on_event=relay,
                 on_turn=counted,
+                provider=request.definition.provider,
             )
         except ValueError as exc:
             return _failed(f"the sub-agent could not start: {exc}")

@@ -2,7 +2,10 @@
 validation of a model's arguments against that very schema.
 
 `task_tool(definitions)` returns `None` when there are no definitions: no tool at all, so an
-orchestrator's model never sees a tool it could not use. The schema is one JSON Schema object
+orchestrator's model never sees a tool it could not use. `agent_types` (provider names, with
+a line each saying what it is) adds the optional `agentType` argument, which overrides the
+sub-agent type's provider for one call; with fewer than two there is no choice to make, and no
+such argument. The schema is one JSON Schema object
 (`input_schema`); `json_schema()`, `openai()`, `openai_responses()` and `anthropic()` wrap it
 for whoever hands it to a model. Arguments are validated by tether (model APIs and MCP servers
 do not guarantee it): every problem comes back as a `TaskOutput` with `status: "error"` naming
@@ -12,7 +15,7 @@ the argument, never as an exception.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jsonschema
@@ -61,18 +64,27 @@ class TaskRequest(Struct, frozen=True, kw_only=True):
     prompt: str
     read_only: bool | None = None
     fork_context: bool = False
+    agent_type: str | None = None
 
 
 class TaskTool:
     """The task tool over a registry of definitions (see the module docstring)."""
 
-    def __init__(self, definitions: Registry, *, name: str = TOOL_NAME) -> None:
+    def __init__(
+        self,
+        definitions: Registry,
+        *,
+        name: str = TOOL_NAME,
+        agent_types: Mapping[str, str] | None = None,
+    ) -> None:
         if len(definitions) == 0:
             raise ValueError("a task tool needs at least one definition (see task_tool())")
         self.name = name
         self.definitions = definitions
         self.description = GUIDANCE
-        self.input_schema = _input_schema(definitions)
+        self.agent_types = dict(agent_types or {}) if len(agent_types or {}) >= 2 else {}
+        """Provider names the model may pick with `agentType`, each with what it is."""
+        self.input_schema = _input_schema(definitions, self.agent_types)
         self._validator = jsonschema.Draft202012Validator(self.input_schema)
 
     # --- formats ------------------------------------------------------------------------------
@@ -150,6 +162,7 @@ class TaskTool:
             prompt=arguments["prompt"],
             read_only=arguments.get("readOnly"),
             fork_context=bool(arguments.get("forkContext", False)),
+            agent_type=arguments.get("agentType"),
         )
 
     def _problems(self, arguments: dict[str, Any]) -> list[ArgumentProblem]:
@@ -197,6 +210,14 @@ class TaskTool:
                     problem=f"expected {_a(error.validator_value)}, got {_json_type(value)}",
                 )
             ]
+        if error.validator == "enum" and argument == "agentType":
+            return [
+                ArgumentProblem(
+                    argument=argument,
+                    problem=f"unknown agent type {_preview(value)}; available: "
+                    f"{', '.join(self.agent_types)}",
+                )
+            ]
         if error.validator == "enum":
             return [
                 ArgumentProblem(
@@ -226,20 +247,24 @@ FORMATS = {
 }
 
 
-def task_tool(definitions: Registry | Iterable[SubagentDefinition]) -> TaskTool | None:
+def task_tool(
+    definitions: Registry | Iterable[SubagentDefinition],
+    *,
+    agent_types: Mapping[str, str] | None = None,
+) -> TaskTool | None:
     """The task tool for these definitions, or `None` when there are none (no tool at all)."""
     registry = definitions if isinstance(definitions, Registry) else Registry(definitions)
     if len(registry) == 0:
         return None
-    return TaskTool(registry)
+    return TaskTool(registry, agent_types=agent_types)
 
 
-def _input_schema(definitions: Registry) -> dict[str, Any]:
+def _input_schema(definitions: Registry, agent_types: Mapping[str, str]) -> dict[str, Any]:
     listing = "\n".join(
         f"- {d.type} ({'read-only' if d.read_only else 'build mode'} by default): {d.description}"
         for d in definitions
     )
-    return {
+    schema: dict[str, Any] = {
         "type": "object",
         "properties": {
             "subagent_type": {
@@ -281,6 +306,15 @@ def _input_schema(definitions: Registry) -> dict[str, Any]:
         "required": ["subagent_type", "description", "prompt"],
         "additionalProperties": False,
     }
+    if agent_types:
+        kinds = "\n".join(f"- {name}: {what}" for name, what in agent_types.items())
+        schema["properties"]["agentType"] = {
+            "type": "string",
+            "enum": list(agent_types),
+            "description": "Overrides how the sub-agent is run (its provider) for this call; "
+            f"omit it to keep the type's own. Available:\n{kinds}",
+        }
+    return schema
 
 
 def _invalid(problems: list[ArgumentProblem]) -> TaskOutput:

@@ -174,6 +174,13 @@ class HttpServer:
         self._listeners.append(listener)
         self._tg.start_soon(self._accept, listener, context)
 
+    async def unlisten(self, listener: Listener[Any]) -> None:
+        """Stop accepting on `listener` and close it (connections it accepted go on)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+        with anyio.CancelScope(shield=True):
+            await listener.aclose()
+
     async def close(self) -> None:
         """Stop accepting, give requests in progress `close_grace`, then cancel the rest."""
         if self._closing:

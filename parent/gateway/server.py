@@ -48,7 +48,7 @@ from tether.parent.gateway import anthropic_api, openai_api
 from tether.parent.gateway.grants import Grant, GrantTable, UsageCallback
 from tether.parent.gateway.http import HttpLimits, HttpServer, Request, Responder
 from tether.parent.models import ModelProvider
-from tether.protocol import RemoteError
+from tether.protocol import ErrorCode, RemoteError, WireError
 from tether.protocol.messages import ModelCompleteParams, ModelCompleteResult
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,7 @@ class Gateway:
         self._listen_loopback = listen_loopback
         self._server = HttpServer(self._handle, self.limits.http)
         self._ids = itertools.count(1)
+        self._private: dict[int, list[SocketListener]] = {}
         self.address: tuple[str, int] | None = None
         """Where the loopback listener is, when there is one."""
 
@@ -135,6 +136,8 @@ class Gateway:
         host, port = sock.getsockname()[:2]
         listener = await SocketListener.from_socket(sock)
         await self._server.listen(listener, context=only)
+        if only is not None:
+            self._private.setdefault(id(only), []).append(listener)
         return str(host), int(port)
 
     def grant(
@@ -152,6 +155,13 @@ class Gateway:
 
     def revoke(self, grant: Grant) -> None:
         self.grants.revoke(grant)
+
+    async def release(self, grant: Grant) -> None:
+        """Revoke `grant` and close the sockets that served it alone (`listen_on(only=)`): a
+        child's private network namespace goes away with its last socket."""
+        self.grants.revoke(grant)
+        for listener in self._private.pop(id(grant), []):
+            await self._server.unlisten(listener)
 
     def env_for(self, grant: Grant, base_url: str | None = None) -> dict[str, str]:
         """The variables that point a foreign agent's model clients at this gateway with its
@@ -273,6 +283,10 @@ class Gateway:
             ) from None
         except RemoteError as exc:
             raise _Failed(502, f"the model provider failed: {exc.message}") from None
+        except WireError as exc:
+            # The run's broker refused the call (the parent's budgets) or its model failed.
+            status = 402 if exc.code == ErrorCode.BUDGET_EXHAUSTED else 502
+            raise _Failed(status, exc.message) from None
         except Exception as exc:
             log.warning("gateway: the provider for run %s failed", grant.run_id, exc_info=True)
             raise _Failed(502, f"the model provider failed: {type(exc).__name__}") from None

@@ -249,6 +249,11 @@ class AcpDriver:
 
     # --- the caller's side --------------------------------------------------------------------
 
+    @property
+    def prompted(self) -> bool:
+        """The task went out to the agent (`session/prompt` was sent)."""
+        return self._prompting or self._prompt_done.is_set()
+
     def cancel(self) -> None:
         """Ask the agent to stop (idempotent, returns at once); `run()` returns within the
         cancel grace either way."""

@@ -49,6 +49,13 @@ FIGURES = {
     "context.continue_ping",
     "context.follow_up_unstored",
     "context.fresh_run",
+    "floor.provider_python",
+    "floor.acp_import",
+    "floor.inmemory_run",
+    "providers.spawn",
+    "providers.fork",
+    "providers.inprocess",
+    "providers.acp",
 }
 
 TARGETS = [
@@ -83,7 +90,14 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     for key, fig in samples.items():
         assert fig["samples"], f"{key} has no samples"
     report = out.read_text()
-    for section in ("## Machine", "## Targets", "## Floors", "## tether", "## Context"):
+    for section in (
+        "## Machine",
+        "## Targets",
+        "## Floors",
+        "## tether",
+        "## Context",
+        "## Providers",
+    ):
         assert section in report
     for word in ("CPU:", "kernel:", "Python:", "date:"):
         assert word in report

@@ -16,7 +16,17 @@ run's events and summary:
   `{"hang": SECONDS}` waits and ignores `session/cancel`; after any other step a cancel that
   has arrived ends the turn `cancelled`;
 - `{"crash": CODE}` exits at once with CODE; `{"raw": TEXT}` writes TEXT to stdout as it is;
-  `{"post": {"url", "body", "headers"}}` POSTs JSON with urllib and says the status and body;
+  `{"post": {"url", "body", "headers"}}` POSTs JSON with urllib and says the status and body
+  (`$NAME` in the url and header values is the agent's environment variable NAME);
+- `{"connect": [HOST, PORT]}` opens a TCP connection and says `connect HOST:PORT: ok` or the
+  error; `{"unix_socket": true}` makes a UNIX stream socket and says `unix socket: ok` or
+  the error; `{"environ": true}` says the agent's whole environment as JSON;
+- `{"own_write": {"path", "content"}}` writes a file itself (not through the client) and says
+  `own write PATH: ok` or the error;
+- `{"sleeper": true}` starts `sleep 300` as a child that inherits the agent's stdout (and
+  holds it open after the agent dies);
+- `{"ignore_eof": true}` makes the agent ignore the end of its input and SIGTERM from then
+  on (it must be killed);
 - `{"echo_prompt": true}` says the text of the prompt's blocks before the script;
 - `{"usage_claim": N}` claims N tokens used (`usage_update`), which the parent must ignore;
 - `{"stop": REASON}` ends the turn with that stop reason (default `end_turn`).
@@ -28,8 +38,12 @@ protocol version N.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
+import signal
+import socket
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -158,6 +172,20 @@ class ScriptAgent:
                 _write_raw(arg.encode())
             elif op == "post":
                 await self.say(sid, await asyncio.to_thread(_post, arg))
+            elif op == "connect":
+                await self.say(sid, await asyncio.to_thread(_connect, arg[0], arg[1]))
+            elif op == "unix_socket":
+                await self.say(sid, _unix_socket())
+            elif op == "sleeper":
+                _start_sleeper()
+                await self.say(sid, "sleeper started")
+            elif op == "own_write":
+                await self.say(sid, f"own write {arg['path']}: {_own_write(arg)}")
+            elif op == "environ":
+                await self.say(sid, json.dumps(dict(os.environ)))
+            elif op == "ignore_eof":
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                os.environ["ACP_AGENT_IGNORE_EOF"] = "1"
             elif op == "echo_prompt":
                 await self.say(sid, " | ".join(block.text for block in prompt[:-1]))
             elif op == "usage_claim":
@@ -182,11 +210,41 @@ def _write_raw(data: bytes) -> None:
         os.set_blocking(1, False)
 
 
+def _start_sleeper() -> None:
+    subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL)
+
+
+def _own_write(arg: dict[str, Any]) -> str:
+    try:
+        with open(arg["path"], "w") as f:
+            f.write(arg["content"])
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno or 0, str(exc))
+    return "ok"
+
+
+def _connect(host: str, port: int) -> str:
+    try:
+        with socket.create_connection((host, port), timeout=5):
+            return f"connect {host}:{port}: ok"
+    except OSError as exc:
+        return f"connect {host}:{port}: {errno.errorcode.get(exc.errno or 0, str(exc))}"
+
+
+def _unix_socket() -> str:
+    try:
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
+    except OSError as exc:
+        return f"unix socket: {errno.errorcode.get(exc.errno or 0, str(exc))}"
+    return "unix socket: ok"
+
+
 def _post(arg: dict[str, Any]) -> str:
+    headers = {k: os.path.expandvars(v) for k, v in arg.get("headers", {}).items()}
     request = urllib.request.Request(
-        arg["url"],
+        os.path.expandvars(arg["url"]),
         data=json.dumps(arg["body"]).encode(),
-        headers={"content-type": "application/json", **arg.get("headers", {})},
+        headers={"content-type": "application/json", **headers},
         method="POST",
     )
     try:
@@ -206,6 +264,9 @@ def main() -> None:
         int(args[args.index("--version") + 1]) if "--version" in args else acp.PROTOCOL_VERSION
     )
     asyncio.run(acp.run_agent(ScriptAgent(version)))
+    if os.environ.get("ACP_AGENT_IGNORE_EOF"):
+        while True:  # an agent that outlives the end of its input (and SIGTERM)
+            signal.pause()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
-"""Run as `python -I filtered.py WHAT`: install the sandbox's seccomp filter (WHAT=seccomp) or a
-Landlock domain granting read of /usr and /proc and read/write of argv[2] (WHAT=landlock),
-then try a list of operations and print {operation: "ok" or errno name} as JSON."""
+"""Run as `python -I filtered.py WHAT`: install the sandbox's seccomp filter (WHAT=seccomp), its
+variant for a child that may reach the model gateway (WHAT=seccomp-inet PORT: PORT is a
+listener to connect to), or a Landlock domain granting read of /usr and /proc and read/write
+of argv[2] (WHAT=landlock RW PORT; WHAT=landlock-port RW PORT OTHER: TCP connect to PORT
+granted), then try a list of operations and print {operation: "ok" or errno name} as JSON."""
 
 from __future__ import annotations
 
@@ -51,6 +53,60 @@ def _fork_with(flags: int) -> None:
     if pid == 0:
         os._exit(0)
     os.waitpid(pid, 0)
+
+
+def _connect_tcp(port: int) -> None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.connect(("127.0.0.1", port))
+    finally:
+        s.close()
+
+
+def seccomp_inet_checks(port: int) -> dict[str, str]:
+    privileges.set_no_new_privs()
+    seccomp.install(inet=True)
+    return {
+        "tcp": attempt(lambda: _socket(socket.AF_INET, socket.SOCK_STREAM)),
+        "tcp6": attempt(lambda: _socket(socket.AF_INET6, socket.SOCK_STREAM)),
+        "tcp_cloexec": attempt(
+            lambda: _socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        ),
+        "tcp_connect": attempt(lambda: _connect_tcp(port)),
+        "udp": attempt(lambda: _socket(socket.AF_INET, socket.SOCK_DGRAM)),
+        "raw": attempt(lambda: _socket(socket.AF_INET, socket.SOCK_RAW)),
+        "netlink": attempt(lambda: _socket(socket.AF_NETLINK, socket.SOCK_RAW)),
+        "packet": attempt(lambda: _socket(socket.AF_PACKET, socket.SOCK_RAW)),
+        "unix_stream": attempt(lambda: _socket(socket.AF_UNIX, socket.SOCK_STREAM)),
+        "unix_dgram": attempt(lambda: _socket(socket.AF_UNIX, socket.SOCK_DGRAM)),
+        "socketpair_stream": attempt(lambda: _socketpair(socket.SOCK_STREAM)),
+        "socketpair_dgram": attempt(lambda: _socketpair(socket.SOCK_DGRAM)),
+        "unshare_net": attempt(lambda: syscall("unshare", 0x40000000)),
+        "ptrace": attempt(lambda: syscall("ptrace", 16, os.getppid(), 0, 0)),
+        "fork": attempt(lambda: _fork_with(0)),
+    }
+
+
+def landlock_port_checks(rw: str, port: int, other: int) -> dict[str, str]:
+    rules = landlock.Ruleset(landlock.kernel_abi())
+    rules.allow_all(["/usr", "/proc"], landlock.READ)
+    rules.allow(rw, landlock.WRITE)
+    rules.allow_port(port)
+    privileges.set_no_new_privs()
+    rules.restrict_self()
+
+    def bind_any() -> None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", other + 1))
+        finally:
+            s.close()
+
+    return {
+        "connect_granted": attempt(lambda: _connect_tcp(port)),
+        "connect_other": attempt(lambda: _connect_tcp(other)),
+        "bind": attempt(bind_any),
+    }
 
 
 def seccomp_checks() -> dict[str, str]:
@@ -110,5 +166,12 @@ def landlock_checks(rw: str) -> dict[str, str]:
 
 if __name__ == "__main__":
     what = sys.argv[1]
-    out = seccomp_checks() if what == "seccomp" else landlock_checks(sys.argv[2])
+    if what == "seccomp":
+        out = seccomp_checks()
+    elif what == "seccomp-inet":
+        out = seccomp_inet_checks(int(sys.argv[2]))
+    elif what == "landlock-port":
+        out = landlock_port_checks(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    else:
+        out = landlock_checks(sys.argv[2])
     print(json.dumps(out))

@@ -111,3 +111,55 @@ def test_an_unresolvable_jump_is_an_error_not_a_wrong_program() -> None:
 
 def test_this_machine_is_one_the_sandbox_knows() -> None:
     assert MACHINE in AUDIT_ARCH
+
+
+# --- the variant for a foreign agent that must reach the model gateway ---------------------
+
+
+@needs_seccomp
+def test_the_gateway_variant_allows_tcp_stream_sockets_and_connect_and_no_unix_socket() -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    try:
+        got = _run("seccomp-inet", str(server.getsockname()[1]))
+    finally:
+        server.close()
+    for fine in ("tcp", "tcp6", "tcp_cloexec", "tcp_connect", "socketpair_stream", "fork"):
+        assert got[fine] == "ok", (fine, got)
+    # A UNIX socket could connect to a pathname socket outside the sandbox, now that connect
+    # is allowed; UDP and raw sockets are not TCP.
+    for refused in ("unix_stream", "unix_dgram", "udp", "raw", "socketpair_dgram"):
+        assert got[refused] == "EACCES", (refused, got)
+    assert got["netlink"] == "EAFNOSUPPORT" and got["packet"] == "EAFNOSUPPORT"
+    assert got["unshare_net"] == "EPERM" and got["ptrace"] == "EPERM"
+
+
+@pytest.mark.parametrize("arch", sorted(AUDIT_ARCH))
+def test_the_default_filter_is_unchanged_by_the_gateway_variant(arch: str) -> None:
+    default = seccomp.assemble(seccomp.sandbox_program(arch))
+    insns = [struct.unpack("<HBBI", default[i : i + 8]) for i in range(0, len(default), 8)]
+    jeq = seccomp.BPF_JMP | seccomp.BPF_JEQ
+    assert numbers(arch)["connect"] in {k for c, _, _, k in insns if c == jeq}
+    inet = seccomp.assemble(seccomp.sandbox_program(arch, inet=True))
+    assert inet != default and len(inet) < 256 * 8
+    assert seccomp.assemble(seccomp.sandbox_program(arch, inet=False)) == default
+
+
+@needs_landlock
+@pytest.mark.skipif(landlock.kernel_abi() < 4, reason="Landlock below ABI 4 handles no TCP")
+def test_a_landlock_port_rule_grants_connect_to_that_port_only(tmp_path: Path) -> None:
+    granted = socket.create_server(("127.0.0.1", 0))
+    other = socket.create_server(("127.0.0.1", 0))
+    try:
+        got = _run(
+            "landlock-port",
+            str(tmp_path),
+            str(granted.getsockname()[1]),
+            str(other.getsockname()[1]),
+        )
+        other.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            other.accept()  # nothing reached the port that was not granted
+    finally:
+        granted.close()
+        other.close()
+    assert got == {"connect_granted": "ok", "connect_other": "EACCES", "bind": "EACCES"}

@@ -222,7 +222,7 @@ def test_a_bad_table_is_refused_naming_the_file_the_table_the_key_and_what_was_e
 @pytest.mark.parametrize(
     ("text", "key", "expected"),
     [
-        ('name = "x"\n', "name", "only [[agent]] tables"),
+        ('name = "x"\n', "name", "holds [[agent]] and [[provider]] tables"),
         ('[agent]\ntype = "a"\n', "agent", "found a single [agent] table"),
         ('agent = "a"\n', "agent", "found a str"),
     ],

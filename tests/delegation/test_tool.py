@@ -270,3 +270,41 @@ def test_importing_the_supervisor_does_not_import_the_schema_validator() -> None
     )
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=False)
     assert got.returncode == 0, got.stderr
+
+
+# --- agentType: the provider, per call ------------------------------------------------------
+
+KINDS = {
+    "spawn": "a fresh tether child",
+    "fork": "seeded with your turns",
+    "claude": "an ACP agent",
+}
+
+
+def test_agent_type_is_offered_only_when_there_is_a_choice_of_providers() -> None:
+    assert "agentType" not in tool().input_schema["properties"]
+    one = task_tool(builtin_registry(), agent_types={"spawn": "a fresh tether child"})
+    assert one is not None and "agentType" not in one.input_schema["properties"]
+    many = task_tool(builtin_registry(), agent_types=KINDS)
+    assert many is not None
+    prop = many.input_schema["properties"]["agentType"]
+    assert prop["enum"] == ["spawn", "fork", "claude"]
+    assert "- claude: an ACP agent" in prop["description"]
+    assert "agentType" not in many.input_schema["required"]
+    jsonschema.Draft202012Validator.check_schema(many.json_schema())
+
+
+def test_agent_type_names_one_of_the_offered_providers_or_is_refused() -> None:
+    many = task_tool(builtin_registry(), agent_types=KINDS)
+    assert many is not None
+    args = {"subagent_type": "explorer", "description": "look", "prompt": "Look."}
+    got = many.validate({**args, "agentType": "claude"})
+    assert isinstance(got, TaskRequest) and got.agent_type == "claude"
+    got = many.validate(args)
+    assert isinstance(got, TaskRequest) and got.agent_type is None
+    refused = many.validate({**args, "agentType": "inprocess"})
+    assert isinstance(refused, TaskOutput) and refused.error == "invalid_arguments"
+    assert 'unknown agent type "inprocess"; available: spawn, fork, claude' in refused.message
+    # Without the offer, the argument is unknown: a model cannot name a provider at all.
+    refused = tool().validate({**args, "agentType": "spawn"})
+    assert isinstance(refused, TaskOutput) and "unknown argument" in refused.message

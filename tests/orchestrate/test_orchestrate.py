@@ -506,7 +506,7 @@ async def test_the_tree_budget_stops_the_sub_agent_and_the_orchestrator(workspac
 
 
 async def test_an_unknown_provider_is_an_error_result_and_spawns_nothing(workspace: Path) -> None:
-    odd = SubagentDefinition(type="remote", description="Runs elsewhere.", provider="acp")
+    odd = SubagentDefinition(type="remote", description="Runs elsewhere.", provider="elsewhere")
     model = Recorder(fan_out(task("c1", "remote", "elsewhere", "Go.")))
     pids: list[int] = []
     async with Supervisor() as sup:
@@ -514,7 +514,7 @@ async def test_an_unknown_provider_is_an_error_result_and_spawns_nothing(workspa
         await sup.orchestrate("Go.", model=model, workspace=workspace, definitions=[odd])
     out = model.task_output("c1")
     assert out["status"] == "error"
-    assert "no sub-agent provider named 'acp'" in out["message"] and "spawn" in out["message"]
+    assert "no sub-agent provider named 'elsewhere'" in out["message"] and "spawn" in out["message"]
     assert len(pids) == 1  # the orchestrator only
 
 

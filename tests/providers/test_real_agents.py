@@ -5,6 +5,9 @@ token for an API key, driven by the ACP driver, a scripted provider behind the g
 - `@zed-industries/claude-agent-acp` from the npm registry (installed by scripts/acp-agents,
   which scripts/test runs; skipped with the reason when it is not installed);
 - the dependency-free Node agent in examples/acp-agent/, which calls the OpenAI endpoint.
+
+Each is also run as a provider of a `Supervisor` (the last two tests): spawned through tether's
+own seam at the default isolation level, its model calls brokered for the run.
 """
 
 from __future__ import annotations
@@ -16,10 +19,14 @@ from pathlib import Path
 import pytest
 from agent_process import isolated, tree
 
-from tether.parent.events import ChildEvent
+from tether.parent import Limits, Supervisor
+from tether.parent.events import ChildEvent, Event
 from tether.parent.gateway import Gateway, Grant
+from tether.parent.isolation import probe_host
 from tether.parent.providers.acp import AcpDriver, AcpLimits, AcpOutcome, AcpTask
+from tether.parent.providers.acp_provider import AcpProvider
 from tether.protocol.messages import (
+    AgentDefinition,
     ChatMessage,
     ModelCompleteParams,
     ModelCompleteResult,
@@ -306,3 +313,84 @@ async def test_a_node_acp_agent_calls_the_openai_endpoint_and_writes_through_the
     # The refusal went back to the model as the tool's result.
     second = script.main_calls[1].messages
     assert any(m.role == "tool" and "outside the workspace" in m.content for m in second)
+
+
+# --- the same agents as providers of a supervisor --------------------------------------------
+
+
+BUILD = AgentDefinition(type="builder", description="may write", read_only=False, max_iterations=50)
+
+
+@needs_claude_acp
+async def test_claude_agent_acp_runs_as_a_provider_of_the_supervisor_keyless(
+    tmp_path: Path,
+) -> None:
+    """Spawned through tether's own seam at the default isolation level (under the sandbox as
+    root: a private network namespace whose one listener is the gateway)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = AgentScript(
+        answer(
+            "Writing the file.",
+            Usage(input_tokens=100, output_tokens=20),
+            ToolCall(
+                id="toolu_01",
+                name="Write",
+                arguments={"file_path": str(ws / "hello.txt"), "content": "hi from tether\n"},
+            ),
+        ),
+        answer("Wrote hello.txt.", Usage(input_tokens=150, output_tokens=10)),
+    )
+    events: list[Event] = []
+    async with Supervisor() as sup:
+        sup.providers.register(AcpProvider("claude", [NODE or "node", str(CLAUDE_ACP)]))
+        result = await sup.run(
+            "Write hello.txt saying hi.",
+            workspace=ws,
+            model=script,
+            provider="claude",
+            agent=BUILD,
+            limits=Limits(wall=120),
+            on_event=events.append,
+        )
+    assert result.success and result.summary == "Wrote hello.txt.", result
+    assert (ws / "hello.txt").read_text() == "hi from tether\n"
+    assert result.isolation is not None and result.isolation.level == probe_host().best
+    # Every call the agent made went through the gateway to the run's model, and the
+    # parent counted each one.
+    calls = len(script.main_calls) + script.side_calls
+    assert len(script.main_calls) == 2 and result.iteration_count == calls
+    assert result.usage.input_tokens == 250 + 3 * script.side_calls
+    started = [e for e in events if isinstance(e, ChildEvent) and e.kind == "started"]
+    assert started[0].data["agent"]["name"] == "@zed-industries/claude-agent-acp"
+
+
+@needs_node
+async def test_the_node_acp_agent_runs_as_a_provider_of_the_supervisor(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = AgentScript(
+        answer(
+            "Saving.",
+            Usage(input_tokens=30, output_tokens=8),
+            ToolCall(
+                id="call_1",
+                name="write_file",
+                arguments={"path": str(ws / "notes.md"), "content": "# notes\n"},
+            ),
+        ),
+        answer("Saved notes.md.", Usage(input_tokens=40, output_tokens=6)),
+    )
+    async with Supervisor() as sup:
+        result = await sup.run(
+            "Save a notes file.",
+            workspace=ws,
+            model=script,
+            provider=f"acp:{NODE} {NODE_AGENT}",
+            agent=BUILD,
+            limits=Limits(wall=120),
+        )
+    assert result.success and result.summary == "Saved notes.md.", result
+    assert (ws / "notes.md").read_text() == "# notes\n"
+    assert [a.path for a in result.artifacts] == [str(ws / "notes.md")]
+    assert result.usage == Usage(input_tokens=70, output_tokens=14)

@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -187,3 +188,53 @@ def test_a_same_user_process_cannot_read_the_supervisor_keeper_or_child(
 def test_the_attack_script_is_stdlib_only() -> None:
     assert "import tether" not in ATTACKS.read_text()
     assert sys.executable
+
+
+def test_a_non_root_sandboxed_acp_agent_may_connect_to_the_gateway_port_only(
+    user_dir: Path,
+) -> None:
+    """Without root no network namespace can be made: the agent keeps the host's network, and
+    Landlock lets it connect to the gateway's TCP port only; no UNIX socket at all."""
+    ws = user_dir / "ws"
+    ws.mkdir()
+    os.chown(ws, USER, USER)
+    other = socket.create_server(("127.0.0.1", 0))
+    other.setblocking(False)
+    port = other.getsockname()[1]
+    steps = [
+        {
+            "post": {
+                "url": "$ANTHROPIC_BASE_URL/v1/messages",
+                "headers": {"x-api-key": "$ANTHROPIC_API_KEY"},
+                "body": {
+                    "model": "m",
+                    "max_tokens": 5,
+                    "messages": [{"role": "user", "content": "q"}],
+                },
+            }
+        },
+        {"connect": ["127.0.0.1", port]},
+        {"unix_socket": True},
+    ]
+    config = {
+        "mode": "acp",
+        "workspace": str(ws),
+        "isolation": "sandbox",
+        "read_paths": PROJECT,
+        "steps": steps,
+    }
+    try:
+        host = _host(config, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = host.communicate(timeout=120)
+        with pytest.raises(BlockingIOError):
+            other.accept()  # nothing reached the port that is not the gateway's
+    finally:
+        other.close()
+    assert host.returncode == 0, err
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["result"]["success"], got["result"]
+    assert got["result"]["isolation"]["level"] == "sandbox"
+    texts = got["texts"]
+    assert any("status 200" in t and "gateway answers" in t for t in texts), texts
+    assert f"connect 127.0.0.1:{port}: EACCES" in texts
+    assert "unix socket: EACCES" in texts

@@ -6,7 +6,9 @@
 - mode "attack": fills `targets.json` in the workspace with this supervisor's and keeper's
   pids, has a scripted model run `attacks.py` through bash, prints the result as JSON;
 - mode "hold": starts a run whose model never answers, prints {"supervisor", "keeper",
-  "child"} once the child is up, and waits until its stdin closes.
+  "child"} once the child is up, and waits until its stdin closes;
+- mode "acp": runs tests/children/acp_agent.py through the `acp` provider with `steps` (a
+  JSON list) and a model that answers "gateway answers", prints {"result", "texts"}.
 """
 
 import json
@@ -73,5 +75,30 @@ async def hold(c: dict) -> None:  # type: ignore[type-arg]
         await handle.result()
 
 
+async def acp(c: dict) -> None:  # type: ignore[type-arg]
+    from tether.parent.events import ChildEvent
+
+    agent = Path(__file__).resolve().parent.parent / "children" / "acp_agent.py"
+    model = ScriptedModel.from_json('{"turns": [{"text": "gateway answers"}]}')
+    events: list[ChildEvent] = []
+
+    def keep(event: object) -> None:
+        if isinstance(event, ChildEvent) and event.kind == "text":
+            events.append(event)
+
+    async with Supervisor(_config(c)) as sup:
+        result = await sup.run(
+            json.dumps(c["steps"]),
+            workspace=c["workspace"],
+            model=model,
+            provider=f"acp:{PY} {agent}",
+            on_event=keep,
+        )
+    texts = [e.data["text"] for e in events]
+    out = {"result": msgspec.to_builtins(result), "texts": texts}
+    sys.stdout.write(json.dumps(out) + "\n")
+
+
 config = json.loads(sys.argv[1])
-anyio.run(attack if config["mode"] == "attack" else hold, config)
+mode = config["mode"]
+anyio.run(attack if mode == "attack" else acp if mode == "acp" else hold, config)

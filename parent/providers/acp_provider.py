@@ -1,0 +1,310 @@
+"""The `acp` provider: an Agent Client Protocol agent run as a supervised sub-agent.
+
+Theory of operation
+-------------------
+The agent's command comes from the provider's argument (`acp:node agent.js`, split like a
+shell would), from `command=`, or from the provider itself (`AcpProvider(name="claude",
+command=[...])` registered under its own name, or a `[[provider]]` table of a definitions
+file). For one run, `run()`:
+
+1. takes the supervisor's model gateway (started on first use) and mints a capability token
+   for this run (`Gateway.grant`), whose provider is the run's own broker (`BrokeredModel`):
+   every model call the agent makes is a `model/complete` of this run as far as the parent is
+   concerned — the run's resolved model answers, the definition's step and token budgets
+   apply, the parent counts the usage (and the delegation ledger and tree budget see it
+   through the run's turn hook), and a call past a budget is refused with 402 and ends the
+   run as `budget_exhausted`. The real key never leaves the parent: the agent's environment
+   gets the token in `ANTHROPIC_API_KEY` / `OPENAI_API_KEY` and the gateway's URL in
+   `ANTHROPIC_BASE_URL` / `OPENAI_BASE_URL` (explicit values: the scrub drops `*_KEY`).
+2. spawns the agent through the one spawn path (`SubagentRun.spawn`, `wire="raw"`): scrubbed
+   environment, limits, cgroup, the run's isolation level. Under the sandbox, with a root
+   supervisor, the agent gets a private network namespace whose only listener is the
+   gateway's socket, made inside it by the trampoline and passed back over a socketpair
+   (`tether.contain.netns`); the parent's gateway serves that socket for this run's token
+   alone (`listen_on(only=grant)`). Without root, the sandbox keeps the host's network but
+   lets the agent connect to the gateway's TCP port only (Landlock). Either way the seccomp
+   filter's gateway variant allows TCP sockets and no UNIX socket. A read-only (explore mode)
+   run gets a read-only workspace from the sandbox, since the agent's own tools write files
+   without asking the client. At the process level the agent reaches the gateway's loopback
+   listener and gets a private HOME (a temporary directory, removed afterwards), so it
+   neither reads nor writes the user's own configuration.
+3. drives it with `AcpDriver` (handshake, prompt, permissions through the run's approval
+   policy, files confined to the workspace, events, the wall and idle clocks, cancel by
+   `session/cancel`), sharing the run's `Observed` record with the child.
+4. leaves the child's context, which walks the ladder without a `shutdown` rung: close stdin
+   (agents are not required to exit on EOF), SIGTERM + SIGCONT to the tree, SIGKILL, sweep.
+   Then the token is revoked and the private socket closed (`Gateway.release`).
+
+The agent's system prompt is its own: a definition's instructions are not sent (a foreign
+agent has none of tether's tools); a fork's earlier turns go ahead of the task as a
+transcript (`acp_mapping.render_prompt`).
+
+Runs on the asyncio backend only; the ACP package (~0.8 s to import) is imported when a run
+starts, never when the provider is registered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+
+from tether.parent.env import build_child_env
+from tether.parent.isolation import GatewayNetwork, probe_host
+from tether.parent.launchers import Local, resolve_launcher
+from tether.parent.providers.base import Provider, SubagentRequest, SubagentRun, command_of
+from tether.parent.spawning import missing_command
+from tether.protocol.messages import (
+    ModelCompleteParams,
+    ModelCompleteResult,
+    RunResult,
+    ToolApproveParams,
+    ToolApproveResult,
+)
+
+if TYPE_CHECKING:
+    from tether.parent.broker import Broker
+
+AGENT_ENV: Mapping[str, str] = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+"""Set for every ACP agent unless the config sets it: agents built on Claude Code otherwise
+also try to reach their vendor's services (telemetry, updates) besides the model."""
+NETNS_PORTS = (20000, 60000)
+"""The gateway's port inside a private namespace is drawn from here (always free there)."""
+
+
+class BrokeredModel:
+    """The gateway's provider for one run: each call is that run's `model/complete`,
+    through its broker (model selection, budgets, the parent's count)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+        result: ModelCompleteResult = await self.broker.on_request("model/complete", params)
+        return result
+
+
+class AcpProvider(Provider):
+    name = "acp"
+    summary = "an Agent Client Protocol agent (acp:COMMAND); its model calls go through the gateway"
+
+    def __init__(
+        self,
+        name: str = "acp",
+        command: Sequence[str] | None = None,
+        *,
+        summary: str | None = None,
+        env: Mapping[str, str] | None = None,
+        read_paths: Sequence[str] = (),
+        handshake: float = 30.0,
+        auth_method: str | None = None,
+    ) -> None:
+        """`command`: the agent's command line (`None`: each run names it, `acp:COMMAND`);
+        `env`: more explicit variables for the agent; `read_paths`: more paths a sandboxed
+        agent may read (its installation is found from the command); `handshake`: seconds
+        for `initialize` + `session/new` (agents on Node take a while to start);
+        `auth_method`: call ACP `authenticate` with this method when offered."""
+        self.name = name
+        self.command = tuple(command) if command is not None else None
+        if summary is not None:
+            self.summary = summary
+        elif command is not None:
+            self.summary = f"the ACP agent {' '.join(self.command or ())!r}"
+        self.env = dict(env or {})
+        self.read_paths = tuple(read_paths)
+        self.handshake = handshake
+        self.auth_method = auth_method
+
+    # --- before the run -----------------------------------------------------------------------
+
+    def _command(self, argument: str | None) -> list[str] | None:
+        got = command_of(argument, f"provider {self.name!r}")
+        if got is not None:
+            return got
+        return list(self.command) if self.command is not None else None
+
+    def problem(self, argument: str | None = None) -> str | None:
+        if importlib.util.find_spec("acp") is None:
+            return "the agent-client-protocol package is not installed"
+        try:
+            command = self._command(argument)
+        except ValueError as exc:
+            return str(exc)
+        if command is None:
+            return (
+                f"needs its agent's command: {self.name}:COMMAND (tether run --provider), a "
+                "[[provider]] table in the definitions file, or AcpProvider(command=...)"
+            )
+        return missing_command(command, build_child_env(os.environ), "the ACP agent")
+
+    def prepare(self, request: SubagentRequest) -> SubagentRequest:
+        command = self._command(request.argument)
+        if request.command_given:
+            if request.argument is not None:
+                raise ValueError("give the agent's command once: 'acp:COMMAND' or command=")
+            command = list(request.config.command)
+        if command is None:
+            raise ValueError(
+                f"provider {self.name!r} needs the ACP agent's command: '{self.name}:COMMAND' "
+                "or command="
+            )
+        if not isinstance(resolve_launcher(request.config.launcher), Local):
+            raise ValueError(f"provider {self.name!r} runs agents with the local launcher only")
+        cfg = request.config
+        env = {**AGENT_ENV, **self.env, **cfg.env}
+        reads = [*cfg.read_paths, *self.read_paths, *package_roots(command)]
+        cfg = dataclasses.replace(
+            cfg, command=tuple(command), spawner="exec", env=env, read_paths=tuple(reads)
+        )
+        return request.replace(config=cfg)
+
+    # --- the run ------------------------------------------------------------------------------
+
+    async def run(self, run: SubagentRun) -> RunResult | None:
+        from tether.parent.providers.acp import AcpDriver, AcpLimits, AcpTask
+
+        gateway = await run.gateway()
+        grant = gateway.grant(run.run_id, BrokeredModel(run.broker))
+        ours: socket.socket | None = None
+        theirs: socket.socket | None = None
+        home: str | None = None
+        cfg = run.config
+        try:
+            level = run.isolation.level
+            network: GatewayNetwork | None = None
+            base_url = gateway.base_url
+            if level == "sandbox":
+                if probe_host().root:
+                    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                    low, high = NETNS_PORTS
+                    port = low + secrets.randbelow(high - low)
+                    network = GatewayNetwork(port, theirs.fileno())
+                    base_url = f"http://127.0.0.1:{port}"
+                else:
+                    assert gateway.address is not None
+                    network = GatewayNetwork(gateway.address[1])
+            env = {**cfg.env, **gateway.env_for(grant, base_url)}
+            if level != "sandbox" and "HOME" not in cfg.env:
+                home = tempfile.mkdtemp(prefix="tether-acp-home-")
+                env.update(_home_env(home))
+            cfg = dataclasses.replace(cfg, env=env)
+            read_only = run.request.agent.read_only
+            async with run.spawn(
+                cfg.command,
+                config=cfg,
+                network=network,
+                workspace_read_only=read_only and level == "sandbox",
+            ) as child:
+                if theirs is not None:
+                    theirs.close()
+                    theirs = None
+                if ours is not None:
+                    sock = await _receive_listener(ours, self.handshake)
+                    if sock is None:
+                        if not child.proc.exited():
+                            run.observed.handshake = self.handshake
+                        return None
+                    await gateway.listen_on(sock, only=grant)
+
+                async def approve(params: ToolApproveParams) -> ToolApproveResult:
+                    got: ToolApproveResult = await run.broker.on_request("tool/approve", params)
+                    return got
+
+                limits = run.limits
+                driver = AcpDriver(
+                    child.proc.stdin,
+                    child.proc.stdout,
+                    AcpTask(
+                        run.run_id,
+                        run.request.prompt,
+                        run.request.workspace,
+                        read_only=read_only,
+                        history=run.request.history,
+                        auth_method=self.auth_method,
+                    ),
+                    approve=approve,
+                    on_event=run.publish,
+                    meter=grant,
+                    limits=AcpLimits(
+                        handshake=self.handshake,
+                        wall=limits.wall_seconds,
+                        idle=limits.idle_seconds,
+                        cancel_grace=cfg.cancel_grace,
+                        max_line_bytes=cfg.max_message_bytes,
+                    ),
+                    observed=run.observed,
+                )
+                run.on_cancel(lambda _reason: driver.cancel())
+                try:
+                    outcome = await driver.run()
+                finally:
+                    run.prompts = 1 if driver.prompted else 0
+            return outcome.answer
+        finally:
+            with anyio.CancelScope(shield=True):
+                await gateway.release(grant)
+            for s in (ours, theirs):
+                if s is not None:
+                    s.close()
+            if home is not None:
+                shutil.rmtree(home, ignore_errors=True)
+
+
+def package_roots(command: Sequence[str]) -> list[str]:
+    """The installation a command's script belongs to, for a sandboxed agent to read: for a
+    path under `node_modules`, the directory holding the outermost `node_modules` (its
+    dependencies sit beside it, not next to the script)."""
+    roots: list[str] = []
+    for arg in command:
+        if not os.path.isabs(arg) or not os.path.exists(arg):
+            continue
+        parts = Path(arg).parts
+        if "node_modules" in parts:
+            root = Path(*parts[: parts.index("node_modules")])
+            if str(root) != "/":
+                roots.append(str(root))
+    return roots
+
+
+def _home_env(home: str) -> dict[str, str]:
+    return {
+        "HOME": home,
+        "XDG_CONFIG_HOME": f"{home}/.config",
+        "XDG_CACHE_HOME": f"{home}/.cache",
+        "XDG_DATA_HOME": f"{home}/.local/share",
+        "XDG_STATE_HOME": f"{home}/.local/state",
+    }
+
+
+async def _receive_listener(channel: socket.socket, seconds: float) -> socket.socket | None:
+    """The gateway socket the trampoline made inside the agent's namespace, or `None` when
+    none came within `seconds` (the trampoline failed, or the channel closed)."""
+    channel.setblocking(False)
+    with anyio.move_on_after(seconds):
+        while True:
+            await anyio.wait_readable(channel)
+            try:
+                _, fds, _, _ = socket.recv_fds(channel, 64, 1)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return None
+            if not fds:
+                return None  # end of stream: nothing was sent
+            got = socket.socket(fileno=fds[0])
+            for extra in fds[1:]:
+                os.close(extra)
+            if got.family != socket.AF_INET or got.type != socket.SOCK_STREAM:
+                got.close()
+                return None
+            return got
+    return None

@@ -1,0 +1,76 @@
+"""A raw child (`spawn_child(..., wire="raw")`): the caller speaks whatever protocol on its pipes,
+the supervisor keeps the rest — stderr ring, exit watch, and a ladder without a `shutdown`
+rung."""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+import pytest
+
+from tether.parent.config import ChildConfig
+from tether.parent.host import host
+from tether.parent.limits import DisposePolicy, Limits
+from tether.parent.spawning import spawn_child
+from tether.parent.supervised import SupervisedChild, SupervisedProcess
+
+pytestmark = pytest.mark.anyio
+
+QUICK = DisposePolicy(shutdown=5.0, eof=0.5, term=0.5, kill=2.0)
+
+
+def raw(code: str) -> SupervisedProcess:
+    cfg = ChildConfig(command=(sys.executable, "-I", "-c", code), dispose=QUICK)
+    return spawn_child(cfg, Limits(), host(), "raw", wire="raw")
+
+
+async def test_the_caller_owns_the_pipes_and_the_ladder_starts_at_closing_stdin() -> None:
+    child = raw("import sys\nfor line in sys.stdin: print(line.strip().upper(), flush=True)")
+    assert not isinstance(child, SupervisedChild)
+    async with child:
+        await child.proc.stdin.send(b"hello\n")
+        with anyio.fail_after(10):
+            got = b""
+            while not got.endswith(b"\n"):
+                got += await child.proc.stdout.receive()
+    assert got == b"HELLO\n"
+    assert child.disposed is not None and child.disposed.rung == "exit"
+    assert child.observed.exit_code == 0
+
+
+async def test_a_raw_child_that_ignores_eof_and_sigterm_is_killed() -> None:
+    code = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.read()\n"
+        "time.sleep(60)\n"
+    )
+    child = raw(code)
+    async with child:
+        with anyio.fail_after(10):
+            await child.proc.stdout.receive()
+    assert child.disposed is not None and child.disposed.rung == "sigkill"
+    assert child.disposed.seconds < QUICK.shutdown  # no shutdown rung was waited
+
+
+async def test_a_raw_childs_output_ends_when_it_exits_though_its_child_holds_the_pipe() -> None:
+    code = (
+        "import subprocess, sys\n"
+        "subprocess.Popen(['sleep', '60'])\n"
+        "print('bye', flush=True)\n"
+        "sys.exit(3)\n"
+    )
+    child = raw(code)
+    async with child:
+        got = b""
+        with anyio.fail_after(10):
+            try:
+                while True:
+                    got += await child.proc.stdout.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                pass
+    assert got == b"bye\n"
+    assert child.observed.exit_code == 3 and child.disposed is not None
+    assert child.disposed.survivors == []
