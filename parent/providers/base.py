@@ -59,6 +59,7 @@ from tether.parent.events import ChildEvent, Event, RunStarted
 from tether.parent.isolation import Choice, GatewayNetwork
 from tether.parent.launchers import resolve_launcher
 from tether.parent.process import SpawnError
+from tether.parent.runs import launcher_name
 from tether.parent.spawning import child_env, missing_command, spawn_child
 from tether.protocol.messages import (
     AgentDefinition,
@@ -390,7 +391,9 @@ class SubagentRun:
         sup = handle.supervisor
         sup.register(child)
         try:
-            handle.publish(RunStarted(self.run_id, child.pid, tuple(cfg.command)))
+            handle.publish(
+                RunStarted(self.run_id, child.pid, tuple(cfg.command), launcher_name(cfg.launcher))
+            )
             async with child:
                 yield child
         finally:
