@@ -24,6 +24,7 @@ from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.host import TIERS
 from tether.parent.launchers import launcher_usages
 from tether.parent.limits import Limits
+from tether.parent.mcp_server import cli as mcp_cli
 from tether.parent.roles import ROLES
 from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
 from tether.parent.terminal import clean
@@ -75,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     delegation_cli.add_orchestrate_arguments(orchestrate)
     add_limit_options(orchestrate)
     add_isolation_options(orchestrate)
+    mcp = sub.add_parser("mcp", help="serve delegation to sub-agents over MCP (stdio)")
+    mcp_cli.add_arguments(mcp)
+    add_limit_options(mcp)
+    add_isolation_options(mcp)
     return p
 
 
@@ -272,6 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from tether.parent.delegation import orchestrate_cli
 
             return orchestrate_cli.main(args)
+        if args.cmd == "mcp":
+            return mcp_cli.main(args)
         args.interrupted, args.interrupted_once = None, False
         result = anyio.run(_run, args)
     except (UsageError, ValueError) as exc:
