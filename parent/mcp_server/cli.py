@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import logging
 import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
+
+from tether.protocol.messages import RunResult
 
 if TYPE_CHECKING:
     from tether.parent.config import ChildConfig
     from tether.parent.delegation.definitions import Registry
-    from tether.parent.delegation.delegator import Delegator
+    from tether.parent.delegation.delegator import Delegator, RunRequest
     from tether.parent.delegation.verification import VerifierPolicy
     from tether.parent.limits import Limits
     from tether.parent.mcp_server.tools import ServedTool
@@ -78,6 +81,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="fix-and-reverify cycles after a FAIL verdict (default 2)",
     )
     p.add_argument("--ledger", metavar="FILE", help="append the usage ledger to FILE (JSONL)")
+    p.add_argument(
+        "--list-tools",
+        action="store_true",
+        help="print the tools the server would offer (its tools/list answer, as JSON) and exit",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -90,6 +98,9 @@ def main(args: argparse.Namespace) -> int:
     from tether.parent.delegation.verification import VerifierPolicy
 
     registry = builtin_registry() if args.agents is None else load_registry(args.agents)
+    if args.list_tools:
+        sys.stdout.write(json.dumps(listing(registry), indent=2, ensure_ascii=False) + "\n")
+        return 0
     if args.max_concurrent < 1:
         raise ValueError("--max-concurrent must be at least 1")
     if args.token_budget is not None and args.token_budget < 1:
@@ -100,7 +111,7 @@ def main(args: argparse.Namespace) -> int:
     limits, config = limits_from(args), config_from(args)
     default_model, models = _models(registry, args.model)
     logging.basicConfig(
-        stream=sys.stderr, level=logging.WARNING, format="tether mcp: %(name)s: %(message)s"
+        stream=sys.stderr, level=logging.WARNING, format="tether mcp: %(message)s"
     )
     return anyio.run(_serve, args, registry, default_model, models, limits, config, policy)
 
@@ -170,6 +181,28 @@ async def _serve(
         outer.cancel_scope.cancel()
     _say(f"stopped; {len(ledger.records)} sub-agent run(s), every child disposed")
     return 128 + signals[0] if signals else 0
+
+
+def listing(registry: Registry) -> dict[str, Any]:
+    """The `tools/list` answer a server with these definitions gives, as JSON."""
+    from tether.parent.delegation.delegator import Delegator
+    from tether.parent.mcp_server.server import ToolServer
+
+    tools = served_tools(Delegator(registry, _not_serving))
+    listed = ToolServer(tools, instructions="").listing()
+    return {"tools": [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in listed]}
+
+
+async def _not_serving(request: RunRequest) -> RunResult:
+    """The runner of a delegator that only describes its tools (`--list-tools`)."""
+    from tether.protocol.messages import Failure
+
+    return RunResult(
+        success=False,
+        status="error",
+        message="this server only lists its tools",
+        failure=Failure(kind="spawn_failed"),
+    )
 
 
 def served_tools(delegator: Delegator, extra: Sequence[ServedTool] = ()) -> list[ServedTool]:

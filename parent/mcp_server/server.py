@@ -159,7 +159,7 @@ class ToolServer:
                 await call.done.wait()
             if bound.cancelled_caught:
                 log.warning(
-                    "tether mcp: call %s (%s) was not over %.0f s after it was cancelled; "
+                    "call %s (%s) was not over %g s after it was cancelled; "
                     "its sub-agents are taken down when the server stops",
                     ctx.id,
                     tool.name,
@@ -176,7 +176,7 @@ class ToolServer:
             with call.scope:
                 call.answer = await tool.call(arguments, ctx)
         except Exception as exc:  # a tool's bug is the client's error answer, not a wire error
-            log.exception("tether mcp: the %s tool failed", tool.name)
+            log.exception("the %s tool failed", tool.name)
             call.answer = Answer(
                 f"tether could not serve this {tool.name} call: {type(exc).__name__}: {exc}",
                 is_error=True,
@@ -194,7 +194,7 @@ async def _send_progress(feed: ProgressFeed, session: ServerSession) -> None:
         try:
             await session.report_progress(sent, None, line)
         except Exception:  # the client is gone; progress is best effort
-            log.debug("tether mcp: a progress notification could not be sent", exc_info=True)
+            log.debug("a progress notification could not be sent", exc_info=True)
             return
 
 
