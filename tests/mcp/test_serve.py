@@ -132,6 +132,41 @@ async def test_with_a_progress_token_each_step_of_the_sub_agent_arrives_as_progr
     assert float(got.group(2)) > 0
 
 
+async def test_a_call_over_the_cap_queues_saying_so_and_runs_when_a_slot_frees(
+    tmp_path: Path,
+) -> None:
+    first, second = Progress(), Progress()
+    slow = anyio.CancelScope()
+    answers = []
+    async with (
+        serve(tmp_path, *base_args(tmp_path, "--max-concurrent", "1")) as server,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def occupy() -> None:
+            with slow:
+                args = task_args(description="look a", prompt=f"Look. {SLOW}")
+                await server.session.call_tool("task", args, progress_callback=first)
+
+        async def wait_in_line() -> None:
+            args = task_args(description="look b")
+            answers.append(await server.session.call_tool("task", args, progress_callback=second))
+
+        tg.start_soon(occupy)
+        await first.wait_for(r": next step \(step 1,")
+        tg.start_soon(wait_in_line)
+        await second.wait_for("queued")
+        slow.cancel()  # the client gives up on the first call: its slot frees
+    [answer] = answers
+    assert not answer.is_error
+    assert second.messages[:2] == [
+        "sa-2 explorer 'look b': queued (position 1, waiting for a slot)",
+        "sa-2 explorer 'look b': started (task, read-only)",
+    ]
+    assert second.messages[-1] == "sa-2 explorer 'look b': completed"
+    assert all("sa-2" not in m for m in first.messages)  # each call hears of its own sub-agents
+
+
 async def test_invalid_arguments_are_an_error_result_naming_each_and_nothing_runs(
     tmp_path: Path,
 ) -> None:
