@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 
 from tether.protocol.messages import RunResult
 
@@ -110,9 +111,7 @@ def main(args: argparse.Namespace) -> int:
     policy = VerifierPolicy(min_files=args.verify_min_files, max_fix_cycles=args.max_fix_cycles)
     limits, config = limits_from(args), config_from(args)
     default_model, models = _models(registry, args.model)
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.WARNING, format="tether mcp: %(message)s"
-    )
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="tether mcp: %(message)s")
     return anyio.run(_serve, args, registry, default_model, models, limits, config, policy)
 
 
@@ -151,7 +150,7 @@ async def _serve(
     signals: list[int] = []
     async with anyio.create_task_group() as outer:
         serving = anyio.CancelScope()
-        outer.start_soon(_stop_on_signals, serving, signals)
+        await outer.start(_stop_on_signals, serving, signals)  # installed before any child
         with serving:
             async with Supervisor(config) as sup:
                 runner = SupervisorRunner(
@@ -236,10 +235,16 @@ def instructions(delegator: Delegator, agents_file: str | None) -> str:
     )
 
 
-async def _stop_on_signals(serving: anyio.CancelScope, signals: list[int]) -> None:
+async def _stop_on_signals(
+    serving: anyio.CancelScope,
+    signals: list[int],
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
     """SIGTERM or SIGINT stops serving; the receiver stays installed until every child is
     disposed, so a second signal cannot cut the disposal short."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
+        task_status.started()
         async for signum in received:
             if not signals:
                 _say(f"{signal.Signals(signum).name}: stopping; disposing of every child")
