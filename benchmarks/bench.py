@@ -67,6 +67,7 @@ from tether.protocol.messages import (
     ModelCompleteParams,
     ModelCompleteResult,
     PeerInfo,
+    ToolCall,
     Usage,
 )
 
@@ -108,6 +109,10 @@ class Plan:
     swarm_runs: int = 3
     rss: int = 3
     pooled: int = 20
+    follow_ups: int = 200
+    """Follow-up messages to live children (spread over `rounds`, a fresh agent each round)."""
+    resumes: int = 10
+    """Rounds of the cold-resume figures (one sample of each per round)."""
 
     @classmethod
     def make(cls, quick: bool) -> Plan:
@@ -129,6 +134,8 @@ class Plan:
             swarm_runs=1,
             rss=2,
             pooled=2,
+            follow_ups=4,
+            resumes=2,
         )
 
 
@@ -1160,6 +1167,197 @@ def swarm_group(res: Results, p: Plan) -> None:
     )
 
 
+# --- group: continuable agents -----------------------------------------------------------------
+
+
+class CompletingModel:
+    """A model provider that answers every turn at once by calling `complete`."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+        self.calls += 1
+        call = ToolCall(id=f"b{self.calls}", name="complete", arguments={"summary": "ok"})
+        return ModelCompleteResult(
+            message=ChatMessage(role="assistant", content="done", tool_calls=[call]),
+            usage=Usage(input_tokens=10, output_tokens=5),
+        )
+
+
+LONG_TRANSCRIPT = 1000
+"""Messages in the transcript the long cold resume replays."""
+
+
+async def _pad_transcript(sup: Supervisor, agent_id: str, messages: int) -> int:
+    """Grow an idle agent's stored transcript to `messages` (user/assistant pairs of ~1 KB)."""
+    from tether.parent.sessions import Activation
+
+    await sup.agents.dispose(agent_id)
+    store = await sup.agents.store()
+    activation = await store.acquire(agent_id)
+    assert isinstance(activation, Activation)
+    pad = "x" * 1000
+    turns = [
+        m
+        for i in range(messages // 2)
+        for m in (
+            ChatMessage(role="user", content=f"question {i} {pad}"),
+            ChatMessage(role="assistant", content=f"answer {i} {pad}"),
+        )
+    ]
+    await activation.append(turns)
+    await activation.release("idle")
+    detail = await store.get(agent_id)
+    assert detail is not None
+    return detail.transcript_bytes
+
+
+async def continue_group(res: Results, p: Plan, workspace: str) -> None:
+    """A follow-up to a live child beside `ping`; a cold resume beside a fresh spawn."""
+    from tether.parent.runs import Continuation
+
+    s = Samples()
+    per = max(1, p.follow_ups // p.rounds)
+    model = CompletingModel()
+    rounds = max(p.rounds, p.resumes)
+    with tempfile.TemporaryDirectory(prefix="tether-bench-state-") as state:
+        async with Supervisor(state_dir=state) as sup, tethered(TETHER_CHILD) as pinger:
+            await initialize(pinger)
+            short = await sup.spawn_agent("bench", workspace=workspace, model=model)
+            long = await sup.spawn_agent("bench", workspace=workspace, model=model)
+            await short.result()
+            await long.result()
+            long_bytes = await _pad_transcript(sup, long.id, LONG_TRANSCRIPT)
+            for rnd in range(rounds + 1):  # round 0 warms everything up and is dropped
+                n = per if rnd <= p.rounds else 0
+                s["context.continue_ping"] += [us(x) for x in await tether_pings(pinger, n)]
+                warm = await sup.spawn_agent("bench", workspace=workspace, model=model)
+                await warm.result()
+                for _ in range(n):
+                    t0 = time.perf_counter_ns()
+                    got = await sup.send_message(warm.id, "more")
+                    s["tether.follow_up"].append(us(time.perf_counter_ns() - t0))
+                    assert got.success, got.message
+                await sup.agents.dispose(warm.id)
+                plain = await sup.start(
+                    "bench", workspace=workspace, model=model, continuation=Continuation(3600)
+                )
+                await plain.result()
+                for _ in range(n):
+                    t0 = time.perf_counter_ns()
+                    answer = await plain.message("more")
+                    s["context.follow_up_unstored"].append(us(time.perf_counter_ns() - t0))
+                    assert answer is not None and answer.success
+                plain.close()
+                await plain.wait()
+                if rnd <= p.resumes:
+                    t0 = time.perf_counter_ns()
+                    fresh = await sup.run("bench", workspace=workspace, model=model)
+                    s["context.fresh_run"].append(ms(time.perf_counter_ns() - t0))
+                    assert fresh.success, fresh.message
+                    t0 = time.perf_counter_ns()
+                    spawned = await sup.spawn_agent("bench", workspace=workspace, model=model)
+                    first = await spawned.result()
+                    s["tether.agent_spawn"].append(ms(time.perf_counter_ns() - t0))
+                    assert first.success, first.message
+                    await sup.agents.dispose(spawned.id)
+                    for key, agent in (
+                        ("tether.cold_resume", short),
+                        ("tether.cold_resume_long", long),
+                    ):
+                        await sup.agents.dispose(agent.id)
+                        t0 = time.perf_counter_ns()
+                        got = await sup.send_message(agent.id, "again")
+                        s[key].append(ms(time.perf_counter_ns() - t0))
+                        assert got.success, got.message
+                if rnd == 0:
+                    s.clear()
+    res.add(
+        Figure(
+            "context.continue_ping",
+            "`ping` round trip (measured beside the follow-ups)",
+            "µs",
+            s["context.continue_ping"],
+            "as `tether.ping`, on a live tether child, interleaved with the figures of this group",
+            floor="floor.pingpong_asyncio",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.follow_up",
+            "follow-up message to a live child (`send_message`, warm)",
+            "µs",
+            s["tether.follow_up"],
+            "`Supervisor.send_message` to a continuable agent whose child idles after its "
+            "last answer, with a model that calls `complete` at once: from the call to its "
+            "return. The user message stored, `agent/message`, one brokered model turn stored "
+            "before the child gets it, the `complete` tool, the RunResult, the activation's end "
+            "stored (three WAL commits, each fsynced: `synchronous=FULL`); a fresh agent each "
+            f"round, {per} follow-ups each",
+            floor="context.continue_ping",
+        )
+    )
+    res.add(
+        Figure(
+            "context.follow_up_unstored",
+            "follow-up to a live child without a session (`RunHandle.message`)",
+            "µs",
+            s["context.follow_up_unstored"],
+            "as the follow-up, on a continuable run started with `Supervisor.start(continuation="
+            "...)` and no session store: what the follow-up costs without its durable writes",
+            floor="context.continue_ping",
+        )
+    )
+    res.add(
+        Figure(
+            "context.fresh_run",
+            "fresh spawn, one-turn run (`Supervisor.run`)",
+            "ms",
+            s["context.fresh_run"],
+            "as `context.run_one`, measured beside the cold resumes (same model)",
+            floor="tether.spawn_ready",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.agent_spawn",
+            "new continuable agent, first answer (`spawn_agent` + `result()`)",
+            "ms",
+            s["tether.agent_spawn"],
+            "a fresh spawn as in the one-turn run, plus the session created, its lease taken, "
+            "the prompt, the turn and the answer stored; from the `spawn_agent` call to "
+            "`result()` returning (the child then idles; its dispose is not timed)",
+            floor="context.fresh_run",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.cold_resume",
+            "cold resume, short transcript (`send_message`, no live child)",
+            "ms",
+            s["tether.cold_resume"],
+            "`send_message` to an agent whose child was disposed (its lease released): the "
+            "lease taken again, the transcript read (a few messages), the message stored, a "
+            "fresh child spawned with the transcript as its history, one turn, the answer "
+            "stored; from the call to its return",
+            floor="context.fresh_run",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.cold_resume_long",
+            f"cold resume, {LONG_TRANSCRIPT}-message transcript (about {long_bytes // 1024} KiB)",
+            "ms",
+            s["tether.cold_resume_long"],
+            "as the short cold resume, with a stored transcript of "
+            f"{LONG_TRANSCRIPT} messages of about 1 KB each: read from the store, sent in "
+            "`agent/run` as `history`, and sent back in the child's model turn",
+            floor="tether.cold_resume",
+        )
+    )
+
+
 # --- main ---------------------------------------------------------------------------------------
 
 
@@ -1173,6 +1371,7 @@ async def measure(res: Results, p: Plan) -> None:
             ("stubborn dispose, crash", lambda: stubborn_and_crash(res, p, ws)),
             ("idle memory", lambda: memory_group(res, p)),
             ("warm pool", lambda: pool_group(res, p, ws)),
+            ("continuable agents", lambda: continue_group(res, p, ws)),
         ]
         for name, step in steps:
             print(f"== {name}", flush=True)

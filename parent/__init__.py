@@ -4,8 +4,12 @@ The public surface, all importable from here::
 
     from tether.parent import Supervisor, ChildConfig, PoolSpec, Limits, RunResult
 
-Everything else in `tether.parent.*` is internal and may change between releases.
+Continuable agents (`Supervisor.spawn_agent`, `send_message`, `list_agents`; `agent_tools`)
+are documented in docs/sessions.md. Everything else in `tether.parent.*` is internal and may
+change between releases.
 """
+
+from typing import TYPE_CHECKING
 
 from tether.parent.broker import ApprovePolicy, ParentTool
 from tether.parent.config import ChildConfig, PoolSpec
@@ -15,7 +19,7 @@ from tether.parent.launchers import Launcher, resolve_launcher
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models import ModelProvider, resolve_model
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.runs import RunHandle
+from tether.parent.runs import Continuation, RunHandle
 from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import (
     AgentDefinition,
@@ -34,13 +38,55 @@ from tether.protocol.messages import (
     Usage,
 )
 
+if TYPE_CHECKING:
+    from tether.parent.agent_tools import agent_tools, continuable_runner
+    from tether.parent.agents import (
+        AgentBusy,
+        AgentError,
+        AgentHandle,
+        Agents,
+        AgentUnavailable,
+        CannotResume,
+    )
+
+# Continuable agents load the session store (SQLite) on first use, not with this package.
+_LAZY = {
+    "AgentBusy": "tether.parent.agents",
+    "AgentError": "tether.parent.agents",
+    "AgentHandle": "tether.parent.agents",
+    "AgentUnavailable": "tether.parent.agents",
+    "Agents": "tether.parent.agents",
+    "CannotResume": "tether.parent.agents",
+    "agent_tools": "tether.parent.agent_tools",
+    "continuable_runner": "tether.parent.agent_tools",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
+    "AgentBusy",
     "AgentDefinition",
+    "AgentError",
+    "AgentHandle",
+    "AgentUnavailable",
+    "Agents",
     "ApprovePolicy",
     "Artifact",
+    "CannotResume",
     "ChatMessage",
     "ChildConfig",
     "ChildEvent",
+    "Continuation",
     "DisposePolicy",
     "Event",
     "EventStream",
@@ -65,6 +111,8 @@ __all__ = [
     "ToolCallResult",
     "ToolSpec",
     "Usage",
+    "agent_tools",
+    "continuable_runner",
     "host",
     "resolve_launcher",
     "resolve_model",

@@ -18,7 +18,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from tether.parent import conformance
+from tether.parent import agents_cli, conformance
 from tether.parent.delegation import cli as delegation_cli
 from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.host import TIERS
@@ -76,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     delegation_cli.add_orchestrate_arguments(orchestrate)
     add_limit_options(orchestrate)
     add_isolation_options(orchestrate)
+    agents_cli.add_arguments(
+        sub.add_parser("agents", help="continuable agents: list, show, send a message")
+    )
     mcp = sub.add_parser("mcp", help="serve delegation to sub-agents over MCP (stdio)")
     mcp_cli.add_arguments(mcp)
     add_limit_options(mcp)
@@ -277,6 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from tether.parent.delegation import orchestrate_cli
 
             return orchestrate_cli.main(args)
+        if args.cmd == "agents":
+            return agents_cli.main(args)
         if args.cmd == "mcp":
             return mcp_cli.main(args)
         args.interrupted, args.interrupted_once = None, False

@@ -65,7 +65,8 @@ ended anyway (only a grandchild that keeps writing into the inherited pipe can u
 log = logging.getLogger("tether.parent")
 
 RequestHandler = Callable[[str, Any], Awaitable[Any]]
-NotificationHandler = Callable[[str, Any], None]
+NotificationHandler = Callable[[str, Any], Awaitable[None] | None]
+"""Synchronous where it can be (the broker's relay of events), or a coroutine to await."""
 
 
 @dataclass
@@ -145,8 +146,8 @@ class SupervisedChild:
     async def _route_request(self, method: str, params: Any) -> Any:
         return await self._on_request(method, params)
 
-    def _route_notification(self, method: str, params: Any) -> None:
-        self._on_notification(method, params)
+    def _route_notification(self, method: str, params: Any) -> Awaitable[None] | None:
+        return self._on_notification(method, params)
 
     # --- the context: background jobs, and the one dispose site -----------------------------
 

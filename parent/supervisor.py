@@ -50,7 +50,7 @@ from tether.parent.models import ModelProvider
 from tether.parent.pool import WarmPool
 from tether.parent.process import ChildProcess, SpawnError, SpawnSpec
 from tether.parent.roles import resolve_agent
-from tether.parent.runs import EventCallback, RunHandle
+from tether.parent.runs import Continuation, EventCallback, RunHandle
 from tether.parent.spawning import (
     Spawner,
     check_spawner,
@@ -66,7 +66,9 @@ from tether.protocol.messages import AgentDefinition, AgentRunParams, ChatMessag
 from tether.protocol.methods import AGENT_RUN
 
 if TYPE_CHECKING:
+    from tether.parent.agents import AgentHandle, Agents
     from tether.parent.delegation.orchestrator import Orchestration
+    from tether.parent.sessions import AgentSummary
 
 _run_ids = itertools.count(1)
 
@@ -74,8 +76,18 @@ _run_ids = itertools.count(1)
 class Supervisor:
     """Owns children and their teardown. Use as `async with Supervisor() as sup:`."""
 
-    def __init__(self, config: ChildConfig | None = None, *, pool: PoolSpec | None = None) -> None:
+    def __init__(
+        self,
+        config: ChildConfig | None = None,
+        *,
+        pool: PoolSpec | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        """`state_dir`: where continuable agents' sessions are stored (default
+        `$XDG_STATE_HOME/tether`); opened on first use of `spawn_agent` and the like."""
         self.config = config or ChildConfig()
+        self._state_dir = state_dir
+        self._agents: Agents | None = None
         self._pool: WarmPool | None = None
         self._tg: TaskGroup | None = None
         self._live: dict[int, SupervisedChild] = {}
@@ -140,6 +152,8 @@ class Supervisor:
                 await handle.wait()
             if self._pool is not None:
                 self._pool.close()  # idle children go down the ladder; the group waits for it
+            if self._agents is not None:
+                await self._agents.aclose()  # leases released, the store closed
         # Every run is done, so the group has nothing left to wait for. An exception from the
         # body propagates as itself rather than wrapped in an ExceptionGroup.
         tg, self._tg = self._tg, None
@@ -177,6 +191,7 @@ class Supervisor:
         parent_tools: Sequence[ParentTool] = (),
         history: Sequence[ChatMessage] = (),
         on_turn: TurnHook | None = None,
+        continuation: Continuation | None = None,
     ) -> RunHandle:
         """Start one run in a fresh child and return its handle. Raises `ValueError` for bad
         usage (unknown agent, unreadable model script, bad limits), before spawning.
@@ -184,7 +199,8 @@ class Supervisor:
         `parent_tools`: tools this parent serves for the run itself (`tool/call`), offered to
         its agent beside the child's own; `history`: a transcript the run starts from;
         `on_turn`: told of every model turn the parent brokers for the run, before the child
-        gets the answer (to record the transcript durably)."""
+        gets the answer (to record the transcript durably); `continuation`: keep the child
+        after it answers, for follow-ups (`RunHandle.message`; see `runs.py`)."""
         if self._tg is None:
             raise RuntimeError("use the Supervisor as `async with Supervisor() as sup:`")
         impl: str | None = None
@@ -223,6 +239,7 @@ class Supervisor:
             workspace=str(ws),
             history=list(history),
             parent_tools=[t.spec for t in parent_tools],
+            continuable=continuation is not None,
         )
         size = len(encode_request(0, AGENT_RUN.name, params)) - 1
         if size > DEFAULT_MAX_MESSAGE_BYTES:
@@ -241,6 +258,7 @@ class Supervisor:
             on_event,
             parent_tools,
             on_turn,
+            continuation,
             choice,
         )
         self._handles.add(handle)
@@ -273,6 +291,34 @@ class Supervisor:
         from tether.parent.delegation.orchestrator import orchestrate
 
         return await orchestrate(self, prompt, **kwargs)
+
+    # --- continuable agents (see agents.py) ---------------------------------------------------
+
+    @property
+    def agents(self) -> Agents:
+        """This supervisor's continuable agents and their session store."""
+        if self._agents is None:
+            if self._tg is None:
+                raise RuntimeError("use the Supervisor as `async with Supervisor() as sup:`")
+            from tether.parent.agents import Agents
+
+            self._agents = Agents(self, self._tg, self._state_dir)
+        return self._agents
+
+    async def spawn_agent(self, prompt: str, **kwargs: Any) -> AgentHandle:
+        """Start a continuable agent: a durable session and its first child, kept alive for
+        `keep_alive` after each answer (`Agents.spawn`). `await handle.result()` for its
+        first answer; `handle.id` for `send_message`."""
+        return await self.agents.spawn(prompt, **kwargs)
+
+    async def send_message(self, agent_id: str, message: str, **kwargs: Any) -> RunResult:
+        """Continue an agent, warm in its live child or cold from its stored transcript
+        (`Agents.send`)."""
+        return await self.agents.send(agent_id, message, **kwargs)
+
+    async def list_agents(self, **kwargs: Any) -> list[AgentSummary]:
+        """The stored agents, most recently updated first (`Agents.list`)."""
+        return await self.agents.list(**kwargs)
 
     # --- children: registration, spawners -----------------------------------------------------
 

@@ -24,6 +24,7 @@ from tether.protocol.codec import (
     encode_response,
 )
 from tether.protocol.connection import Connection
+from tether.protocol.depth import DEFAULT_MAX_MESSAGE_DEPTH, exceeds_depth
 from tether.protocol.errors import (
     ConnectionClosed,
     ErrorCode,
@@ -39,6 +40,7 @@ from tether.protocol.methods import METHODS, MethodSpec, decode_params, decode_r
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_MAX_MESSAGE_DEPTH",
     "METHODS",
     "PROTOCOL_VERSION",
     "SUPPORTED_VERSIONS",
@@ -73,4 +75,5 @@ __all__ = [
     "encode_notification",
     "encode_request",
     "encode_response",
+    "exceeds_depth",
 ]

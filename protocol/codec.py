@@ -5,7 +5,10 @@ stay `Raw`; classification turns it into exactly one `Incoming` value. Step two,
 of params/result, is done by the receiver through the method table (`methods.decode_params`),
 because only the receiver knows which request a response belongs to.
 
-Nothing here raises on bad input: `Decoder.feed` turns any bytes into values.
+Nothing here raises on bad input: `Decoder.feed` turns any bytes into values. Before msgspec sees
+a line, its nesting depth is measured (`depth.py`): a line nested deeper than the limit is refused
+whole, so decoding it never recurses past the limit, and params/result, which are slices of a line
+that passed, stay within it too.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
+from tether.protocol.depth import DEFAULT_MAX_MESSAGE_DEPTH, exceeds_depth
 from tether.protocol.errors import ErrorCode
 from tether.protocol.framing import DEFAULT_MAX_MESSAGE_BYTES, LineFramer, Oversize, WrongFraming
 
@@ -102,8 +106,35 @@ def _recover_id(line: bytes) -> RequestId | None:
     return None if got is UNSET or got is None else got
 
 
-def decode_line(line: bytes) -> Incoming:
-    """Decode one framed line into exactly one `Incoming` value. Never raises."""
+def _recover_id_before_nesting(line: bytes) -> RequestId | None:
+    """The id of a line too deep to decode, read from the part before its first nested bracket.
+
+    JSON-RPC peers (tether's own encoder among them) write `id` before `params`/`result`, so the
+    envelope cut at its first inner `[`/`{` and closed with `null}` still holds the id, at depth 1.
+    A cut inside a string leaves that string unterminated, so the decode fails and no wrong id is
+    read."""
+    body = line.lstrip()
+    if body[:1] != b"{":
+        return None
+    cuts = [i for i in (body.find(b"[", 1), body.find(b"{", 1)) if i > 0]
+    if not cuts:
+        return None
+    return _recover_id(body[: min(cuts)] + b"null}")
+
+
+def decode_line(line: bytes, max_depth: int = DEFAULT_MAX_MESSAGE_DEPTH) -> Incoming:
+    """Decode one framed line into exactly one `Incoming` value. Never raises.
+
+    A line nested deeper than `max_depth` is `Invalid` with INVALID_REQUEST: it may well be valid
+    JSON (RFC 8259 lets a receiver limit nesting), what it breaks is tether's announced limit, and
+    unlike a parse error the answer can carry the request's id."""
+    if exceeds_depth(line, max_depth):
+        return Invalid(
+            ErrorCode.INVALID_REQUEST,
+            f"Invalid request: nested deeper than the limit of {max_depth} levels",
+            _recover_id_before_nesting(line),
+            line,
+        )
     try:
         env = _envelope_decoder.decode(line)
     except msgspec.ValidationError as exc:
@@ -120,7 +151,7 @@ def decode_line(line: bytes) -> Incoming:
     except msgspec.DecodeError:
         return Invalid(ErrorCode.PARSE_ERROR, "Parse error: not valid JSON", None, line)
     except RecursionError:
-        # msgspec bounds nesting by the interpreter's recursion limit (about 1000 levels).
+        # Only reachable with a `max_depth` above what the interpreter lets msgspec recurse.
         return Invalid(ErrorCode.PARSE_ERROR, _TOO_DEEP, None, line)
     return classify(env, line)
 
@@ -185,10 +216,12 @@ def classify(env: Envelope, line: bytes = b"") -> Incoming:
     )
 
 
-def decode_frame(ev: bytes | Oversize | WrongFraming) -> Incoming:
+def decode_frame(
+    ev: bytes | Oversize | WrongFraming, max_depth: int = DEFAULT_MAX_MESSAGE_DEPTH
+) -> Incoming:
     """One framing event (a line, or a framing fault) as exactly one `Incoming` value."""
     if isinstance(ev, bytes):
-        return decode_line(ev)
+        return decode_line(ev, max_depth)
     if isinstance(ev, Oversize):
         return StreamFault(
             ErrorCode.MESSAGE_TOO_LARGE,
@@ -204,13 +237,20 @@ def decode_frame(ev: bytes | Oversize | WrongFraming) -> Incoming:
 class Decoder:
     """Bytes in, `Incoming` values out: framing plus envelope decoding, never raising."""
 
-    __slots__ = ("framer",)
+    __slots__ = ("framer", "max_depth")
 
-    def __init__(self, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+    def __init__(
+        self,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        max_depth: int = DEFAULT_MAX_MESSAGE_DEPTH,
+    ) -> None:
+        if max_depth < 1:
+            raise ValueError("max_depth must be at least 1 (the envelope object)")
         self.framer = LineFramer(max_message_bytes)
+        self.max_depth = max_depth
 
     def feed(self, data: bytes) -> list[Incoming]:
-        return [decode_frame(ev) for ev in self.framer.feed(data)]
+        return [decode_frame(ev, self.max_depth) for ev in self.framer.feed(data)]
 
     def eof(self) -> bytes | None:
         """The unterminated tail of the stream, if it ended mid-message."""

@@ -293,8 +293,9 @@ class Connection:
         if self.closed is not None:
             return []
         out: list[Event] = []
+        depth = self._decoder.max_depth
         for frame in self._decoder.framer.feed(data):
-            msg = decode_frame(frame)
+            msg = decode_frame(frame, depth)
             if isinstance(msg, Request):
                 out.append(self._request(msg, len(frame) if isinstance(frame, bytes) else 0))
             else:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from msgspec import Struct, field
 
+from tether.protocol.depth import DEFAULT_MAX_MESSAGE_DEPTH
 from tether.protocol.framing import DEFAULT_MAX_MESSAGE_BYTES
 
 PROTOCOL_VERSION = 1
@@ -50,6 +51,9 @@ class InitializeParams(Wire, frozen=True):
     client_info: PeerInfo
     capabilities: ClientCapabilities = field(default_factory=ClientCapabilities)
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_message_depth: int = DEFAULT_MAX_MESSAGE_DEPTH
+    """The deepest nesting of arrays and objects this side accepts in a line (the envelope is
+    level 1); a deeper line is answered with INVALID_REQUEST."""
 
 
 class InitializeResult(Wire, frozen=True):
@@ -58,6 +62,8 @@ class InitializeResult(Wire, frozen=True):
     pid: int
     capabilities: ServerCapabilities = field(default_factory=ServerCapabilities)
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_message_depth: int = DEFAULT_MAX_MESSAGE_DEPTH
+    """As in `InitializeParams`: the nesting limit of the lines this side accepts."""
 
 
 class UnsupportedVersionData(Wire, frozen=True):

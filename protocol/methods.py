@@ -163,6 +163,8 @@ def decode_result(method: str, raw: msgspec.Raw | None) -> Any:
 
 
 def _decode(dec: msgspec.json.Decoder[Any], raw: msgspec.Raw | bytes) -> Any:
+    # A Raw from `decode_line` is a slice of a line that passed the depth limit, so it nests less
+    # deeply than that limit; the guard below only matters for a Raw made some other way.
     try:
         return dec.decode(raw)
     except RecursionError:

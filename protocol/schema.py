@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from tether.protocol import messages as m
+from tether.protocol.depth import DEFAULT_MAX_MESSAGE_DEPTH
 from tether.protocol.errors import ErrorCode
 from tether.protocol.framing import DEFAULT_MAX_MESSAGE_BYTES
 from tether.protocol.methods import METHODS
@@ -57,6 +58,7 @@ def build_schema() -> dict[str, Any]:
             "encoding": "utf-8",
             "delimiter": "\n",
             "defaultMaxMessageBytes": DEFAULT_MAX_MESSAGE_BYTES,
+            "defaultMaxMessageDepth": DEFAULT_MAX_MESSAGE_DEPTH,
         },
         "errorCodes": {code.name: int(code) for code in ErrorCode},
         "methods": methods,

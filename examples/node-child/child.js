@@ -4,7 +4,8 @@
 // Written from docs/protocol.md and protocol/schema.json only. It runs a small agent of its own:
 // each model turn is asked of the parent (`model/complete`); the model may call `list_dir`,
 // `read_file` (both confined to the run's workspace) and `complete`. Progress goes out as
-// `agent/event` notifications numbered from 0 per run.
+// `agent/event` notifications numbered from 0 per run. A run started with `continuable: true`
+// is kept when it ends, and `agent/message` continues it on its own transcript.
 //
 //   node child.js [--max-message-bytes N]
 //
@@ -238,6 +239,7 @@ const session = {
   parentCapabilities: { modelBroker: true, toolApproval: true },
 };
 const runs = new Map(); // runId -> Run, while live
+const kept = new Map(); // runId -> Run, finished and continuable (for agent/message)
 
 const REQUESTS = {
   initialize: async (p) => {
@@ -260,26 +262,36 @@ const REQUESTS = {
       protocolVersion: PROTOCOL_VERSION,
       serverInfo: { name: "tether-node-child", version: "0.1.0" },
       pid: process.pid,
-      capabilities: { agentRun: true, agentMessage: false, tools: TOOL_NAMES },
+      capabilities: { agentRun: true, agentMessage: true, tools: TOOL_NAMES },
       maxMessageBytes: readCap,
     };
   },
   ping: async () => ({}),
   "agent/run": async (p) => {
     if (session.shuttingDown) throw new RemoteError(E.SHUTTING_DOWN, "the child is shutting down: no new runs");
-    if (runs.has(p.runId)) throw new RemoteError(E.RUN_BUSY, `run ${p.runId} is already running`);
+    if (runs.has(p.runId) || kept.has(p.runId)) throw new RemoteError(E.RUN_BUSY, `run ${p.runId} is already in use`);
     const run = new Run(p);
     runs.set(p.runId, run);
     try {
-      return await run.execute();
+      return await run.execute(() => run.loop());
     } finally {
       runs.delete(p.runId);
+      if (p.continuable === true) kept.set(p.runId, run);
     }
   },
   "agent/message": async (p) => {
     if (session.shuttingDown) throw new RemoteError(E.SHUTTING_DOWN, "the child is shutting down: no new runs");
     if (runs.has(p.runId)) throw new RemoteError(E.RUN_BUSY, `run ${p.runId} is still running`);
-    throw new RemoteError(E.UNKNOWN_RUN, `unknown run: ${p.runId} is not continuable`);
+    const run = kept.get(p.runId);
+    if (!run) throw new RemoteError(E.UNKNOWN_RUN, `unknown run: ${p.runId} is not a finished continuable run`);
+    kept.delete(p.runId);
+    runs.set(p.runId, run);
+    try {
+      return await run.execute(() => run.resume(p.message));
+    } finally {
+      runs.delete(p.runId);
+      kept.set(p.runId, run);
+    }
   },
   shutdown: async () => {
     session.shuttingDown = true;
@@ -529,7 +541,13 @@ class Run {
       instructions: "",
       ...(params.agent || {}),
     };
-    this.seq = 0;
+    this.seq = 0; // one numbering for the run, across its activations
+    this.messages = null; // the transcript, kept for agent/message
+    this.fresh();
+  }
+
+  // Counters, cancellation and completion are per activation (the run, then each message).
+  fresh() {
     this.turnCount = 0;
     this.iterationCount = 0;
     this.usage = { inputTokens: 0, outputTokens: 0 };
@@ -566,10 +584,10 @@ class Run {
     }).finally(() => (this.onCancel = () => {}));
   }
 
-  async execute() {
+  async execute(body) {
     let outcome;
     try {
-      outcome = await this.loop();
+      outcome = await body();
     } catch (err) {
       if (err instanceof Cancelled) {
         const why = this.cancelReason ? `: ${this.cancelReason}` : "";
@@ -611,21 +629,39 @@ class Run {
     const p = this.params;
     if (p.prompt === "CRASH:exit") process.exit(3);
     if (p.prompt === "CRASH:abort") process.abort();
-    let ws;
     try {
-      ws = new Workspace(p.workspace === undefined ? "." : p.workspace);
+      this.ws = new Workspace(p.workspace === undefined ? "." : p.workspace);
     } catch (err) {
       return { kind: "agent_error", message: `workspace ${JSON.stringify(p.workspace)} is unusable: ${err.code || err.message}` };
     }
     const names = this.tools();
-    const specs = names.map((name) => ({ name, description: TOOLS[name].description, inputSchema: TOOLS[name].inputSchema }));
     const messages = [];
     if (this.agent.instructions) messages.push({ role: "system", content: this.agent.instructions });
     messages.push(...(p.history || []));
     messages.push({ role: "user", content: p.prompt });
+    this.messages = messages;
     this.turnCount = 1;
     this.emit("started", { agentType: this.agent.type, description: p.description || "", tools: names, readOnly: !!this.agent.readOnly });
+    return this.converse();
+  }
 
+  // A follow-up on the kept transcript: the next user message, then the loop again (the
+  // definition's budgets apply to this activation anew).
+  async resume(message) {
+    this.fresh();
+    if (this.messages === null) {
+      return { kind: "agent_error", message: "the run never started, so it cannot be continued" };
+    }
+    this.messages.push({ role: "user", content: message });
+    this.turnCount = 1;
+    return this.converse();
+  }
+
+  async converse() {
+    const ws = this.ws;
+    const messages = this.messages;
+    const names = this.tools();
+    const specs = names.map((name) => ({ name, description: TOOLS[name].description, inputSchema: TOOLS[name].inputSchema }));
     for (let iteration = 1; iteration <= this.agent.maxIterations; iteration++) {
       this.iterationCount = iteration;
       this.emit("step", { iteration });

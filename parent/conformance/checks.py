@@ -35,6 +35,7 @@ from tether.protocol.messages import (
     AgentCancelParams,
     AgentDefinition,
     AgentEventParams,
+    AgentMessageParams,
     AgentRunParams,
     ChatMessage,
     InitializeParams,
@@ -70,15 +71,16 @@ def init_params(version: int = PROTOCOL_VERSION) -> InitializeParams:
 
 
 def completing(
-    paths: Sequence[str] = (),
+    paths: Sequence[str] = (), *, summary: str = COMPLETE_SUMMARY
 ) -> Callable[[ModelCompleteParams], Awaitable[ModelCompleteResult]]:
     """A model of one turn that calls `complete` with a known summary and these paths."""
+    call_id = "conformance-call-1" if summary == COMPLETE_SUMMARY else "conformance-call-2"
 
     async def model(params: ModelCompleteParams) -> ModelCompleteResult:
         call = ToolCall(
-            id="conformance-call-1",
+            id=call_id,
             name="complete",
-            arguments={"summary": COMPLETE_SUMMARY, "paths": list(paths)},
+            arguments={"summary": summary, "paths": list(paths)},
         )
         return ModelCompleteResult(
             message=ChatMessage(role="assistant", content="Done.", tool_calls=[call]),
@@ -440,6 +442,125 @@ async def check_stdout_is_protocol(w: Wire) -> None:
         await w.wait_for(lambda: w.stdout_closed, "", 1.0)
 
 
+FOLLOW_UP = "conformance: one more thing, then call complete again."
+FOLLOW_UP_SUMMARY = "conformance: the follow-up is done"
+
+
+def continuable_params(run_id: str, workspace: str) -> AgentRunParams:
+    return msgspec.structs.replace(run_params(run_id, workspace), continuable=True)
+
+
+async def check_message_continues(w: Wire) -> None:
+    """`agent/message` continues a finished continuable run on its own transcript (a child
+    announcing `agentMessage: true`); one announcing `false` refuses it with UNKNOWN_RUN."""
+    init = await initialize(w)
+    if not init.capabilities.agent_message:
+        reply = await w.call(
+            "agent/message", AgentMessageParams(run_id="conformance-never-run", message="hi")
+        )
+        expect_error(
+            reply,
+            ErrorCode.UNKNOWN_RUN,
+            "agent/message for a run that never started (the child announced agentMessage: false)",
+        )
+        return
+    run_id = "conformance-continue-1"
+    with tempfile.TemporaryDirectory(prefix="tether-conformance-") as ws:
+        rid = await w.request("agent/run", continuable_params(run_id, ws))
+        first: RunResult = typed_result(
+            "agent/run", await w.reply(rid, "agent/run with continuable: true", RUN_TIMEOUT)
+        )
+        if not (first.success and first.status == "completed"):
+            raise CheckFailed(
+                f"the continuable run answered status={first.status!r} ({first.message!r}), "
+                "not a completed run"
+            )
+        before = len(model_requests(w))
+        events_before = len(run_events(w, run_id))
+        w.model = completing(summary=FOLLOW_UP_SUMMARY)
+        rid = await w.request("agent/message", AgentMessageParams(run_id=run_id, message=FOLLOW_UP))
+        reply = await w.reply(rid, "agent/message for the finished continuable run", RUN_TIMEOUT)
+    result: RunResult = typed_result("agent/message", reply)
+    asked = [r.params for r in model_requests(w)[before:]]
+    if not asked:
+        raise CheckFailed("the follow-up was answered without a model turn")
+    sent: list[ChatMessage] = asked[0].messages
+    if asked[0].run_id != run_id:
+        raise CheckFailed(f"the follow-up's model/complete named runId {asked[0].run_id!r}")
+    prompt = run_params(run_id, "").prompt
+    if not any(m.role == "user" and m.content == prompt for m in sent):
+        raise CheckFailed(
+            "the follow-up's model turn does not carry the run's prompt: it did "
+            "not continue the run's transcript"
+        )
+    if not any(c.id == "conformance-call-1" for m in sent for c in m.tool_calls):
+        raise CheckFailed(
+            "the follow-up's model turn does not carry the first activation's "
+            "complete call: it did not continue the run's transcript"
+        )
+    if not (sent[-1].role == "user" and sent[-1].content == FOLLOW_UP):
+        raise CheckFailed("the follow-up's model turn does not end with the message sent")
+    if not (result.success and result.status == "completed"):
+        raise CheckFailed(
+            f"the follow-up answered status={result.status!r} ({result.message!r}), not a "
+            "completed run"
+        )
+    if result.summary != FOLLOW_UP_SUMMARY:
+        raise CheckFailed(
+            f"the follow-up's summary is {result.summary!r}, not the one passed to complete"
+        )
+    seqs = [e.seq for e in run_events(w, run_id)]
+    earlier, later = seqs[:events_before], seqs[events_before:]
+    if not later:
+        raise CheckFailed("the follow-up sent no agent/event notifications")
+    # One numbering per run: a follow-up's events go on from the run's (the `run` check is
+    # the one about seq increasing at all).
+    if earlier and max(earlier) > 0 and later[0] <= max(earlier):
+        raise CheckFailed(
+            f"the follow-up's agent/event seq starts again at {later[0]} after {max(earlier)}: "
+            "a run's events are numbered once, across its activations"
+        )
+
+
+async def check_message_refusals(w: Wire) -> None:
+    """`agent/message` to a run still in progress is RUN_BUSY; to a run that was not
+    continuable, or never started, UNKNOWN_RUN."""
+    gate = anyio.Event()
+
+    async def gated(params: ModelCompleteParams) -> ModelCompleteResult:
+        await gate.wait()
+        return await scripted_complete(params)
+
+    w.model = gated
+    await initialize(w)
+    with tempfile.TemporaryDirectory(prefix="tether-conformance-") as ws:
+        live = "conformance-live-1"
+        rid = await w.request("agent/run", continuable_params(live, ws))
+        await w.wait_for(
+            lambda: model_requests(w) or w.take_reply(lambda r: r.id == rid),
+            "the run did not ask for a model turn",
+            RUN_TIMEOUT,
+        )
+        early = w.take_reply(lambda r: r.id == rid)
+        if early is not None:
+            raise CheckFailed(f"agent/run ended before its model turn: {describe(early)}")
+        busy = await w.call("agent/message", AgentMessageParams(run_id=live, message="hurry"))
+        expect_error(busy, ErrorCode.RUN_BUSY, "agent/message for a run still in progress")
+        gate.set()
+        typed_result("agent/run", await w.reply(rid, "agent/run", RUN_TIMEOUT))
+
+        plain = "conformance-plain-1"
+        rid = await w.request("agent/run", run_params(plain, ws))
+        typed_result("agent/run", await w.reply(rid, "agent/run", RUN_TIMEOUT))
+    for run_id, what in (
+        (plain, "agent/message for a finished run that was not continuable"),
+        ("conformance-never-run", "agent/message for a run that never started"),
+    ):
+        reply = await w.call("agent/message", AgentMessageParams(run_id=run_id, message="more"))
+        expect_error(reply, ErrorCode.UNKNOWN_RUN, what)
+    await still_serves(w, "refused messages")
+
+
 @dataclass(frozen=True)
 class Check:
     name: str
@@ -473,6 +594,16 @@ CHECKS: tuple[Check, ...] = (
         "complete's paths become artifacts (absolute, under the workspace) or skipped ones",
     ),
     Check("cancel", check_cancel, "agent/cancel makes the pending run answer aborted"),
+    Check(
+        "message-continues",
+        check_message_continues,
+        "agent/message continues a continuable run on its transcript (agentMessage: true)",
+    ),
+    Check(
+        "message-refusals",
+        check_message_refusals,
+        "agent/message to a live run is RUN_BUSY, to an unknown or plain one UNKNOWN_RUN",
+    ),
     Check("byte-cap", check_byte_cap, "a line over maxMessageBytes gets MESSAGE_TOO_LARGE"),
     Check("shutdown-exit", check_shutdown_exit, "shutdown answers null, exit ends with status 0"),
     Check("eof-exit", check_eof_exit, f"stdin EOF ends the child within {EOF_EXIT_TIMEOUT:g}s"),

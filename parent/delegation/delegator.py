@@ -116,6 +116,9 @@ class RunRequest:
     """Cumulative usage so far, as the parent's broker counted it."""
     over_budget: Callable[[], bool]
     """True once the tree's token budget is spent: the runner stops the sub-agent then."""
+    bind_agent: Callable[[str], None] = lambda agent_id: None
+    """A runner that starts the sub-agent as a continuable agent names its id here; the task
+    result's `subagentId` is then that id (what `send_message` takes)."""
 
 
 class Runner(Protocol):
@@ -135,6 +138,7 @@ class _Live:
     step: int = 0
     last_tool: str | None = None
     tokens: int = 0
+    agent_id: str | None = None
 
 
 @dataclass
@@ -403,7 +407,7 @@ class Delegator:
                         "agent_error", f"the runner failed: {type(exc).__name__}: {exc}"
                     )
                 self._finish(call, definition, live, read_only, started_at, result)
-                return sid, result
+                return live.agent_id or sid, result
         except anyio.get_cancelled_exc_class():
             if not started:
                 self._abandon(live, definition, call)
@@ -464,6 +468,7 @@ class Delegator:
             progress=progress,
             report_usage=report_usage,
             over_budget=self.budget.exceeded,
+            bind_agent=lambda agent_id: setattr(live, "agent_id", agent_id),
         )
 
     def _finish(
@@ -558,6 +563,7 @@ class Delegator:
             changed_files=list(change.changed) if change is not None else [],
             verification=verification,
             subagent_id=sid,
+            question=result.question if status == "needs_input" else None,
         )
 
     async def _snapshot(self) -> Snapshot | None:

@@ -11,7 +11,9 @@
 - `error`: it could not run or its model failed: a refused call (bad arguments, budget spent),
   a failed spawn, a model error, a runner fault;
 - `failed_verification`: it finished, but the verifier still answered FAIL after the allowed
-  fix cycles.
+  fix cycles;
+- `needs_input`: a continuable sub-agent stopped to ask its orchestrator `question`; the answer
+  goes to it with `send_message` (`agent_tools.py`).
 
 Only `completed` means the work is done; with a verification, `verification.verdict` says how
 far it was checked (`PARTIAL`: not verified).
@@ -27,7 +29,9 @@ from msgspec import Struct, field
 from tether.parent import evidence
 from tether.protocol.messages import Artifact, FailureKind, RunResult, SkippedPath
 
-TaskStatus = Literal["completed", "truncated", "crashed", "aborted", "error", "failed_verification"]
+TaskStatus = Literal[
+    "completed", "truncated", "crashed", "aborted", "error", "failed_verification", "needs_input"
+]
 TASK_STATUSES: tuple[str, ...] = TaskStatus.__args__  # type: ignore[attr-defined]
 Verdict = evidence.Verdict
 ErrorCode = Literal["invalid_arguments", "budget_spent", "runner_failed"]
@@ -56,6 +60,8 @@ def task_status(result: RunResult) -> TaskStatus:
     anything else is one of the other statuses, never `completed`."""
     if result.success and result.status == "completed" and result.failure is None:
         return "completed"
+    if result.success and result.status == "needs_input" and result.failure is None:
+        return "needs_input"  # a continuable sub-agent asks its orchestrator (`question`)
     if result.failure is not None:
         return _STATUS_OF_FAILURE.get(result.failure.kind, "error")
     return "aborted" if result.status == "aborted" else "error"
@@ -93,6 +99,8 @@ class TaskOutput(Struct, frozen=True, kw_only=True, rename="camel", omit_default
     """Files the parent saw change in the workspace (build mode), relative to it."""
     verification: Verification | None = None
     subagent_id: str = ""
+    question: str | None = None
+    """With `needs_input`: what a continuable sub-agent asks (answer it with send_message)."""
 
     @property
     def ok(self) -> bool:

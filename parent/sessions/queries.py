@@ -26,6 +26,7 @@ from tether.parent.sessions.records import (
     Busy,
     Holder,
     ReportEntry,
+    SpawnSettings,
     StoreBounds,
     TakenOver,
     Unavailable,
@@ -35,6 +36,7 @@ from tether.protocol.messages import AgentDefinition, ChatMessage, ToolCall, Usa
 _encode = msgspec.json.Encoder().encode
 _decode_message = msgspec.json.Decoder(ChatMessage).decode
 _decode_definition = msgspec.json.Decoder(AgentDefinition).decode
+_decode_spawn = msgspec.json.Decoder(SpawnSettings).decode
 
 
 def now() -> Clock:
@@ -188,6 +190,7 @@ def insert_agent(
     workspace: str,
     parent_run: str | None,
     bounds: StoreBounds,
+    spawn: SpawnSettings | None = None,
 ) -> None:
     """A new session, `idle` until its first activation. Raises `sqlite3.IntegrityError` if the
     id is taken (the caller mints another)."""
@@ -207,6 +210,15 @@ def insert_agent(
             at,
         ),
     )
+    if spawn is not None:
+        conn.execute("UPDATE agents SET spawn = ? WHERE id = ?", (_encode(spawn), agent_id))
+
+
+def select_spawn(conn: sqlite3.Connection, agent_id: str) -> SpawnSettings | None:
+    row = conn.execute("SELECT spawn FROM agents WHERE id = ?", (agent_id,)).fetchone()
+    if row is None or row["spawn"] is None:
+        return None
+    return _decode_spawn(row["spawn"])
 
 
 def select_summary(
@@ -517,6 +529,69 @@ def replace_transcript(
         ),
     )
     return len(bodies)
+
+
+def splice(
+    conn: sqlite3.Connection,
+    agent_id: str,
+    *,
+    token: str,
+    keep: int,
+    bodies: Sequence[bytes],
+    usage: Usage,
+    bounds: StoreBounds,
+) -> int:
+    """Keep the first `keep` stored messages, replace the rest with `bodies`, add `usage`; the
+    transcript's new length. `append` is a splice that keeps everything; `replace_transcript`
+    one that keeps nothing."""
+    _check_token(conn, agent_id, token)
+    row = conn.execute(
+        "SELECT next_seq, message_count, transcript_bytes FROM agents WHERE id = ?", (agent_id,)
+    ).fetchone()
+    keep = max(0, min(keep, row["message_count"]))
+    cut_at = conn.execute(
+        "SELECT seq FROM messages WHERE agent_id = ? ORDER BY seq LIMIT 1 OFFSET ?",
+        (agent_id, keep),
+    ).fetchone()
+    dropped = 0
+    if cut_at is not None:
+        dropped = conn.execute(
+            "SELECT COALESCE(SUM(length(body)), 0) FROM messages WHERE agent_id = ? AND seq >= ?",
+            (agent_id, cut_at["seq"]),
+        ).fetchone()[0]
+    added = sum(len(b) for b in bodies)
+    total = row["transcript_bytes"] - dropped + added
+    if total > bounds.transcript_bytes:
+        raise TranscriptFull(
+            f"agent {agent_id}: this turn would take the transcript to {total} bytes, past the "
+            f"store's bound of {bounds.transcript_bytes}; nothing of the turn was stored"
+        )
+    if cut_at is not None:
+        conn.execute(
+            "DELETE FROM messages WHERE agent_id = ? AND seq >= ?", (agent_id, cut_at["seq"])
+        )
+    # New rows take fresh sequence numbers after every one ever used, so order is kept.
+    first = row["next_seq"]
+    conn.executemany(
+        "INSERT INTO messages (agent_id, seq, body) VALUES (?, ?, ?)",
+        [(agent_id, first + i, body) for i, body in enumerate(bodies)],
+    )
+    count = keep + len(bodies)
+    conn.execute(
+        "UPDATE agents SET next_seq = ?, message_count = ?, transcript_bytes = ?,"
+        " input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, updated_at = ?"
+        " WHERE id = ?",
+        (
+            first + len(bodies),
+            count,
+            total,
+            max(0, usage.input_tokens),
+            max(0, usage.output_tokens),
+            now().wall,
+            agent_id,
+        ),
+    )
+    return count
 
 
 def add_report(

@@ -82,6 +82,31 @@ class AgentSummary(Record, frozen=True):
     holder: Holder | None
 
 
+class SpawnSettings(Record, frozen=True):
+    """How to start a child for an agent again (a cold resume, in any process), as far as it
+    can be written down: strings and numbers only. Never an environment variable's value (the
+    child's `env` may hold secrets) nor an object (a model provider, a launcher object); what
+    could not be stored is named in `missing`, and a process resuming the agent must supply it.
+    """
+
+    model: str | None = None
+    """The model string the agent ran with (`None`: the definition's, or an object)."""
+    limits: dict[str, int | float] = msgspec.field(default_factory=dict)
+    """The `Limits` set (wall, idle, memory, cpu, processes, open_files, file_size)."""
+    command: list[str] = msgspec.field(default_factory=list)
+    """The child command; empty: tether's own child."""
+    launcher: str = "local"
+    containment: str = "auto"
+    spawner: str = "exec"
+    pass_env: list[str] = msgspec.field(default_factory=list)
+    keep_alive: float = 0.0
+    token_total: int | None = None
+    """The session's total token budget, across activations (`None`: none)."""
+    description: str = ""
+    missing: list[str] = msgspec.field(default_factory=list)
+    """What the first process had that is not stored (`"model"`, `"env"`, `"launcher"`)."""
+
+
 class ReportEntry(Record, frozen=True):
     seq: int
     at: float

@@ -108,7 +108,14 @@ V1 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1,)
+V2 = Migration(
+    2,
+    "agents.spawn: how to start the agent's child again (cold resume in any process)",
+    # Nullable and written only when known, so code reading a v1 row finds NULL: "not stored".
+    statements("ALTER TABLE agents ADD COLUMN spawn BLOB"),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -62,6 +62,7 @@ from tether.parent.sessions.records import (
     Holder,
     ReportEntry,
     SettledStatus,
+    SpawnSettings,
     StoreBounds,
     TakenOver,
     Unavailable,
@@ -143,6 +144,16 @@ class Activation:
         """
         return await self._append_or_replace(queries.append, messages, usage)
 
+    async def splice(
+        self, keep: int, messages: Sequence[ChatMessage], usage: Usage | None = None
+    ) -> int:
+        """Keep the first `keep` stored messages and replace the rest with `messages` (the
+        child's transcript diverged from the stored one there: it compacted, or rewrote a
+        message the parent had written for it); the transcript's new length."""
+        return await self._append_or_replace(
+            partial(queries.splice, keep=max(0, keep)), messages, usage
+        )
+
     async def replace_transcript(
         self, messages: Sequence[ChatMessage], usage: Usage | None = None
     ) -> int:
@@ -162,25 +173,62 @@ class Activation:
         )
 
     async def settle(
-        self, status: SettledStatus, summary: str = "", question: str | None = None
+        self,
+        status: SettledStatus,
+        summary: str = "",
+        question: str | None = None,
+        *,
+        messages: Sequence[ChatMessage] = (),
+        usage: Usage | None = None,
     ) -> None:
-        """A run answered: its status (`needs_input` with the question it asks), its summary.
-        The activation itself goes on (a warm child idling for its keep-alive)."""
-        await self._write(
-            partial(
-                queries.settle,
-                agent_id=self.agent_id,
-                token=self.token,
-                status=status,
-                summary=summary,
-                question=question,
-                bounds=self._store.bounds,
-            )
+        """A run answered: its status (`needs_input` with the question it asks), its summary;
+        with `messages` and `usage` appended in the same transaction (the results that close
+        the last turn's calls, the usage no turn carried). The activation itself goes on (a warm
+        child idling for its keep-alive)."""
+        settle = partial(
+            queries.settle,
+            agent_id=self.agent_id,
+            token=self.token,
+            status=status,
+            summary=summary,
+            question=question,
+            bounds=self._store.bounds,
         )
+        await self._append_then(settle, messages, usage)
 
-    async def mark_running(self) -> None:
-        """A new message for this (warm) activation: the session is `running` again."""
-        await self._write(partial(queries.mark_running, agent_id=self.agent_id, token=self.token))
+    async def mark_running(self, messages: Sequence[ChatMessage] = ()) -> None:
+        """A new message for this (warm) activation: the session is `running` again, with
+        `messages` (the user's message) appended in the same transaction."""
+        running = partial(queries.mark_running, agent_id=self.agent_id, token=self.token)
+        await self._append_then(running, messages, None)
+
+    async def _append_then(
+        self,
+        then: Callable[[sqlite3.Connection], None],
+        messages: Sequence[ChatMessage],
+        usage: Usage | None,
+    ) -> None:
+        """Append `messages` and `usage` (if any), then `then`, in one transaction."""
+        store, copied = self._store, list(messages)
+
+        def run() -> None:
+            bodies = [queries.encode_message(m, store.bounds.message_bytes) for m in copied]
+
+            def both(conn: sqlite3.Connection) -> None:
+                if bodies or (usage is not None and usage != Usage()):
+                    queries.append(
+                        conn,
+                        self.agent_id,
+                        token=self.token,
+                        bodies=bodies,
+                        usage=usage or Usage(),
+                        bounds=store.bounds,
+                    )
+                then(conn)
+
+            store._db.write(both)
+
+        await self._guarded(run)
 
     async def heartbeat(self) -> None:
         await self._write(partial(queries.heartbeat, agent_id=self.agent_id, token=self.token))
@@ -384,8 +432,10 @@ class SessionStore:
         label: str = "",
         workspace: str = "",
         parent_run: str | None = None,
+        spawn: SpawnSettings | None = None,
     ) -> AgentSummary:
-        """A new durable session, `idle` and not yet activated, with a fresh id."""
+        """A new durable session, `idle` and not yet activated, with a fresh id; `spawn`: how
+        to start its child again (stored for a cold resume in any process)."""
 
         def create(conn: sqlite3.Connection) -> AgentSummary:
             for _ in range(8):
@@ -400,6 +450,7 @@ class SessionStore:
                         workspace=workspace,
                         parent_run=parent_run,
                         bounds=self.bounds,
+                        spawn=spawn,
                     )
                 except sqlite3.IntegrityError:
                     continue  # 80 random bits collided: astronomically rare, but cheap to handle
@@ -449,6 +500,12 @@ class SessionStore:
                 stale_after=self.lease.stale_after,
             ),
         )
+
+    async def spawn_settings(self, agent_id: str) -> SpawnSettings | None:
+        """How to start the agent's child again, if it was stored (`None` also for an agent
+        created by a version of tether that did not store it)."""
+        agent_id = parse_agent_id(agent_id)
+        return await self._read(partial(queries.select_spawn, agent_id=agent_id))
 
     async def transcript(self, agent_id: str) -> list[ChatMessage]:
         """The stored transcript, in order: what a cold resume replays."""

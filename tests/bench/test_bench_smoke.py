@@ -42,6 +42,13 @@ FIGURES = {
     "tether.rss",
     "tether.uss",
     "tether.pool_acquire",
+    "tether.follow_up",
+    "tether.agent_spawn",
+    "tether.cold_resume",
+    "tether.cold_resume_long",
+    "context.continue_ping",
+    "context.follow_up_unstored",
+    "context.fresh_run",
 }
 
 TARGETS = [

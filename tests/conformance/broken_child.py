@@ -12,6 +12,8 @@ conformance kit must fail exactly the checks about that rule:
     prints-to-stdout         a stray line of text on stdout at start-up
     ignores-eof              stdin EOF does not end the process
     no-byte-cap              announces a cap but reads lines of any length
+    message-forgets          a follow-up (agent/message) starts from an empty transcript
+    message-accepted-live    agent/message to a run still in progress is answered, not refused
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ BREAKAGES = {
     "prints-to-stdout",
     "ignores-eof",
     "no-byte-cap",
+    "message-forgets",
+    "message-accepted-live",
 }
 BROKEN = set(sys.argv[1:])
 assert BROKEN <= BREAKAGES, f"unknown breakage: {BROKEN - BREAKAGES}"
@@ -43,6 +47,7 @@ initialized = False
 shutting_down = False
 next_id = 0
 runs: dict[str, dict[str, Any]] = {}  # runId -> {"rid": request id, "seq": int, "ask": our id}
+kept: dict[str, dict[str, Any]] = {}  # finished continuable runs, for agent/message
 asks: dict[int, str] = {}  # our model/complete id -> runId
 
 
@@ -86,22 +91,53 @@ def run_result(run_id: str, status: str, summary: str = "", message: str = "") -
 def finish(run_id: str, result: dict[str, Any]) -> None:
     run = runs.pop(run_id)
     asks.pop(run["ask"], None)
+    if run["continuable"]:
+        kept[run_id] = run
     answer(run["rid"], result)
 
 
 def start_run(rid: Any, params: dict[str, Any]) -> None:
-    global next_id
     run_id = params["runId"]
-    runs[run_id] = {"rid": rid, "seq": 0, "ask": None, "ws": params.get("workspace", ".")}
+    runs[run_id] = {
+        "rid": rid,
+        "seq": 0,
+        "ask": None,
+        "ws": params.get("workspace", "."),
+        "continuable": params.get("continuable") is True,
+        "messages": [{"role": "user", "content": params["prompt"]}],
+    }
     event(run_id, "started", {})
+    ask_model(run_id)
+
+
+def ask_model(run_id: str) -> None:
+    global next_id
     event(run_id, "step", {"iteration": 1})
     next_id += 1
     runs[run_id]["ask"] = next_id
     asks[next_id] = run_id
-    messages = [{"role": "user", "content": params["prompt"]}]
     complete = {"name": "complete", "inputSchema": {"type": "object"}}
-    ask = {"runId": run_id, "messages": messages, "tools": [complete]}
+    ask = {"runId": run_id, "messages": runs[run_id]["messages"], "tools": [complete]}
     send({"jsonrpc": "2.0", "id": next_id, "method": "model/complete", "params": ask})
+
+
+def continue_run(rid: Any, params: dict[str, Any]) -> None:
+    run_id = params.get("runId")
+    if run_id in runs:
+        if "message-accepted-live" in BROKEN:
+            answer(rid, run_result(str(run_id), "completed", "taken while busy"))
+        else:
+            error(rid, -32004, f"run {run_id} is still running")
+        return
+    run = kept.pop(str(run_id), None)
+    if run is None:
+        error(rid, -32003, f"unknown run: {run_id} is not a finished continuable run")
+        return
+    user = {"role": "user", "content": str(params.get("message", ""))}
+    run["messages"] = [user] if "message-forgets" in BROKEN else [*run["messages"], user]
+    run["rid"] = rid
+    runs[str(run_id)] = run
+    ask_model(str(run_id))
 
 
 def model_answered(msg: dict[str, Any]) -> None:
@@ -111,9 +147,13 @@ def model_answered(msg: dict[str, Any]) -> None:
     if "error" in msg:
         finish(run_id, run_result(run_id, "error", message="the model turn failed"))
         return
-    calls = msg["result"]["message"].get("toolCalls", [])
+    reply = msg["result"]["message"]
+    calls = reply.get("toolCalls", [])
+    messages = runs[run_id]["messages"]
+    messages.append({"role": "assistant", "content": reply.get("content", ""), "toolCalls": calls})
     for call in calls:
         event(run_id, "tool_call", {"name": call["name"]})
+        messages.append({"role": "tool", "content": "done", "toolCallId": call.get("id")})
         if call["name"] == "complete":
             args = call.get("arguments", {})
             result = run_result(run_id, "completed", args.get("summary", ""), "complete")
@@ -161,7 +201,7 @@ def valid_params(method: str, params: Any) -> bool:
 
 def request(rid: Any, method: str, params: Any) -> None:
     global initialized, shutting_down
-    known = {"initialize", "ping", "shutdown", "agent/run"}
+    known = {"initialize", "ping", "shutdown", "agent/run", "agent/message"}
     if method not in known:
         if "answers-unknown-methods" in BROKEN:
             answer(rid, {})
@@ -189,6 +229,7 @@ def request(rid: Any, method: str, params: Any) -> None:
                     "serverInfo": info,
                     "pid": os.getpid(),
                     "maxMessageBytes": CAP,
+                    "capabilities": {"agentRun": True, "agentMessage": True},
                 },
             )
     elif method == "ping":
@@ -200,6 +241,8 @@ def request(rid: Any, method: str, params: Any) -> None:
         answer(rid, None)
     elif method == "agent/run":
         start_run(rid, params)
+    elif method == "agent/message":
+        continue_run(rid, params)
 
 
 def notification(method: str, params: Any) -> None:

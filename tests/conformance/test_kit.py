@@ -25,6 +25,8 @@ BREAKS = {
     "prints-to-stdout": "stdout-protocol-only",
     "ignores-eof": "eof-exit",
     "no-byte-cap": "byte-cap",
+    "message-forgets": "message-continues",
+    "message-accepted-live": "message-refusals",
 }
 
 

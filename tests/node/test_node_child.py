@@ -13,7 +13,13 @@ from tether.parent.events import ChildEvent, Event
 from tether.parent.limits import Limits
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.supervisor import ChildConfig, Supervisor
-from tether.protocol.messages import AgentDefinition
+from tether.protocol.messages import (
+    AgentDefinition,
+    ChatMessage,
+    ModelCompleteParams,
+    ModelCompleteResult,
+    ToolCall,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -145,3 +151,40 @@ async def test_a_node_child_run_that_never_completes_runs_out_of_iterations(
     assert not result.success
     assert result.failure is not None and result.failure.kind == "budget_exhausted"
     assert result.summary == "two"
+
+
+class _Recalls:
+    """Completes every turn with the user messages it was shown, so a test sees the history."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+        self.calls += 1
+        said = " | ".join(m.content for m in params.messages if m.role == "user")
+        call = ToolCall(id=f"n{self.calls}", name="complete", arguments={"summary": said})
+        return ModelCompleteResult(message=ChatMessage(role="assistant", tool_calls=[call]))
+
+
+async def test_the_supervisor_continues_a_node_child_warm_and_resumes_it_cold(
+    node: str, workspace: Path, tmp_path: Path
+) -> None:
+    from tether.parent import ChildConfig
+
+    async with Supervisor(state_dir=tmp_path / "state") as sup:
+        agent = await sup.spawn_agent(
+            "Find the TODOs.",
+            workspace=workspace,
+            model=_Recalls(),
+            config=ChildConfig(command=(node, str(NODE_CHILD))),
+            keep_alive=30,
+        )
+        first = await agent.result()
+        warm = await sup.send_message(agent.id, "And the FIXMEs?")
+        assert warm.run_id == first.run_id  # agent/message on the same node process
+        await sup.agents.dispose(agent.id)
+        cold = await sup.send_message(agent.id, "Anything else?")
+    assert first.summary == "Find the TODOs."
+    assert warm.summary == "Find the TODOs. | And the FIXMEs?"
+    assert cold.success and cold.run_id != first.run_id
+    assert cold.summary == "Find the TODOs. | And the FIXMEs? | Anything else?"

@@ -462,12 +462,18 @@ INVALID: list[tuple[str, bytes, ErrorCode, int | str | None]] = [
     ("an empty object", b"{}", ErrorCode.INVALID_REQUEST, None),
     ("only jsonrpc and id", b'{"jsonrpc":"2.0","id":10}', ErrorCode.INVALID_REQUEST, 10),
     (
-        "nesting deeper than the decoder allows",
+        "nesting deeper than the depth limit",
         b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":' + b"[" * 5000 + b"]" * 5000 + b"}}",
-        ErrorCode.PARSE_ERROR,
-        None,
+        ErrorCode.INVALID_REQUEST,
+        1,
     ),
-    ("unbalanced deep nesting", b"[" * 100_000, ErrorCode.PARSE_ERROR, None),
+    (
+        "nesting one level past the depth limit",
+        b'{"jsonrpc":"2.0","id":"d","method":"x","params":' + b"[" * 128 + b"]" * 128 + b"}",
+        ErrorCode.INVALID_REQUEST,
+        "d",
+    ),
+    ("unbalanced deep nesting", b"[" * 100_000, ErrorCode.INVALID_REQUEST, None),
 ]
 
 

@@ -190,3 +190,26 @@ def test_docs_show_the_schema_the_code_builds() -> None:
         check=True,
     ).stdout
     assert printed == built
+
+
+def test_a_v1_database_takes_the_real_v2_and_its_old_agents_have_no_spawn_settings(
+    state: Path,
+) -> None:
+    from tether.parent.sessions import SpawnSettings
+
+    async def write_with_v1() -> str:
+        async with SessionStore(state, migrations=(V1,)) as store:
+            return (await store.create_agent(AgentDefinition(type="explorer"))).id
+
+    old = anyio.run(write_with_v1)
+
+    async def read_with_current() -> None:
+        async with SessionStore(state) as store:
+            assert await store.spawn_settings(old) is None
+            new = await store.create_agent(AgentDefinition(), spawn=SpawnSettings(model="m"))
+            stored = await store.spawn_settings(new.id)
+            assert stored is not None and stored.model == "m"
+
+    anyio.run(read_with_current)
+    assert _version(state) == SCHEMA_VERSION == 2
+    assert "spawn" in _columns(state, "agents")

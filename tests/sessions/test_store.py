@@ -17,6 +17,7 @@ from tether.parent.sessions import (
     Activation,
     AgentSummary,
     BadAgentId,
+    LeaseLost,
     SessionStore,
     StoreBounds,
     TranscriptFull,
@@ -373,3 +374,95 @@ def test_the_store_refuses_use_outside_its_context(state: Path) -> None:
 
     with pytest.raises(StoreUnavailable, match="not open"):
         anyio.run(use)
+
+
+async def test_a_splice_keeps_a_prefix_replaces_the_rest_and_counts_bytes_and_usage(
+    state: Path,
+) -> None:
+    messages = [ChatMessage(role="user", content=f"m{i}") for i in range(5)]
+    async with SessionStore(state) as store:
+        agent = await store.create_agent(EXPLORER)
+        activation = await _activate(store, agent.id)
+        await activation.append(messages, Usage(input_tokens=1))
+        new = [ChatMessage(role="tool", content="theirs", tool_call_id="c1")]
+        assert await activation.splice(3, new, Usage(output_tokens=2)) == 4
+        assert [m.content for m in await store.transcript(agent.id)] == ["m0", "m1", "m2", "theirs"]
+        # Splices keep working on a spliced transcript (sequence numbers are never reused).
+        assert await activation.splice(1, [messages[4]]) == 2
+        assert await activation.splice(99, [messages[0]]) == 3  # past the end: an append
+        got = await store.get(agent.id)
+        assert got is not None
+        assert [m.content for m in await store.transcript(agent.id)] == ["m0", "m4", "m0"]
+        assert got.message_count == 3 and got.usage == Usage(input_tokens=1, output_tokens=2)
+        expected = sum(len(encode_message(m, 1 << 20)) for m in await store.transcript(agent.id))
+        assert got.transcript_bytes == expected
+        detail = await store.show(agent.id, tail=2)
+        assert detail is not None and detail.transcript_offset == 1
+
+
+async def test_a_splice_past_the_transcript_bound_stores_nothing(state: Path) -> None:
+    bounds = StoreBounds(transcript_bytes=4096, message_bytes=2048)
+    async with SessionStore(state, bounds=bounds) as store:
+        agent = await store.create_agent(EXPLORER)
+        activation = await _activate(store, agent.id)
+        await activation.append([ChatMessage(role="user", content="x" * 1500)] * 2)
+        with pytest.raises(TranscriptFull):
+            await activation.splice(1, [ChatMessage(role="user", content="y" * 1500)] * 2)
+        assert len(await store.transcript(agent.id)) == 2
+        # Replacing a big message with a small one fits.
+        await activation.splice(1, [ChatMessage(role="user", content="small")])
+        assert [len(m.content) for m in await store.transcript(agent.id)] == [1500, 5]
+
+
+async def test_spawn_settings_are_stored_with_the_agent_and_read_back(state: Path) -> None:
+    from tether.parent.sessions import SpawnSettings
+
+    settings = SpawnSettings(
+        model="scripted:/tmp/x.json",
+        limits={"wall": 30.0, "processes": 64},
+        keep_alive=5.0,
+        token_total=1000,
+        missing=["env"],
+    )
+    async with SessionStore(state) as store:
+        agent = await store.create_agent(EXPLORER, spawn=settings)
+        plain = await store.create_agent(EXPLORER)
+        assert await store.spawn_settings(agent.id) == settings
+        assert await store.spawn_settings(plain.id) is None
+        got = await store.spawn_settings(agent.id)
+        assert got is not None and isinstance(got.limits["processes"], int)
+
+
+async def test_settle_and_mark_running_store_their_messages_in_the_same_transaction(
+    state: Path,
+) -> None:
+    async with SessionStore(state) as store:
+        agent = await store.create_agent(EXPLORER)
+        activation = await _activate(store, agent.id)
+        closing = ChatMessage(role="tool", content="asked", tool_call_id="c1")
+        await activation.settle(
+            "needs_input",
+            summary="s",
+            question="which?",
+            messages=[closing],
+            usage=Usage(input_tokens=4),
+        )
+        got = await store.get(agent.id)
+        assert got is not None and (got.status, got.question) == ("needs_input", "which?")
+        assert got.usage == Usage(input_tokens=4)
+        answer = ChatMessage(role="user", content="this one")
+        await activation.mark_running([answer])
+        got = await store.get(agent.id)
+        assert got is not None and (got.status, got.question) == ("running", None)
+        assert await store.transcript(agent.id) == [closing, answer]
+        # Taken over: the token check fails inside the transaction, so its messages are not
+        # stored either.
+        conn = sqlite3.connect(state / DB_NAME)
+        with conn:
+            conn.execute("UPDATE leases SET token = 'theirs' WHERE agent_id = ?", (agent.id,))
+        conn.close()
+        with pytest.raises(LeaseLost):
+            await activation.mark_running([answer])
+        with pytest.raises(LeaseLost):
+            await activation.settle("idle", messages=[closing])
+        assert len(await store.transcript(agent.id)) == 2

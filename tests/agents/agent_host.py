@@ -1,0 +1,63 @@
+"""A parent process with continuable agents, driven by a test over stdin and stdout (JSON lines).
+
+    python agent_host.py STATE_DIR WORKSPACE
+
+Each command (a JSON object a line on stdin) is answered by one line on stdout:
+
+    {"op": "spawn", "prompt": ..., "keepAlive": 60}   {"id": ..., "pid": ..., "result": {...}}
+    {"op": "send", "id": ..., "message": ...}         {"result": {...}} or {"error": ..., ...}
+
+The model (`agent_models.Commanded`) also writes a line before it answers each turn:
+`{"event": "turn", "runId": ..., "messages": N}`. EOF on stdin ends the host; its supervisor
+disposes of every child on the way out.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import anyio
+import msgspec
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from agent_models import Commanded
+
+from tether.parent import Supervisor
+from tether.parent.agents import AgentError
+
+
+def say(obj: object) -> None:
+    sys.stdout.write(msgspec.json.encode(obj).decode() + "\n")
+    sys.stdout.flush()
+
+
+async def main(state: str, workspace: str) -> None:
+    model = Commanded(log=sys.stdout)
+    async with Supervisor(state_dir=state) as sup:
+        lines = anyio.wrap_file(sys.stdin)
+        async for line in lines:
+            cmd = json.loads(line)
+            if cmd["op"] == "spawn":
+                agent = await sup.spawn_agent(
+                    cmd["prompt"],
+                    agent="explorer",
+                    workspace=workspace,
+                    model=model,
+                    keep_alive=cmd.get("keepAlive", 60),
+                )
+                result = await agent.result()
+                say({"id": agent.id, "pid": agent.run.pid, "result": result})
+            elif cmd["op"] == "send":
+                try:
+                    result = await sup.send_message(cmd["id"], cmd["message"], model=model)
+                except AgentError as exc:
+                    say({"error": type(exc).__name__, "message": exc.message})
+                else:
+                    say({"result": result})
+
+
+if __name__ == "__main__":
+    anyio.run(main, sys.argv[1], sys.argv[2])

@@ -1,0 +1,81 @@
+"""`Supervisor.start(continuation=...)` without a session: the child stays between answers for
+its keep-alive, takes follow-ups (`RunHandle.message`) one at a time, and a follow-up too late
+for it is answered `None`, never lost in a dying child."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from agent_models import Commanded
+
+from tether.parent import Continuation, RunFinished, Supervisor
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_continuable_run_takes_follow_ups_until_it_is_closed(workspace: Path) -> None:
+    reports: list[str] = []
+    finished: list[str] = []
+
+    async def on_report(text: str) -> None:
+        reports.append(text)
+
+    async with Supervisor() as sup:
+        sup.subscribe(
+            lambda ev: finished.append(ev.result.summary) if isinstance(ev, RunFinished) else None
+        )
+        handle = await sup.start(
+            "first",
+            agent="explorer",
+            workspace=workspace,
+            model=Commanded(),
+            continuation=Continuation(60, on_report=on_report),
+        )
+        assert (await handle.result()).summary == "seen: first"
+        pid = handle.pid
+        second = await handle.message("second REPORT half way")
+        assert second is not None and second.summary == "seen: first | second REPORT half way"
+        assert second.turn_count == 1 and second.iteration_count == 1  # the activation's own
+        results: list[str] = []
+
+        async def send(text: str) -> None:
+            got = await handle.message(text)
+            assert got is not None
+            results.append(got.summary.rsplit(" | ", 1)[-1])
+
+        async with anyio.create_task_group() as tg:  # queued, served in order
+            for text in ("a", "b", "c"):
+                tg.start_soon(send, text)
+                await anyio.sleep(0.01)
+        assert results == ["a", "b", "c"] and handle.pid == pid
+        handle.close()
+        await handle.wait()
+        assert await handle.message("too late") is None
+    assert reports == ["half way"]
+    assert finished[:2] == ["seen: first", "seen: first | second REPORT half way"]
+    assert len(finished) == 5  # one RunFinished per activation
+
+
+async def test_a_run_that_is_not_continuable_takes_no_follow_up(workspace: Path) -> None:
+    async with Supervisor() as sup:
+        handle = await sup.start("once", workspace=workspace, model=Commanded())
+        await handle.result()
+        with pytest.raises(RuntimeError, match="not continuable"):
+            await handle.message("again")
+
+
+async def test_a_follow_up_whose_caller_gives_up_cuts_the_activation_and_the_child(
+    workspace: Path,
+) -> None:
+    async with Supervisor() as sup:
+        handle = await sup.start(
+            "first", workspace=workspace, model=Commanded(), continuation=Continuation(60)
+        )
+        await handle.result()
+        with anyio.move_on_after(0.5):
+            await handle.message("SLEEP 30")
+        with anyio.fail_after(20):
+            await handle.wait()  # cut mid-work: the child is disposed, not kept
+        assert await handle.message("again") is None
