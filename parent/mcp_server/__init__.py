@@ -10,8 +10,9 @@ a `ServedTool` (`tools.py`): a name, a JSON Schema, and an async call that answe
 layer's task tool (`task.py`): its schema comes from the definitions, a `Delegator` validates
 and admits each call, and a `SupervisorRunner` runs every sub-agent as a supervised, sandboxed
 child of this server, its model calls brokered here with the keys in this process's
-environment. More tools (`send_message` / `list_agents` for continuable children) plug in as
-`ServedTool`s too; `from_parent_tool` adapts any `ParentTool`.
+environment. More tools plug in as `ServedTool`s too; `from_parent_tool` adapts any
+`ParentTool`. With `--continuable` (`continuable.py`) the sub-agents are continuable agents and
+the continuable children's `send_message` and `list_agents` are served that way.
 
 A call runs as a task owned by the server (`server.py`), not by the SDK's request handler, so
 whatever the handler's fate the call has an owner: when the client cancels the request (or

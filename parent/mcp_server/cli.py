@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from tether.protocol.messages import RunResult
+from tether.protocol.messages import RunResult, ToolCallParams, ToolCallResult
 
 if TYPE_CHECKING:
     from tether.parent.config import ChildConfig
@@ -83,6 +83,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--ledger", metavar="FILE", help="append the usage ledger to FILE (JSONL)")
     p.add_argument(
+        "--continuable",
+        action="store_true",
+        help="task sub-agents are continuable agents (a session each, the child kept alive "
+        "after an answer) and the server also offers send_message and list_agents",
+    )
+    p.add_argument(
+        "--state",
+        metavar="DIR",
+        help="with --continuable: where the sessions are stored (default: $XDG_STATE_HOME/tether)",
+    )
+    p.add_argument(
+        "--keep-alive",
+        metavar="T",
+        help="with --continuable: how long a sub-agent's child idles after an answer (default 5m)",
+    )
+    p.add_argument(
         "--list-tools",
         action="store_true",
         help="print the tools the server would offer (its tools/list answer, as JSON) and exit",
@@ -99,8 +115,17 @@ def main(args: argparse.Namespace) -> int:
     from tether.parent.delegation.verification import VerifierPolicy
 
     registry = builtin_registry() if args.agents is None else load_registry(args.agents)
+    if not args.continuable:
+        for flag, value in (("--state", args.state), ("--keep-alive", args.keep_alive)):
+            if value is not None:
+                raise ValueError(f"{flag} applies only with --continuable")
+    elif args.keep_alive is not None:
+        from tether.parent.agent_spawn import parse_keep_alive
+
+        parse_keep_alive(args.keep_alive)
     if args.list_tools:
-        sys.stdout.write(json.dumps(listing(registry), indent=2, ensure_ascii=False) + "\n")
+        tools = listing(registry, continuable=args.continuable)
+        sys.stdout.write(json.dumps(tools, indent=2, ensure_ascii=False) + "\n")
         return 0
     if args.max_concurrent < 1:
         raise ValueError("--max-concurrent must be at least 1")
@@ -138,9 +163,11 @@ async def _serve(
     config: ChildConfig,
     policy: VerifierPolicy,
 ) -> int:
-    from tether.parent.delegation.delegator import Delegator
+    from tether.parent.agents import DEFAULT_KEEP_ALIVE
+    from tether.parent.delegation.delegator import Delegator, Runner
     from tether.parent.delegation.ledger import Ledger
     from tether.parent.delegation.runner import SupervisorRunner
+    from tether.parent.mcp_server.continuable import continuable, parent_run
     from tether.parent.mcp_server.server import ToolServer
     from tether.parent.mcp_server.stdio import claim_stdio, stdio_streams
     from tether.parent.supervisor import Supervisor
@@ -152,15 +179,30 @@ async def _serve(
         serving = anyio.CancelScope()
         await outer.start(_stop_on_signals, serving, signals)  # installed before any child
         with serving:
-            async with Supervisor(config) as sup:
-                runner = SupervisorRunner(
-                    sup,
-                    default_model=default_model,
-                    models=models,
-                    workspace=args.workspace,
-                    limits=limits,
-                    config=config,
-                )
+            async with Supervisor(config, state_dir=args.state) as sup:
+                runner: Runner
+                extra: list[ServedTool] = []
+                if args.continuable:
+                    under = parent_run()
+                    runner, extra = continuable(
+                        sup,
+                        under=under,
+                        keep_alive=args.keep_alive or DEFAULT_KEEP_ALIVE,
+                        default_model=default_model,
+                        models=models,
+                        limits=limits,
+                        config=config,
+                    )
+                    _say(f"continuable sub-agents, parent run {under}")
+                else:
+                    runner = SupervisorRunner(
+                        sup,
+                        default_model=default_model,
+                        models=models,
+                        workspace=args.workspace,
+                        limits=limits,
+                        config=config,
+                    )
                 delegator = Delegator(
                     registry,
                     runner,
@@ -170,8 +212,11 @@ async def _serve(
                     verifier=policy,
                     ledger=ledger,
                 )
-                tools = served_tools(delegator)
-                server = ToolServer(tools, instructions=instructions(delegator, args.agents))
+                tools = served_tools(delegator, extra)
+                server = ToolServer(
+                    tools,
+                    instructions=instructions(delegator, args.agents, continuable=args.continuable),
+                )
                 _say(f"serving {', '.join(t.name for t in tools) or 'no tools'} on stdio")
                 async with stdio_streams(wire) as (read_stream, write_stream):
                     await server.run(read_stream, write_stream)
@@ -182,12 +227,20 @@ async def _serve(
     return 128 + signals[0] if signals else 0
 
 
-def listing(registry: Registry) -> dict[str, Any]:
+def listing(registry: Registry, *, continuable: bool = False) -> dict[str, Any]:
     """The `tools/list` answer a server with these definitions gives, as JSON."""
+    from tether.parent.agent_tools import LIST_AGENTS_SPEC, SEND_MESSAGE_SPEC
+    from tether.parent.broker import ParentTool
     from tether.parent.delegation.delegator import Delegator
+    from tether.parent.mcp_server.continuable import HINTS
     from tether.parent.mcp_server.server import ToolServer
+    from tether.parent.mcp_server.tools import from_parent_tool
 
-    tools = served_tools(Delegator(registry, _not_serving))
+    extra = []
+    if continuable:
+        for spec in (SEND_MESSAGE_SPEC, LIST_AGENTS_SPEC):
+            extra.append(from_parent_tool(ParentTool(spec, _not_called), hints=HINTS[spec.name]))
+    tools = served_tools(Delegator(registry, _not_serving), extra)
     listed = ToolServer(tools, instructions="").listing()
     return {"tools": [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in listed]}
 
@@ -204,6 +257,11 @@ async def _not_serving(request: RunRequest) -> RunResult:
     )
 
 
+async def _not_called(params: ToolCallParams) -> ToolCallResult:
+    """The call of a tool that is only listed (`--list-tools`)."""
+    return ToolCallResult(content="this server only lists its tools", is_error=True)
+
+
 def served_tools(delegator: Delegator, extra: Sequence[ServedTool] = ()) -> list[ServedTool]:
     """What the server offers: `task` when there are definitions, then `extra` (continuable
     children's `send_message` / `list_agents`, as `from_parent_tool(...)` of their parent
@@ -214,7 +272,16 @@ def served_tools(delegator: Delegator, extra: Sequence[ServedTool] = ()) -> list
     return [*([task] if task is not None else []), *extra]
 
 
-def instructions(delegator: Delegator, agents_file: str | None) -> str:
+CONTINUABLE_NOTE = (
+    " A sub-agent can be continued: `send_message` with its subagentId answers the question of "
+    "one that stopped to ask (status `needs_input`) or asks it for more; `list_agents` lists "
+    "them."
+)
+
+
+def instructions(
+    delegator: Delegator, agents_file: str | None, *, continuable: bool = False
+) -> str:
     """The server's `instructions`: what its tools are for, or why there is no `task`."""
     if delegator.tool is None:
         return (
@@ -232,6 +299,7 @@ def instructions(delegator: Delegator, agents_file: str | None) -> str:
         "Give each call a self-contained prompt: a sub-agent has not seen your conversation. "
         "Calls made at once run in parallel. The result is the sub-agent's summary, the files "
         "it delivered and its status; only status `completed` means the work is done."
+        + (CONTINUABLE_NOTE if continuable else "")
     )
 
 

@@ -69,7 +69,9 @@ def summary_text(output: TaskOutput) -> str:
     """The short text beside the structured content (child words cleaned)."""
     who = f" ({output.subagent_id}, {output.steps} step{'s' if output.steps != 1 else ''})"
     lines = [f"{output.status}{who if output.subagent_id else ''}: {output.summary}"]
-    if output.status != "completed" and output.message and output.message not in output.summary:
+    if output.question:
+        lines.append(f"question: {output.question}")
+    elif output.status != "completed" and output.message and output.message not in output.summary:
         lines.append(f"why: {output.message}")
     for a in output.artifacts:
         lines.append(f"artifact: {a.path} ({a.fs_type}, {a.size} bytes)")

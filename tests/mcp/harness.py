@@ -32,6 +32,7 @@ WAIT = 30.0
 SLOW = "PLEASE-TAKE-YOUR-TIME"
 CRASH = "PLEASE-CRASH-NOW"
 ENV_DUMP = "PLEASE-DUMP-YOUR-ENVIRONMENT"
+ASK = "PLEASE-ASK-FIRST"
 
 
 def turn(
@@ -54,7 +55,8 @@ def complete(summary: str, *paths: str) -> dict[str, Any]:
 def model_script(path: Path) -> Path:
     """The sub-agents' scripted model: a prompt holding SLOW waits a minute for its first turn;
     CRASH (build mode) shoots its own child runtime with SIGSEGV; ENV_DUMP (build mode) writes
-    its environment to env.txt; any other lists the workspace and completes."""
+    its environment to env.txt; ASK (continuable) asks its orchestrator which file, then
+    completes with the answer's file; any other lists the workspace and completes."""
     scripts = [
         {"when": SLOW, "turns": [turn(call("list_dir", path="."), text="thinking", delay=60)]},
         {
@@ -66,6 +68,13 @@ def model_script(path: Path) -> Path:
             "turns": [
                 turn(call("bash", command="env > env.txt"), tokens=50),
                 turn(complete("environment written", "env.txt"), tokens=60),
+            ],
+        },
+        {
+            "when": ASK,
+            "turns": [
+                turn(call("ask_orchestrator", question="Which file should I read?"), tokens=40),
+                turn(complete("read the file you named", "notes.md"), tokens=60),
             ],
         },
         {

@@ -33,6 +33,18 @@ def test_the_tools_block_is_what_list_tools_prints() -> None:
     )
 
 
+def test_the_continuable_tools_block_is_what_list_tools_prints_after_task() -> None:
+    marker = "mcp-continuable-tools"
+    got = re.search(
+        rf"<!-- {marker}:begin -->\n```json\n(.*?)```\n<!-- {marker}:end -->", DOC, re.DOTALL
+    )
+    assert got is not None
+    tools = listing(builtin_registry(), continuable=True)["tools"]
+    assert [t["name"] for t in tools] == ["task", "send_message", "list_agents"]
+    expected = json.dumps({"tools": tools[1:]}, indent=2, ensure_ascii=False) + "\n"
+    assert got.group(1) == expected
+
+
 def test_the_client_snippet_starts_tether_mcp_with_options_it_accepts() -> None:
     [in_readme] = snippets(README)
     [in_doc] = snippets(DOC)

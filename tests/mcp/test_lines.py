@@ -136,11 +136,11 @@ def output(status: str, **more: object) -> TaskOutput:
 
 
 @pytest.mark.parametrize("status", TASK_STATUSES)
-def test_only_a_completed_task_is_not_an_error_and_every_answer_fits_the_output_schema(
+def test_only_a_completed_or_asking_task_is_not_an_error_and_every_answer_fits_the_schema(
     status: str,
 ) -> None:
     got = answer(output(status, message="why", subagent_id="sa-1"))
-    assert got.is_error == (status != "completed")
+    assert got.is_error == (status not in ("completed", "needs_input"))
     assert got.text.startswith(f"{status} (sa-1, 2 steps): did it")
     assert got.structured is not None
     jsonschema.validate(got.structured, output_schema())
@@ -162,6 +162,12 @@ def test_the_text_carries_artifacts_changes_verification_and_why() -> None:
         "changed: a.py, b.py",
         "verification: FAIL after 2 fix cycle(s)",
     ]
+
+
+def test_a_sub_agent_that_asks_shows_its_question() -> None:
+    got = answer(output("needs_input", subagent_id="ag_1", question="Which file?"))
+    assert not got.is_error
+    assert got.text.splitlines() == ["needs_input (ag_1, 2 steps): did it", "question: Which file?"]
 
 
 def test_a_refusal_reads_as_its_problems_once() -> None:

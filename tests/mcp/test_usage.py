@@ -41,6 +41,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
         (["--model", "scripted:{script}", "--agents", "{bad}"], "key 'maxSteps': expected `int`"),
         (["--model", "scripted:{script}", "--memory", "lots"], "memory"),
         (["--model", "scripted:{script}", "--max-concurrent", "0"], "--max-concurrent"),
+        (["--model", "scripted:{script}", "--state", "{bad}"], "--state applies only with"),
     ],
 )
 def test_bad_usage_exits_2_with_the_reason_before_serving(
