@@ -278,7 +278,10 @@ def continuable_runner(
                 result = await handle.result()
                 tg.cancel_scope.cancel()
         except anyio.get_cancelled_exc_class():
-            handle.run.abort()
+            # Like every runner: the child is gone before the cancellation goes on.
+            with anyio.CancelScope(shield=True):
+                handle.run.abort()
+                await handle.run.wait()
             raise
         request.report_usage(result.usage)
         return result

@@ -23,6 +23,7 @@ from tether.parent.delegation import cli as delegation_cli
 from tether.parent.host import TIERS
 from tether.parent.launchers import launcher_usages
 from tether.parent.limits import Limits
+from tether.parent.mcp_server import cli as mcp_cli
 from tether.parent.progress import line, printer
 from tether.parent.roles import ROLES
 from tether.parent.spawning import version
@@ -96,6 +97,10 @@ def _parser() -> argparse.ArgumentParser:
     agents_cli.add_arguments(
         sub.add_parser("agents", help="continuable agents: list, show, send a message")
     )
+    mcp = sub.add_parser("mcp", help="serve delegation to sub-agents over MCP (stdio)")
+    mcp_cli.add_arguments(mcp)
+    add_limit_options(mcp)
+    add_isolation_options(mcp)
     return p
 
 
@@ -301,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return orchestrate_cli.main(args)
         if args.cmd == "agents":
             return agents_cli.main(args)
+        if args.cmd == "mcp":
+            return mcp_cli.main(args)
         args.interrupted, args.interrupted_once = None, False
         result = anyio.run(_run, args)
     except (UsageError, ValueError) as exc:

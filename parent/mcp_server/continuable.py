@@ -1,0 +1,86 @@
+"""`tether mcp --continuable`: task sub-agents that can be continued, and the tools that do it.
+
+Each task call's sub-agent starts as a continuable agent of the server's supervisor
+(`agent_tools.continuable_runner`): a durable session in the state directory, its child kept
+alive for the keep-alive after each answer. The `task` answer's `subagentId` is then the
+agent's id, and a sub-agent that stops to ask (`ask_orchestrator`) comes back as `status:
+"needs_input"` with its `question`. The server adds `send_message` (answer it, or ask for
+more: warm in its live child, cold from its stored transcript once the child is gone) and
+`list_agents`, both `ParentTool`s served over MCP with `from_parent_tool`.
+
+The tools reach only the agents this server started: every agent is created under one parent
+run, `mcp-<random>`, named once per server on stderr; `tether agents list --parent-run ...`
+finds them later. The model of a sub-agent is the server's choice as for any task call: its
+definition's model, else `--model`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from tether.parent.agent_tools import (
+    LIST_AGENTS,
+    SEND_MESSAGE,
+    agent_tools,
+    continuable_runner,
+)
+from tether.parent.mcp_server.tools import ServedTool, from_parent_tool
+
+if TYPE_CHECKING:
+    from tether.parent.config import ChildConfig
+    from tether.parent.delegation.delegator import Runner, RunRequest
+    from tether.parent.limits import Limits
+    from tether.parent.models import ModelProvider
+    from tether.parent.supervisor import Supervisor
+    from tether.protocol.messages import RunResult
+
+
+HINTS: dict[str, dict[str, bool]] = {
+    SEND_MESSAGE: {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
+    LIST_AGENTS: {"readOnlyHint": True, "idempotentHint": True},
+}
+"""MCP tool hints: a message resumes a sub-agent that may change the workspace; a listing
+changes nothing."""
+
+
+def parent_run() -> str:
+    """A fresh name for the agents of one server."""
+    return f"mcp-{secrets.token_hex(4)}"
+
+
+def continuable(
+    sup: Supervisor,
+    *,
+    under: str,
+    keep_alive: float | str,
+    default_model: ModelProvider | None,
+    models: Mapping[str, ModelProvider],
+    limits: Limits | None,
+    config: ChildConfig | None,
+) -> tuple[Runner, list[ServedTool]]:
+    """The delegation runner and the extra tools of a continuable server (see above)."""
+    runners: dict[str | None, Runner] = {}
+
+    def runner_for(name: str | None) -> Runner:
+        if name not in runners:
+            model = default_model if name is None else models[name]
+            runners[name] = continuable_runner(
+                sup.agents,
+                keep_alive=keep_alive,
+                parent_run=under,
+                model=model,
+                limits=limits,
+                config=config,
+            )
+        return runners[name]
+
+    async def run(request: RunRequest) -> RunResult:
+        return await runner_for(request.definition.model)(request)
+
+    tools = [
+        from_parent_tool(tool, hints=HINTS[tool.spec.name])
+        for tool in agent_tools(sup.agents, parent_run=under, model=default_model)
+    ]
+    return run, tools
