@@ -32,7 +32,7 @@ from tether.parent.events import ChildEvent, Event
 from tether.parent.limits import Limits
 from tether.parent.models import ModelProvider
 from tether.parent.sessions import AGENT_STATUSES, AgentSummary, BadAgentId
-from tether.protocol.messages import RunResult, ToolCallParams, ToolCallResult, ToolSpec
+from tether.protocol.messages import Failure, RunResult, ToolCallParams, ToolCallResult, ToolSpec
 
 if TYPE_CHECKING:
     from tether.parent.delegation.delegator import Runner, RunRequest
@@ -248,17 +248,48 @@ def continuable_runner(
     session, under `parent_run`) and tells the delegator its id (`RunRequest.bind_agent`), so
     the task result's `subagentId` is the agent id `send_message` takes. Progress events are
     relayed, usage reported as the broker counts it, and the run cancelled once the tree's
-    budget is spent."""
+    budget is spent. (`SupervisorRunner(..., keep_alive=...)` does the same per definition,
+    with each definition's model and provider.)"""
 
     async def run(request: RunRequest) -> RunResult:
-        def relay(ev: Event) -> None:
-            if isinstance(ev, ChildEvent):
-                request.progress(ev.kind, dict(ev.data))
+        return await run_continuable(
+            agents,
+            request,
+            keep_alive=keep_alive,
+            parent_run=parent_run,
+            model=model,
+            limits=limits,
+            config=config,
+            workspace=request.workspace or ".",
+            poll=poll,
+        )
 
+    return run
+
+
+async def run_continuable(
+    agents: Agents,
+    request: RunRequest,
+    *,
+    keep_alive: float | str,
+    parent_run: str | None,
+    model: str | ModelProvider | None,
+    limits: Limits | None,
+    config: ChildConfig | None,
+    workspace: str,
+    poll: float = 0.25,
+) -> RunResult:
+    """One task's sub-agent as a continuable agent (see `continuable_runner`)."""
+
+    def relay(ev: Event) -> None:
+        if isinstance(ev, ChildEvent):
+            request.progress(ev.kind, dict(ev.data))
+
+    try:
         handle = await agents.spawn(
             request.prompt,
             agent=request.agent,
-            workspace=request.workspace or ".",
+            workspace=workspace,
             history=request.history,
             label=request.label,
             description=request.label,
@@ -269,24 +300,29 @@ def continuable_runner(
             config=config,
             on_event=relay,
         )
-        bind = getattr(request, "bind_agent", None)
-        if bind is not None:
-            bind(handle.id)
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_watch_budget, handle.run, request, poll)
-                result = await handle.result()
-                tg.cancel_scope.cancel()
-        except anyio.get_cancelled_exc_class():
-            # Like every runner: the child is gone before the cancellation goes on.
-            with anyio.CancelScope(shield=True):
-                handle.run.abort()
-                await handle.run.wait()
-            raise
-        request.report_usage(result.usage)
-        return result
-
-    return run
+    except ValueError as exc:
+        return RunResult(
+            success=False,
+            status="error",
+            message=f"the sub-agent could not start: {exc}",
+            failure=Failure(kind="spawn_failed"),
+        )
+    bind = getattr(request, "bind_agent", None)
+    if bind is not None:
+        bind(handle.id)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_watch_budget, handle.run, request, poll)
+            result = await handle.result()
+            tg.cancel_scope.cancel()
+    except anyio.get_cancelled_exc_class():
+        # Like every runner: the child is gone before the cancellation goes on.
+        with anyio.CancelScope(shield=True):
+            handle.run.abort()
+            await handle.run.wait()
+        raise
+    request.report_usage(result.usage)
+    return result
 
 
 async def _watch_budget(run: Any, request: RunRequest, poll: float) -> None:

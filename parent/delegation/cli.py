@@ -98,3 +98,37 @@ def add_orchestrate_arguments(p: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print the result, the task calls and the ledger"
     )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_continuable_arguments(p, "the orchestrator's model also gets")
+
+
+def add_continuable_arguments(p: argparse.ArgumentParser, who_gets_the_tools: str) -> None:
+    """`--continuable`, `--state`, `--keep-alive` (`tether orchestrate`, `tether mcp`)."""
+    p.add_argument(
+        "--continuable",
+        action="store_true",
+        help="task sub-agents are continuable agents (a session each, the child kept alive "
+        f"after an answer) and {who_gets_the_tools} send_message and list_agents",
+    )
+    p.add_argument(
+        "--state",
+        metavar="DIR",
+        help="with --continuable: where the sessions are stored (default: $XDG_STATE_HOME/tether)",
+    )
+    p.add_argument(
+        "--keep-alive",
+        metavar="T",
+        help="with --continuable: how long a sub-agent's child idles after an answer (default 5m)",
+    )
+
+
+def check_continuable_arguments(args: argparse.Namespace) -> None:
+    """Raises ValueError (bad usage) for `--state`/`--keep-alive` without `--continuable`, or a
+    keep-alive that is not a duration."""
+    if not args.continuable:
+        for flag, value in (("--state", args.state), ("--keep-alive", args.keep_alive)):
+            if value is not None:
+                raise ValueError(f"{flag} applies only with --continuable")
+    elif args.keep_alive is not None:
+        from tether.parent.agent_spawn import parse_keep_alive
+
+        parse_keep_alive(args.keep_alive)

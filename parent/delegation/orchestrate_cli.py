@@ -31,6 +31,7 @@ def main(args: argparse.Namespace) -> int:
     """Raises ValueError (bad usage, exit 2) for a bad definitions file, model or limit."""
     from tether.parent.cli import config_from, limits_from
     from tether.parent.delegation.builtins import builtin_registry
+    from tether.parent.delegation.cli import check_continuable_arguments
     from tether.parent.delegation.files import load_registry
     from tether.parent.delegation.verification import VerifierPolicy
 
@@ -41,6 +42,7 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError("--token-budget must be at least 1")
     if args.max_steps < 1:
         raise ValueError("--max-steps must be at least 1")
+    check_continuable_arguments(args)
     policy = VerifierPolicy(min_files=args.verify_min_files, max_fix_cycles=args.max_fix_cycles)
     args.interrupted, args.interrupted_once = None, False
     got = anyio.run(_orchestrate, args, registry, limits_from(args), config_from(args), policy)
@@ -73,7 +75,7 @@ async def _orchestrate(
             view.state.tokens = lambda: usage.input_tokens + usage.output_tokens
 
     refused: ValueError | None = None
-    async with Supervisor(config) as sup:  # type: ignore[arg-type]
+    async with Supervisor(config, state_dir=args.state) as sup:  # type: ignore[arg-type]
         if args.agents is not None:
             _add_providers(sup, args.agents, registry)
         async with anyio.create_task_group() as tg:
@@ -100,6 +102,8 @@ async def _orchestrate(
                     description=args.description,
                     on_event=view,
                     on_start=started,
+                    continuable=args.continuable,
+                    **({"keep_alive": args.keep_alive} if args.keep_alive else {}),
                 )
             except ValueError as exc:  # bad usage: raised as itself, not in a group
                 refused = exc
@@ -146,6 +150,10 @@ def render_orchestration(got: Orchestration) -> str:
             lines.append(f"    summary: {o.summary}")
         if o.message and o.status != "completed":
             lines.append(f"    why: {o.message}")
+        if o.question:
+            lines.append(f"    asks: {o.question}")
+        if o.subagent_id.startswith("ag_"):
+            lines.append(f"    continue: tether agents send {o.subagent_id} MESSAGE")
         for a in o.artifacts:
             lines.append(f"    artifact {a.path} ({a.fs_type}, {a.size} bytes)")
         if o.changed_files:

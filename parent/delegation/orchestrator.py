@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
+from tether.parent.agent_tools import agent_tools
+from tether.parent.agents import DEFAULT_KEEP_ALIVE
 from tether.parent.broker import ParentTool
 from tether.parent.delegation.builtins import builtin_registry
 from tether.parent.delegation.definitions import Registry, SubagentDefinition
@@ -189,6 +192,8 @@ async def orchestrate(
     description: str = "",
     on_event: EventCallback | None = None,
     on_start: Callable[[Running], None] | None = None,
+    continuable: bool = False,
+    keep_alive: float | str = DEFAULT_KEEP_ALIVE,
 ) -> Orchestration:
     """Run an orchestrator on `prompt` with the task tool over `definitions` (default: the
     built-in roles; an empty set gives it no task tool) and return an `Orchestration`.
@@ -205,6 +210,13 @@ async def orchestrate(
     given, is called once the orchestrator's child is started, with a `Running` for live
     queries (`status()`, `limits()`) and the orchestrator's `RunHandle`.
 
+    `continuable`: every `spawn` sub-agent the task tool starts is a continuable agent (a
+    durable session in the supervisor's state directory, its child kept alive for
+    `keep_alive` after each answer), the task result's `subagentId` is its agent id, and the
+    orchestrator's model also gets `send_message` and `list_agents`, over the agents of this
+    orchestration only (its run id is their `parent_run`). They outlive the orchestration
+    until their keep-alive passes or the supervisor closes; `sup.send_message` continues them.
+
     Raises `ValueError` for bad usage before anything is spawned; never for what a child did.
     """
     registry = (
@@ -215,6 +227,7 @@ async def orchestrate(
         else Registry(definitions)
     )
     book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+    orchestration_id = f"orch-{os.getpid()}-{secrets.token_hex(4)}"
     runner = SupervisorRunner(
         sup,
         default_model=model,
@@ -223,6 +236,8 @@ async def orchestrate(
         limits=subagent_limits if subagent_limits is not None else limits,
         config=subagent_config if subagent_config is not None else config,
         providers=providers,
+        keep_alive=keep_alive if continuable else None,
+        parent_run=orchestration_id,
     )
     # Resolved once: the orchestrator and every sub-agent without a model of its own share it.
     provider = await runner.resolve(model) if isinstance(model, str) else model
@@ -269,6 +284,8 @@ async def orchestrate(
             input_schema=delegator.tool.input_schema,
         )
         parent_tools.append(ParentTool(spec, serve_task))
+    if continuable:
+        parent_tools.extend(agent_tools(sup.agents, parent_run=orchestration_id, model=provider))
 
     counted = Usage()
     if token_budget is not None:
@@ -296,6 +313,7 @@ async def orchestrate(
         parent_tools=parent_tools,
         on_event=on_event,
         on_turn=on_turn,
+        run_id=orchestration_id,
     )
     box.append(handle)
     if on_start is not None:

@@ -20,7 +20,8 @@ Theory of operation
    system prompt, mode, step limit, token cap), the fork history, the label as the run's
    description, and *no parent tools*: a sub-agent's model has no `task` tool, and a child
    that asks the parent for one anyway is refused by the broker (no nesting). Sub-agent runs are
-   not continuable, so they have no tool that asks anyone anything.
+   not continuable unless the runner has a `keep_alive`: then each `spawn` sub-agent is a
+   continuable agent (`tether.parent.agents`) its orchestrator continues with `send_message`.
 4. progress: each of the child's events is relayed through `request.progress`.
 5. usage: after every brokered turn the broker's running count goes to `request.report_usage`
    (the child's own claims are never used), then the tree budget is checked; once
@@ -69,10 +70,17 @@ class SupervisorRunner:
         limits: Limits | None = None,
         config: ChildConfig | None = None,
         providers: Mapping[str, ProviderRunner] | None = None,
+        keep_alive: float | str | None = None,
+        parent_run: str | None = None,
     ) -> None:
         """`default_model`: what a definition without a model runs on; `models`: provider
         objects by the name a definition gives; `limits` / `config`: each sub-agent child's
-        (default: the supervisor's config, no limits); `providers`: more runners by name."""
+        (default: the supervisor's config, no limits); `providers`: more runners by name.
+
+        `keep_alive`: run each `spawn` sub-agent as a continuable agent of `sup.agents` under
+        `parent_run` (a durable session; its child kept alive this long after each answer;
+        the task result's `subagentId` is its agent id, for `send_message`). Sub-agents of
+        other providers (`fork`, `acp`, ...) run once, as without it."""
         self.sup = sup
         self.default_model = default_model
         self.models = dict(models or {})
@@ -80,6 +88,8 @@ class SupervisorRunner:
         self.limits = limits
         self.config = config
         self.providers: dict[str, ProviderRunner] = dict(providers or {})
+        self.keep_alive = keep_alive
+        self.parent_run = parent_run
         self._built: dict[str, ModelProvider] = {}
         self._live: set[RunHandle] = set()
 
@@ -88,6 +98,8 @@ class SupervisorRunner:
         provider = self.providers.get(name)
         if provider is not None:
             return await provider(request)
+        if name == SPAWN and self.keep_alive is not None:
+            return await self.continuable(request)
         if name in self.sup.providers:
             return await self.spawn(request)
         known = ", ".join(sorted({*self.providers, *self.sup.providers.names()}))
@@ -164,6 +176,26 @@ class SupervisorRunner:
             self._live.discard(handle)
         request.report_usage(result.usage)
         return result
+
+    async def continuable(self, request: RunRequest) -> RunResult:
+        """Run the sub-agent as a continuable agent of the supervisor (see `keep_alive`)."""
+        from tether.parent.agent_tools import run_continuable
+
+        assert self.keep_alive is not None
+        try:
+            model = await self.model_for(request.definition.model)
+        except ValueError as exc:
+            return _failed(f"the sub-agent's model cannot be used: {exc}")
+        return await run_continuable(
+            self.sup.agents,
+            request,
+            keep_alive=self.keep_alive,
+            parent_run=self.parent_run,
+            model=model,
+            limits=self.limits,
+            config=self.config,
+            workspace=request.workspace or self.workspace,
+        )
 
     async def model_for(self, name: str | None) -> ModelProvider | None:
         """The provider a definition's `model` names (the default model for `None`); raises

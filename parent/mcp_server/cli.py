@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
+from tether.parent.delegation.cli import add_continuable_arguments, check_continuable_arguments
 from tether.protocol.messages import RunResult, ToolCallParams, ToolCallResult
 
 if TYPE_CHECKING:
@@ -82,22 +83,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="fix-and-reverify cycles after a FAIL verdict (default 2)",
     )
     p.add_argument("--ledger", metavar="FILE", help="append the usage ledger to FILE (JSONL)")
-    p.add_argument(
-        "--continuable",
-        action="store_true",
-        help="task sub-agents are continuable agents (a session each, the child kept alive "
-        "after an answer) and the server also offers send_message and list_agents",
-    )
-    p.add_argument(
-        "--state",
-        metavar="DIR",
-        help="with --continuable: where the sessions are stored (default: $XDG_STATE_HOME/tether)",
-    )
-    p.add_argument(
-        "--keep-alive",
-        metavar="T",
-        help="with --continuable: how long a sub-agent's child idles after an answer (default 5m)",
-    )
+    add_continuable_arguments(p, "the server also offers")
     p.add_argument(
         "--list-tools",
         action="store_true",
@@ -115,14 +101,7 @@ def main(args: argparse.Namespace) -> int:
     from tether.parent.delegation.verification import VerifierPolicy
 
     registry = builtin_registry() if args.agents is None else load_registry(args.agents)
-    if not args.continuable:
-        for flag, value in (("--state", args.state), ("--keep-alive", args.keep_alive)):
-            if value is not None:
-                raise ValueError(f"{flag} applies only with --continuable")
-    elif args.keep_alive is not None:
-        from tether.parent.agent_spawn import parse_keep_alive
-
-        parse_keep_alive(args.keep_alive)
+    check_continuable_arguments(args)
     if args.list_tools:
         tools = listing(registry, continuable=args.continuable)
         sys.stdout.write(json.dumps(tools, indent=2, ensure_ascii=False) + "\n")
@@ -192,6 +171,7 @@ async def _serve(
                         models=models,
                         limits=limits,
                         config=config,
+                        workspace=args.workspace,
                     )
                     _say(f"continuable sub-agents, parent run {under}")
                 else:

@@ -1,7 +1,7 @@
 """`tether mcp --continuable`: task sub-agents that can be continued, and the tools that do it.
 
 Each task call's sub-agent starts as a continuable agent of the server's supervisor
-(`agent_tools.continuable_runner`): a durable session in the state directory, its child kept
+(`SupervisorRunner` with a keep-alive): a durable session in the state directory, its child kept
 alive for the keep-alive after each answer. The `task` answer's `subagentId` is then the
 agent's id, and a sub-agent that stops to ask (`ask_orchestrator`) comes back as `status:
 "needs_input"` with its `question`. The server adds `send_message` (answer it, or ask for
@@ -11,30 +11,27 @@ more: warm in its live child, cold from its stored transcript once the child is 
 The tools reach only the agents this server started: every agent is created under one parent
 run, `mcp-<random>`, named once per server on stderr; `tether agents list --parent-run ...`
 finds them later. The model of a sub-agent is the server's choice as for any task call: its
-definition's model, else `--model`.
+definition's model, else `--model`; a definition that names another provider (`acp`, ...)
+runs once, as without `--continuable`.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tether.parent.agent_tools import (
-    LIST_AGENTS,
-    SEND_MESSAGE,
-    agent_tools,
-    continuable_runner,
-)
+from tether.parent.agent_tools import LIST_AGENTS, SEND_MESSAGE, agent_tools
+from tether.parent.delegation.runner import SupervisorRunner
 from tether.parent.mcp_server.tools import ServedTool, from_parent_tool
 
 if TYPE_CHECKING:
     from tether.parent.config import ChildConfig
-    from tether.parent.delegation.delegator import Runner, RunRequest
+    from tether.parent.delegation.delegator import Runner
     from tether.parent.limits import Limits
     from tether.parent.models import ModelProvider
     from tether.parent.supervisor import Supervisor
-    from tether.protocol.messages import RunResult
 
 
 HINTS: dict[str, dict[str, bool]] = {
@@ -59,28 +56,21 @@ def continuable(
     models: Mapping[str, ModelProvider],
     limits: Limits | None,
     config: ChildConfig | None,
+    workspace: str | os.PathLike[str] = ".",
 ) -> tuple[Runner, list[ServedTool]]:
     """The delegation runner and the extra tools of a continuable server (see above)."""
-    runners: dict[str | None, Runner] = {}
-
-    def runner_for(name: str | None) -> Runner:
-        if name not in runners:
-            model = default_model if name is None else models[name]
-            runners[name] = continuable_runner(
-                sup.agents,
-                keep_alive=keep_alive,
-                parent_run=under,
-                model=model,
-                limits=limits,
-                config=config,
-            )
-        return runners[name]
-
-    async def run(request: RunRequest) -> RunResult:
-        return await runner_for(request.definition.model)(request)
-
+    runner = SupervisorRunner(
+        sup,
+        default_model=default_model,
+        models=models,
+        workspace=workspace,
+        limits=limits,
+        config=config,
+        keep_alive=keep_alive,
+        parent_run=under,
+    )
     tools = [
         from_parent_tool(tool, hints=HINTS[tool.spec.name])
         for tool in agent_tools(sup.agents, parent_run=under, model=default_model)
     ]
-    return run, tools
+    return runner, tools

@@ -213,3 +213,126 @@ async def test_the_delegation_runner_makes_a_task_sub_agent_continuable(
         assert answer["summary"].endswith("| one level")
         [summary] = await sup.list_agents(parent_run="orch")
         assert summary.label == "survey" and summary.activations == 1  # it went warm
+
+
+class Orchestrating:
+    """The orchestrator's model (its run id starts `orch-`): start an explorer that asks a
+    question, answer it with `send_message`, then complete with what the sub-agent said.
+    Every other run (the sub-agent) is answered by `Commanded`."""
+
+    def __init__(self) -> None:
+        self.sub = Commanded()
+        self.tool_results: list[dict[str, Any]] = []
+
+    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+        if not params.run_id.startswith("orch-"):
+            return await self.sub.complete(params)
+        results = [json.loads(m.content) for m in params.messages if m.role == "tool"]
+        self.tool_results = results
+        if not results:
+            call = ToolCall(
+                id="o1",
+                name="task",
+                arguments={
+                    "subagent_type": "explorer",
+                    "description": "survey",
+                    "prompt": "survey the notes ASK how deep?",
+                },
+            )
+        elif len(results) == 1:
+            agent_id = results[0]["subagentId"]
+            call = ToolCall(
+                id="o2",
+                name="send_message",
+                arguments={"agent_id": agent_id, "message": "one level"},
+            )
+        else:
+            call = ToolCall(id="o3", name="complete", arguments={"summary": results[-1]["summary"]})
+        return ModelCompleteResult(
+            message=ChatMessage(role="assistant", content="", tool_calls=[call]),
+            usage=Usage(input_tokens=10, output_tokens=5),
+        )
+
+
+async def test_a_continuable_orchestration_lets_its_model_answer_a_sub_agent_that_asked(
+    state: Path, workspace: Path
+) -> None:
+    model = Orchestrating()
+    async with Supervisor(state_dir=state) as sup:
+        got = await sup.orchestrate(
+            "survey the workspace",
+            model=model,
+            workspace=workspace,
+            continuable=True,
+            keep_alive="30s",
+        )
+        assert got.success, got.result.message
+        [task] = got.tasks
+        assert task.output.status == "needs_input" and task.output.question == "how deep?"
+        assert task.output.subagent_id.startswith("ag_")
+        asked, answered = model.tool_results
+        assert asked["status"] == "needs_input" and asked["subagentId"] == task.output.subagent_id
+        assert answered["status"] == "completed" and answered["summary"].endswith("| one level")
+        assert got.result.summary == answered["summary"]
+        # The agent belongs to this orchestration: its parent run is the orchestrator's run id,
+        # and it went on warm in the same child (one activation on record).
+        [summary] = await sup.list_agents(parent_run=got.result.run_id)
+        assert summary.id == task.output.subagent_id and summary.activations == 1
+    # The orchestration is over and its supervisor closed: the session is still on disk, so
+    # a new supervisor resumes the agent cold.
+    async with Supervisor(state_dir=state) as sup:
+        again = await sup.send_message(
+            task.output.subagent_id, "and the next level", model=model.sub
+        )
+        assert again.success and again.summary.endswith("| and the next level")
+
+
+async def test_only_a_continuable_orchestration_offers_its_model_the_agent_tools(
+    workspace: Path, state: Path
+) -> None:
+    offered: dict[bool, set[str]] = {}
+
+    class Looks:
+        def __init__(self, continuable: bool) -> None:
+            self.continuable = continuable
+
+        async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+            offered[self.continuable] = {t.name for t in params.tools}
+            done = ToolCall(id="c", name="complete", arguments={"summary": "looked"})
+            return ModelCompleteResult(
+                message=ChatMessage(role="assistant", content="", tool_calls=[done]),
+                usage=Usage(input_tokens=1, output_tokens=1),
+            )
+
+    async with Supervisor(state_dir=state) as sup:
+        for continuable in (False, True):
+            got = await sup.orchestrate(
+                "look", model=Looks(continuable), workspace=workspace, continuable=continuable
+            )
+            assert got.success
+    assert {"task", "send_message", "list_agents"} <= offered[True]
+    assert "task" in offered[False]
+    assert not {"send_message", "list_agents"} & offered[False]
+
+
+async def test_a_continuable_runner_runs_a_definition_of_another_provider_once(
+    state: Path, workspace: Path
+) -> None:
+    from tether.parent.delegation import Delegator, Registry
+    from tether.parent.delegation.definitions import SubagentDefinition
+    from tether.parent.delegation.runner import SupervisorRunner
+
+    kept = SubagentDefinition(type="kept", description="continuable")
+    once = SubagentDefinition(type="once", description="in process", provider="inprocess")
+    async with Supervisor(state_dir=state) as sup:
+        runner = SupervisorRunner(sup, default_model=Commanded(), keep_alive=30, parent_run="orch")
+        delegator = Delegator(Registry([kept, once]), runner, workspace=workspace)
+        outputs = {}
+        for kind in ("kept", "once"):
+            args = {"subagent_type": kind, "description": kind, "prompt": "look"}
+            outputs[kind] = await delegator.execute(args, tool_call_id=kind)
+        assert all(o.status == "completed" for o in outputs.values())
+        assert outputs["kept"].subagent_id.startswith("ag_")
+        assert not outputs["once"].subagent_id.startswith("ag_")
+        [agent] = await sup.list_agents(parent_run="orch")
+        assert agent.id == outputs["kept"].subagent_id

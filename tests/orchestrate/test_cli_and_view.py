@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -238,3 +239,30 @@ def test_sigint_cancels_the_orchestration_prints_it_and_exits_130(tmp_path: Path
     assert data["result"]["status"] == "aborted"
     assert sorted(r["status"] for r in data["ledger"]["subagents"]) == ["aborted", "aborted"]
     assert "cancelling the run" in err
+
+
+def test_a_continuable_orchestration_leaves_sub_agents_tether_agents_can_continue(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    got = tether(
+        "orchestrate", "Survey.", "--model", f"scripted:{book(tmp_path)}",
+        "--workspace", str(tmp_path), "--continuable", "--state", str(state),
+        "--keep-alive", "2s", "--quiet",
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    ids = re.findall(r"continue: tether agents send (ag_[0-9a-f]+) MESSAGE", got.stdout)
+    assert len(ids) == 2
+    listed = tether("agents", "list", "--state", str(state), "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(a["id"] for a in json.loads(listed.stdout)) == sorted(ids)
+
+
+def test_continuation_flags_without_continuable_are_bad_usage(tmp_path: Path) -> None:
+    for flags in (["--keep-alive", "1m"], ["--state", str(tmp_path)]):
+        got = tether("orchestrate", "x", "--model", "scripted:x", *flags)
+        assert got.returncode == 2 and "applies only with --continuable" in got.stderr
+    got = tether(
+        "orchestrate", "x", "--model", "scripted:x", "--continuable", "--keep-alive", "soon"
+    )
+    assert got.returncode == 2 and "keep" in got.stderr.lower()
