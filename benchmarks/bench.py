@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import importlib.util
 import json
 import os
 import subprocess
@@ -114,6 +115,8 @@ class Plan:
     """Follow-up messages to live children (spread over `rounds`, a fresh agent each round)."""
     resumes: int = 10
     """Rounds of the cold-resume figures (one sample of each per round)."""
+    ray_children: int = 256
+    ray_runs: int = 15
     only: tuple[str, ...] = ()
     """Run only these groups (by name, as printed); empty: every group."""
 
@@ -139,6 +142,8 @@ class Plan:
             pooled=2,
             follow_ups=4,
             resumes=2,
+            ray_children=4,
+            ray_runs=2,
         )
 
 
@@ -1170,6 +1175,115 @@ def swarm_group(res: Results, p: Plan) -> None:
     )
 
 
+# --- scale-out through Ray (optional) ----------------------------------------------------------
+
+
+def ray_group(res: Results, p: Plan) -> None:
+    """A brokered run through Ray beside a local one, and many children over two nodes
+    (`benchmarks/ray_scale.py`, in a process of its own with its own loopback cluster).
+    Skipped, with a line saying so, when the ray extra is not installed."""
+    if importlib.util.find_spec("ray") is None:
+        print("   skipped: Ray is not installed (pip install 'tether[ray]')", flush=True)
+        return
+    n = p.ray_children
+    out = subprocess.run(
+        [PY, "-m", "benchmarks.ray_scale", "--children", str(n), "--runs", str(p.ray_runs)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    got: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    local, remote = got["swarm"]["local"], got["swarm"]["ray"]
+    one_run = (
+        "one `await sup.run()` with the real tether child and a one-turn scripted model whose "
+        "turn the driver brokers: spawn, handshake, `model/complete`, result, dispose"
+    )
+    res.add(
+        Figure(
+            "context.ray_local_run",
+            "one brokered run, local",
+            "ms",
+            got["run_ms"]["local"],
+            f"{one_run}; a local `Supervisor`",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.ray_run",
+            "one brokered run on another Ray node",
+            "ms",
+            got["run_ms"]["ray"],
+            f"{one_run}; `RayPlacement` on the second node of a loopback cluster, the "
+            "model answered in the driver through the broker relay, interleaved with "
+            "the local run",
+            floor="context.ray_local_run",
+        )
+    )
+    res.add(
+        Figure(
+            "context.ray_local_swarm",
+            f"{n} children at once, local",
+            "s",
+            [local["seconds"]],
+            "first `start()` to last result, one `Supervisor`",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.ray_swarm",
+            f"{n} children at once over 2 Ray nodes",
+            "s",
+            [remote["seconds"]],
+            f"first `start()` to last result, `RayPlacement` over both nodes "
+            f"(per_node={max(1, -(-n // 2))}), the placement already open",
+            floor="context.ray_local_swarm",
+        )
+    )
+    res.add(
+        Figure(
+            "context.ray_local_swarm_memory",
+            f"{n} children at once, local: memory",
+            "MiB",
+            [local["pss_peak_mib"] - local["pss_before_mib"]],
+            "peak summed PSS of this process and its descendants during the swarm, "
+            "minus the same sum just before",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.ray_swarm_memory",
+            f"{n} children over 2 Ray nodes: memory",
+            "MiB",
+            [remote["pss_peak_mib"] - remote["pss_before_mib"]],
+            "peak summed PSS of the driver and every process of the cluster (host "
+            "actors, children) during the swarm, minus the same sum just before; "
+            "includes opening and closing the placement",
+            floor="context.ray_local_swarm_memory",
+        )
+    )
+    res.add(
+        Figure(
+            "context.ray_placement_open",
+            "opening a placement on 2 nodes",
+            "s",
+            [remote["open_s"]],
+            "`async with RayPlacement()` entered: relay and two host "
+            "actors started, each host's supervisor serving",
+        )
+    )
+    res.add(
+        Figure(
+            "context.ray_cluster_idle",
+            "idle two-node cluster (with the driver)",
+            "MiB",
+            [got["cluster_idle_pss_mib"]],
+            "summed PSS of the driver and the cluster's processes, no placement open",
+        )
+    )
+
+
 # --- group: continuable agents -----------------------------------------------------------------
 
 
@@ -1407,6 +1521,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not plan.only or "many children at once" in plan.only:
         print("== many children at once", flush=True)
         swarm_group(res, plan)
+    if not plan.only or "scale-out through Ray" in plan.only:
+        print("== scale-out through Ray", flush=True)
+        ray_group(res, plan)
     seconds = time.perf_counter() - t0
     text = render(res, started, seconds, (load0, os.getloadavg()[0]))
     # The soak's section is written by scripts/soak, not measured here: keep it.

@@ -504,15 +504,20 @@ def isolation_setup(
     """The one place a child's isolation is decided: its plan (`plan_for`), and where it is
     applied. bwrap must be the outer layer (inside a Landlock domain it cannot set up its
     namespaces), so under a launcher that says `sandbox_inside`, the command becomes the
-    trampoline with the plan, run by the launcher, and the outer trampoline applies none."""
+    trampoline with the plan, run by the launcher, and the outer trampoline applies none.
+    The inner plan is reduced to Landlock, seccomp and no_new_privs only when the launcher
+    isolates the filesystem itself (bwrap); `pidns` gets the whole plan, applied inside its
+    namespace (the outer one would forbid the namespace to the shim)."""
     inside = bool(getattr(launcher, "sandbox_inside", False)) and level == "sandbox"
+    provides = getattr(launcher, "provides", None)
+    reduced = inside and bool(getattr(provides, "filesystem_isolation", False))
     setup = plan_for(
         level,
         command=command,
         workspace=workspace,
         sandbox_user=sandbox_user,
         read_paths=read_paths,
-        inside_launcher=inside,
+        inside_launcher=reduced,
         network=network,
         workspace_read_only=workspace_read_only,
     )

@@ -12,6 +12,8 @@ child's cgroup on this host. What a launcher adds on top is in its `Provides`:
   and exactly our scrubbed environment (`--clearenv` + `--setenv`). It is the outer layer:
   at the sandbox isolation level the trampoline runs *inside* it and adds Landlock, seccomp
   and no_new_privs there (inside a Landlock domain bwrap could not set up its namespaces);
+- `pidns`: a PID namespace of its own (`_pidns.py`), so nothing the command starts outlives
+  it, whoever is killed (the default for children placed on other nodes, `placement/`);
 - `prlimit`, `setpriv`: util-linux wrappers (rlimits by the kernel; no new privileges);
 - `ssh`, `docker`, `kubectl`: the child runs on another host or in a container; signals from
   here reach only the local client, so teardown is the EOF lifeline alone
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,6 +204,28 @@ class Setpriv(Launcher):
         return [*out, "--", *ctx.command]
 
 
+PIDNS_SHIM = Path(__file__).with_name("_pidns.py")
+
+
+@dataclass(frozen=True)
+class Pidns(Launcher):
+    """The command in a PID namespace of its own (`_pidns.py`): whatever kills the launcher
+    process, the kernel kills everything the command started. `user`: also a user namespace,
+    so no privilege is needed (`None`: only when not root)."""
+
+    name: str = "pidns"
+    user: bool | None = None
+    sandbox_inside: bool = True
+    """The sandbox is applied inside the namespace, by a second trampoline the shim's command
+    runs: the sandbox's seccomp filter forbids new namespaces, so applied outside it would
+    forbid the shim its own (see `isolation_setup`)."""
+
+    def argv(self, ctx: LaunchContext) -> list[str]:
+        user = self.user if self.user is not None else os.geteuid() != 0
+        flags = ["--user"] if user else []
+        return [sys.executable, "-I", "-S", str(PIDNS_SHIM), *flags, "--", *ctx.command]
+
+
 def _remote_command(ctx: LaunchContext) -> str:
     env = [f"{k}={v}" for k, v in sorted(ctx.explicit_env.items())]
     command = ["env", *env, *ctx.command] if env else list(ctx.command)
@@ -335,6 +360,9 @@ LAUNCHERS: dict[str, LauncherKind] = {
             lambda _: Bwrap(
                 name="bwrap-net", network=True, provides=Provides(filesystem_isolation=True)
             ),
+        ),
+        LauncherKind(
+            "pidns", "a PID namespace of its own: nothing outlives the command", lambda _: Pidns()
         ),
         LauncherKind("prlimit", "util-linux prlimit sets the rlimits", lambda _: Prlimit()),
         LauncherKind("setpriv", "util-linux setpriv --no-new-privs", lambda _: Setpriv()),

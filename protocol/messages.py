@@ -249,6 +249,7 @@ FailureKind = Literal[
     "cancelled",
     "budget_exhausted",
     "agent_error",
+    "placement_lost",
 ]
 FAILURE_KINDS: tuple[str, ...] = FailureKind.__args__  # type: ignore[attr-defined]
 

@@ -1,4 +1,5 @@
-# Sourced by scripts/*: create or refresh .venv with the project and its test extras.
+# Sourced by scripts/*: create or refresh .venv with the project, its test extras and the ray
+# extra (the scale-out tests start a real Ray cluster on loopback).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -16,6 +17,6 @@ stamp=.venv/.tether-install-stamp
 want="$( (cat pyproject.toml; find parent child protocol wire contain -name '*.py' | sort) | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check \
-    -e '.[test]' --config-settings editable_mode=strict
+    -e '.[test,ray]' --config-settings editable_mode=strict
   echo "$want" > "$stamp"
 fi

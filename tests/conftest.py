@@ -47,6 +47,32 @@ def read_line() -> Callable[[subprocess.Popen[bytes], float], bytes]:
     return _read_line
 
 
+def _host_pid(pidfile: Path) -> int:
+    """The pid, as this host's /proc numbers it, of the process that wrote its own pid into
+    `pidfile` from wherever it runs: inside a PID namespace with a /proc of its own, a process
+    knows only its namespace's pid. Found as the process whose command line names `pidfile`
+    (the test children take it as an argument, and a fork keeps it) and whose innermost pid
+    (`NSpid`, the last one) is the one written; 0 once no such process exists."""
+    wrote = int(pidfile.read_text())
+    for proc in psutil.process_iter(["cmdline"]):
+        if str(pidfile) not in (proc.info["cmdline"] or []):
+            continue
+        try:
+            with open(f"/proc/{proc.pid}/status") as f:
+                nspid = next(line for line in f if line.startswith("NSpid:")).split()[1:]
+        except (OSError, StopIteration):
+            continue
+        if int(nspid[-1]) == wrote:
+            return proc.pid
+    return 0
+
+
+@pytest.fixture
+def host_pid() -> Callable[[Path], int]:
+    """`host_pid(pidfile)`: see `_host_pid`."""
+    return _host_pid
+
+
 def _tier_params() -> list[object]:
     from tether.parent.host import TIERS, host
 

@@ -52,6 +52,7 @@ _STATUS_OF_FAILURE: dict[str, TaskStatus] = {
     "cancelled": "aborted",
     "spawn_failed": "error",
     "agent_error": "error",
+    "placement_lost": "error",
 }
 
 

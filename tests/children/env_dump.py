@@ -1,7 +1,7 @@
 """Writes what it was started with to the JSON file argv[1], then answers the run.
 
 Recorded: its environment (as Python sees it, and raw from /proc/self/environ), pid, session
-and group ids, parent-death signal, and the text of /proc/self/limits.
+and group ids, parent-death signal, the text of /proc/self/limits, and the pids /proc lists.
 """
 
 import ctypes
@@ -34,6 +34,7 @@ report = {
     "pgid": os.getpgid(0),
     "pdeathsig": pdeathsig(),
     "limits": limits,
+    "proc_pids": sorted(int(name) for name in os.listdir("/proc") if name.isdigit()),
 }
 with open(sys.argv[1], "w") as f:
     json.dump(report, f)

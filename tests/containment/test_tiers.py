@@ -71,6 +71,9 @@ def test_nothing_reaps_by_anything_but_a_pid() -> None:
         f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}"
         for folder in ("parent", "child")
         for path in sorted((ROOT / folder).rglob("*.py"))
+        # The PID namespace's init reaps every orphan of its namespace: that is its job, and
+        # nothing else in its process waits for anything.
+        if path.relative_to(ROOT).as_posix() != "parent/_pidns.py"
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Call) and _reaps_any_child(node)
     ]

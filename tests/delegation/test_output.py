@@ -25,6 +25,7 @@ EXPECTED = {
     "cancelled": "aborted",
     "spawn_failed": "error",
     "agent_error": "error",
+    "placement_lost": "error",
 }
 
 

@@ -48,6 +48,8 @@ def test_the_wheel_holds_parent_child_protocol_their_data_and_the_tether_script(
         "tether/contain/sequence.py",
         "tether/contain/py.typed",
         "tether/parent/_keeper.py",
+        "tether/parent/_pidns.py",
+        "tether/parent/placement/nodehost.py",
         "tether/parent/models/scripted.py",
         "tether/parent/py.typed",
     ):

@@ -33,9 +33,11 @@ ALLOWED_THIRD_PARTY = {
     # oslash is jsonrpcserver's own result type (`Either`), used only next to it.
     "child": {"msgspec", "anyio", "jsonrpcserver", "oslash"},
     # h11: the model gateway; acp (+ pydantic, its models' errors): the ACP driver; jsonschema:
-    # the task tool validates a model's arguments; mcp: `tether mcp` only (tests/mcp checks).
+    # the task tool validates a model's arguments; mcp: `tether mcp` only (tests/mcp checks);
+    # ray: the optional scale-out extra, imported only inside `placement/` functions
+    # (tests/placement/test_parts.py checks nothing loads it).
     "parent": {"msgspec", "anyio", "psutil", "httpx", "h11", "acp", "pydantic", "jsonschema"}
-    | {"mcp"},
+    | {"mcp", "ray"},
     # Runs in the trampoline (`python -I -S`, no site-packages): the standard library only.
     "contain": set(),
 }
