@@ -115,15 +115,18 @@ def _define(version: str) -> None:
     def tests(session: nox.Session) -> None:
         if skipped:
             session.skip(f"the whole suite already ran on {version} (scripts/test)")
+        # The fast selection needs only the test runners (`.[pytest]`); anything else asked
+        # for after `--` may be the whole suite, which needs every test extra.
+        extra = "test" if session.posargs else "pytest"
         session.install(
             "--disable-pip-version-check",
             "-q",
             "-e",
-            ".[test]",
+            f".[{extra}]",
             "--config-settings",
             "editable_mode=strict",
         )
-        session.run("python", "-m", "pytest", "-q", *(session.posargs or FAST))
+        session.run("python", "-m", "pytest", "-q", *(session.posargs or [*FAST, "-n", "2"]))
 
 
 for _version in SUPPORTED:

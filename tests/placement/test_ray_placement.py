@@ -48,7 +48,14 @@ from .conftest import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.anyio, pytest.mark.ray, pytest.mark.timeout(120)]
+# One worker runs this whole module (scripts/test distributes by group): the cluster is
+# module-scoped, and two clusters at once would not fit a 2-core machine.
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.ray,
+    pytest.mark.timeout(120),
+    pytest.mark.xdist_group("ray"),
+]
 
 CHILDREN = Path(__file__).parent.parent / "children"
 ONE_TURN = (
