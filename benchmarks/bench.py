@@ -80,7 +80,8 @@ PY = sys.executable
 TETHER_CHILD = list(DEFAULT_COMMAND)
 MIB = 1 << 20
 STUBBORN_POLICY = DisposePolicy(shutdown=0.1, eof=0.1, term=0.1, kill=2.0)
-STUBBORN_GRACE = STUBBORN_POLICY.shutdown + STUBBORN_POLICY.eof + STUBBORN_POLICY.term
+STUBBORN_GRACE = STUBBORN_POLICY.stubborn_seconds(asked_shutdown=True)
+"""A ready child is asked `shutdown`; when it does not answer, the EOF rung waits nothing more."""
 ONE_TURN = (
     b'[{"text": "done", "toolCalls": [{"name": "complete",'
     b' "arguments": {"summary": "ok", "paths": []}}]}]'
@@ -941,6 +942,32 @@ async def flood_group(res: Results, p: Plan, workspace: str) -> None:
 # --- absolute figures: stubborn dispose, crash ----------------------------------------------------
 
 
+async def stubborn_default(res: Results, p: Plan) -> None:
+    """The whole dispose of a stubborn child with the default graces (`DisposePolicy()`)."""
+    took, rungs = [], []
+    for _ in range(max(1, p.stubborn // 2)):
+        async with tethered(child_script("proto.py", "stubborn")) as child:
+            await initialize(child)
+            t0 = time.perf_counter_ns()
+            report = await child.dispose()
+            took.append((time.perf_counter_ns() - t0) / 1e9)
+            rungs.append(report.rung)
+    graces = DisposePolicy()
+    res.add(
+        Figure(
+            "tether.dispose_stubborn_default",
+            "dispose of a child that ignores every rung, default graces",
+            "s",
+            took,
+            "`proto.py stubborn` (ready, then deaf to `shutdown`, EOF and SIGTERM) under "
+            f"`DisposePolicy()`: shutdown {graces.shutdown:g} s, then (the EOF rung waits nothing "
+            f"after an unanswered `shutdown`) term {graces.term:g} s, then SIGKILL; from the "
+            "`dispose()` call to its return",
+            note="rungs reached: " + ", ".join(sorted(set(rungs))),
+        )
+    )
+
+
 def floor_crash() -> float:
     with popen(child_script("floor_crash.py")) as proc:
         w, r = _fds(proc)
@@ -967,13 +994,14 @@ async def stubborn_and_crash(res: Results, p: Plan, workspace: str) -> None:
             "ms",
             overshoot,
             "`proto.py stubborn` answers `initialize`, then ignores everything, stdin EOF and "
-            f"SIGTERM included; its grace is shutdown {STUBBORN_POLICY.shutdown} s + eof "
-            f"{STUBBORN_POLICY.eof} s + term {STUBBORN_POLICY.term} s = {STUBBORN_GRACE:.1f} s "
-            "before SIGKILL; the figure is the time from the `dispose()` call to its return, "
-            "minus that grace",
+            f"SIGTERM included; its grace is shutdown {STUBBORN_POLICY.shutdown} s + term "
+            f"{STUBBORN_POLICY.term} s = {STUBBORN_GRACE:.1f} s before SIGKILL (after the "
+            "unanswered `shutdown` the EOF rung waits nothing); the figure is the time from the "
+            "`dispose()` call to its return, minus that grace",
             note="rungs reached: " + ", ".join(sorted(set(rungs))),
         )
     )
+    await stubborn_default(res, p)
     times, floor, kinds = [], [], []
     for _ in range(p.crashes):
         floor.append(floor_crash())

@@ -144,6 +144,11 @@ TARGETS = [
         _absolute("tether.dispose_stubborn", 50.0, True),
     ),
     Target(
+        "dispose_stubborn_default",
+        "stubborn dispose with the default graces < 4 s (MCP's and ACP's stdio clients: 4.0 s)",
+        _absolute("tether.dispose_stubborn_default", 4.0, True),
+    ),
+    Target(
         "crash",
         "crash → result ≤ 5 ms",
         _absolute("tether.crash_result", 5.0, True),

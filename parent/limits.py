@@ -215,13 +215,26 @@ def _human_bytes(n: int) -> str:
 
 @dataclass(frozen=True)
 class DisposePolicy:
-    """Grace, in seconds, given to each rung of the dispose ladder before the next one."""
+    """Grace, in seconds, given to each rung of the dispose ladder before the next one.
+
+    The defaults, and why (docs/protocol.md, "The dispose ladder"): `shutdown` 2 s is for runs to
+    unwind and answer `aborted` (they are cancelled, which takes milliseconds unless a tool is
+    stuck); `eof` 1 s is the lifeline for a child that was never asked `shutdown` (not ready,
+    cut off, or a foreign agent) — tether's child leaves on EOF at once, and after an
+    unanswered `shutdown` it is not waited at all (EOF is queued behind the request); `term`
+    1 s because SIGTERM is the child's second or third chance to leave on its own (tether's
+    child keeps SIGTERM's default action and dies at once; a process that handles it only has
+    to flush and exit); `kill` 2 s for the kernel to take a large tree down. A child that
+    ignores everything is SIGKILLed `stubborn_seconds()` after dispose starts: 3 s when it
+    was asked `shutdown`, 2 s when not.
+    """
 
     shutdown: float = 2.0
     """`shutdown` request answered and the child exited on `exit`."""
     eof: float = 1.0
-    """After `exit` and closing stdin, the child's exit on EOF."""
-    term: float = 2.0
+    """After `exit` and closing stdin, the child's exit on EOF (counted from when stdin
+    closed; not waited after a `shutdown` that went unanswered)."""
+    term: float = 1.0
     """After SIGTERM (+SIGCONT) to the tree."""
     kill: float = 2.0
     """After SIGKILL, for the kernel to take the tree down."""
@@ -230,3 +243,9 @@ class DisposePolicy:
         for name in ("shutdown", "eof", "term", "kill"):
             if getattr(self, name) < 0:
                 raise ValueError(f"dispose grace {name!r} must not be negative")
+
+    def stubborn_seconds(self, *, asked_shutdown: bool) -> float:
+        """How long after dispose starts a child that ignores every rung is SIGKILLed: the
+        shutdown rung's grace then SIGTERM's when it was asked `shutdown` (its EOF wait was
+        spent there), else the EOF lifeline's then SIGTERM's."""
+        return (self.shutdown if asked_shutdown else self.eof) + self.term

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.report import TARGETS as REPORT_TARGETS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 FIGURES = {
@@ -37,6 +39,7 @@ FIGURES = {
     "tether.events",
     "tether.dispose_polite",
     "tether.dispose_stubborn",
+    "tether.dispose_stubborn_default",
     "tether.crash_result",
     "tether.swarm",
     "tether.swarm_rss",
@@ -78,6 +81,7 @@ TARGETS = [
     "agent/event",
     "polite",
     "stubborn",
+    "default graces",
     "crash",
     "acquire",
 ]
@@ -117,7 +121,7 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
         assert word in report
     targets = report.split("## Targets", 1)[1].split("## Floors", 1)[0]
     rows = [line for line in targets.splitlines() if line.startswith("| ") and "---" not in line]
-    assert len(rows) == 1 + 9  # header + one row per target
+    assert len(rows) == 1 + len(REPORT_TARGETS)  # header + one row per target
     for row in rows[1:]:
         assert row.rstrip().endswith(("| met |", "| **missed** |")), row
     for needle in TARGETS:
