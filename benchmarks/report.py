@@ -149,6 +149,26 @@ TARGETS = [
         _absolute("tether.dispose_stubborn_default", 4.0, True),
     ),
     Target(
+        "fleet_ready",
+        "256 live children through the zygote: all ready ≤ 5 s",
+        _absolute("tether.fleet_ready", 5.0, True),
+    ),
+    Target(
+        "fleet_ping",
+        "256 live children: `ping` p99 across them ≤ 5 ms",
+        _absolute("tether.fleet_ping_p99", 5.0, True),
+    ),
+    Target(
+        "fleet_uss",
+        "256 live children: USS ≤ 8 MiB per child",
+        _absolute("tether.fleet_uss", 8.0, True),
+    ),
+    Target(
+        "fleet_dispose",
+        "256 live children: dispose all ≤ 2 s, 0 survivors",
+        _absolute("tether.fleet_dispose", 2.0, True),
+    ),
+    Target(
         "crash",
         "crash → result ≤ 5 ms",
         _absolute("tether.crash_result", 5.0, True),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import resource
 from dataclasses import dataclass
 
 MAX_SECONDS = 10 * 365 * 86400
@@ -19,6 +20,41 @@ def max_open_files() -> int:
             return int(f.read())
     except (OSError, ValueError):
         return 1 << 20
+
+
+_inherited_open_files: int | None = None
+
+
+def raise_open_files_limit() -> None:
+    """Raise this process's RLIMIT_NOFILE soft limit to its hard limit, once per process.
+
+    Each live child costs the supervisor several descriptors (its three pipe ends, its pidfd,
+    cgroup files while it starts), so the common soft limit of 1,024 runs out near 200
+    children while the hard limit (often 4,096 up to 1,048,576) allows far more. Called when a
+    `Supervisor` is entered; the soft limit found then is what children inherit again
+    (`inherited_open_files()`), so no child sees a change — a program that still uses
+    `select()` breaks on descriptors past 1,023."""
+    global _inherited_open_files
+    if _inherited_open_files is not None:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _inherited_open_files = soft
+    if hard == resource.RLIM_INFINITY:
+        hard = max_open_files()  # the kernel refuses more than fs.nr_open descriptors anyway
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError):
+            pass  # a sandbox or a policy may forbid it: keep the limit we were given
+
+
+def inherited_open_files() -> int | None:
+    """The RLIMIT_NOFILE soft limit this process had before `raise_open_files_limit()` raised
+    it, for children to start with; `None` when it was not raised."""
+    if _inherited_open_files is None:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return _inherited_open_files if soft != _inherited_open_files else None
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|h|m|s)\s*", re.IGNORECASE)

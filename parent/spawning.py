@@ -13,6 +13,7 @@ records what went wrong.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, overload
@@ -25,7 +26,7 @@ from tether.parent.env import build_child_env
 from tether.parent.host import Host
 from tether.parent.isolation import GatewayNetwork, isolation_setup, merged_env
 from tether.parent.launchers import LaunchContext, Launcher, Local, resolve_launcher
-from tether.parent.limits import Limits
+from tether.parent.limits import Limits, inherited_open_files
 from tether.parent.process import ChildProcess, SpawnError, SpawnSpec
 from tether.parent.supervised import SupervisedChild, SupervisedProcess
 from tether.parent.tree import TREE_ENV, new_tree_marker
@@ -141,14 +142,20 @@ def spawn_child(
                 read_paths=tuple(cfg.read_paths),
             )
         )
+    rlimits = limits.rlimits(
+        memory_in_cgroup=cgroup is not None and host.enforces("memory"),
+        pids_in_cgroup=cgroup is not None and host.enforces("pids"),
+    )
+    inherited = inherited_open_files()
+    if inherited is not None and "RLIMIT_NOFILE" not in rlimits:
+        # The supervisor raised its own soft limit (`raise_open_files_limit`); the child
+        # starts with the one it would have inherited.
+        rlimits["RLIMIT_NOFILE"] = (inherited, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     spec = SpawnSpec(
         argv,
         env,
         cwd=None,
-        rlimits=limits.rlimits(
-            memory_in_cgroup=cgroup is not None and host.enforces("memory"),
-            pids_in_cgroup=cgroup is not None and host.enforces("pids"),
-        ),
+        rlimits=rlimits,
         cgroup_procs=cgroup.procs_files if cgroup else [],
         plan=setup.outer_plan,
         pass_fds=(network.channel,) if network is not None and network.channel is not None else (),

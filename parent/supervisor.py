@@ -51,7 +51,7 @@ from tether.parent.host import host
 from tether.parent.isolation import Choice, choose_level, probe_host, workspace_problem
 from tether.parent.keeper import Keeper
 from tether.parent.launchers import Local, resolve_launcher
-from tether.parent.limits import Limits
+from tether.parent.limits import Limits, raise_open_files_limit
 from tether.parent.models import ModelProvider
 from tether.parent.pool import WarmPool
 from tether.parent.process import ChildProcess, SpawnError, SpawnSpec
@@ -147,6 +147,9 @@ class Supervisor:
         # Non-dumpable: no child (same user or not) may read this process's environment,
         # memory or descriptors through /proc, or ptrace it. Process-wide and kept.
         set_dumpable(False)
+        # Each live child holds several of our descriptors: the soft limit goes up to the hard
+        # one, once per process (children still start with the soft limit we were given).
+        raise_open_files_limit()
         self._keeper = Keeper.start()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
