@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import gc
 import json
 import os
@@ -73,9 +74,11 @@ PAD_ENV = "TETHER_ZYGOTE_ENV_AREA"
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+@functools.cache
 def _environ_area() -> tuple[int, int]:
     """Start and end address of this process's environment block (what /proc/PID/environ
-    reads): fields 50 and 51 of /proc/self/stat."""
+    reads): fields 50 and 51 of /proc/self/stat. Read once, in the zygote: a forked child has
+    the same block at the same addresses."""
     with open("/proc/self/stat", "rb") as f:
         stat = f.read()
     fields = stat[stat.rfind(b")") + 2 :].split()
@@ -113,7 +116,9 @@ def _become_child(request: dict[str, Any], fds: list[int], zygote: int) -> None:
         )
         argv = list(request.get("argv", []))
         sys.argv = ["tether.child", *argv]
-        gc.unfreeze()
+        # The objects the zygote froze stay frozen here: the child's full collections then
+        # never walk them (a walk writes every object's header, copying most of the shared
+        # heap into this child). They are the imported runtime, alive for good anyway.
     except BaseException as exc:
         try:
             os.write(2, f"tether-zygote: child setup failed: {exc}\n".encode())
@@ -185,14 +190,13 @@ def serve(sock: socket.socket) -> None:
 
 def _warm() -> None:
     """Pay here, once, what every child would otherwise pay on its way to `initialize`: the
-    first use of argparse (the child's command line is parsed even when empty; its first
-    parser costs ≈ 15 ms of lazy set-up) and the package's version, which `initialize`
-    reports (`importlib.metadata` searches sys.path on every call: 2-6 ms). The version is
-    cached for the children; it cannot change while the zygote runs."""
+    first use of argparse (for a child given `--agent`: its first parser costs ≈ 15 ms of lazy
+    set-up), the package's version, which `initialize` reports (`importlib.metadata` searches
+    sys.path on every call: 2-6 ms; cached for the children, it cannot change while the
+    zygote runs), and a whole rehearsed session (`_rehearse`)."""
     from tether.child import session
 
-    if entry.ENV_VAR not in os.environ:
-        entry._agent_factory([])
+    entry._agent_option([])
     version = session._version()
     session._version = lambda: version
     _rehearse()
