@@ -351,8 +351,9 @@ def floor_spawn_round(s: Samples) -> None:
         s["floor.eof_exit"].append(ms(time.perf_counter_ns() - t1))
 
 
-PROCESS = ChildConfig(isolation="process")
-SANDBOX = ChildConfig(isolation="sandbox")
+PROCESS = ChildConfig(isolation="process", spawner="exec")
+SANDBOX = ChildConfig(isolation="sandbox", spawner="exec")
+"""Cold spawns, pinned: the default spawner forks tether's own child from the zygote."""
 
 
 async def spawn_group(res: Results, p: Plan, workspace: str) -> None:

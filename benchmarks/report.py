@@ -149,6 +149,16 @@ TARGETS = [
         _absolute("tether.dispose_stubborn_default", 4.0, True),
     ),
     Target(
+        "zygote_spawn",
+        f"zygote spawn → ready ≤ 1.3{X} the spawn-first-line floor",
+        _relative("tether.zygote_spawn_ready", "floor.spawn_line", 1.3, True),
+    ),
+    Target(
+        "zygote_run",
+        f"one whole run through the zygote ≤ 2{X} its spawn → ready",
+        _relative("context.run_one_zygote", "tether.zygote_spawn_ready", 2.0, True),
+    ),
+    Target(
         "fleet_ready",
         "256 live children through the zygote: all ready ≤ 5 s",
         _absolute("tether.fleet_ready", 5.0, True),
@@ -377,7 +387,12 @@ def render(res: Results, started: dt.datetime, seconds: float, load: Sequence[fl
             add("")
             add(text[t.key])
             add("")
-    for key, title in (("spawn", "Cold spawn"), ("next", "What to look at next")):
+    for key, title in (
+        ("spawn", "Cold spawn"),
+        ("sandbox", "The sandbox's cost"),
+        ("providers", "Every provider's whole run"),
+        ("next", "What to look at next"),
+    ):
         if key in text:
             add(f"### {title}")
             add("")

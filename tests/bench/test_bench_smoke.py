@@ -45,6 +45,8 @@ FIGURES = {
     "tether.fleet_uss",
     "tether.fleet_dispose",
     "context.fleet_ping_one",
+    "tether.zygote_spawn_ready",
+    "context.run_one_zygote",
     "tether.crash_result",
     "tether.swarm",
     "tether.swarm_rss",
@@ -88,6 +90,8 @@ TARGETS = [
     "stubborn",
     "default graces",
     "live children",
+    "zygote spawn",
+    "through the zygote",
     "crash",
     "acquire",
 ]
