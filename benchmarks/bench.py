@@ -1227,8 +1227,13 @@ def fleet_group(res: Results, p: Plan) -> None:
         )
     )
     if p.fleet_stretch:
-        # The stretch line: whatever it reaches, bounded by time and by free memory.
-        r = _fleet(p.fleet_stretch, 1, 30.0)
+        # The stretch line: whatever it reaches, bounded by time and by free memory; a
+        # stretch that fails is said, and the rest of the bench goes on.
+        try:
+            r = _fleet(p.fleet_stretch, 1, 30.0)
+        except (subprocess.SubprocessError, ValueError, KeyError) as exc:
+            print(f"  stretch: {p.fleet_stretch} live children: failed ({exc})", flush=True)
+            return
         ping = f", ping p99 {_p99(r['ping_us']) / 1e3:.1f} ms" if r["ping_us"] else ""
         uss = sum(r["uss_mib"]) / max(1, len(r["uss_mib"]))
         res.add(

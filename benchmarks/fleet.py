@@ -42,7 +42,7 @@ from tether.parent.config import ChildConfig
 from tether.parent.env import build_child_env
 from tether.parent.host import host
 from tether.parent.limits import Limits, raise_open_files_limit
-from tether.parent.process import ChildProcess, SpawnSpec
+from tether.parent.process import ChildProcess, SpawnError, SpawnSpec
 from tether.parent.spawning import spawn_child
 from tether.parent.supervised import SupervisedChild
 from tether.parent.zygote import Zygote
@@ -92,7 +92,11 @@ async def fleet(n: int, rounds: int, reserve_mib: int, spawn_seconds: float) -> 
                 if psutil.virtual_memory().available < reserve_mib * MIB:
                     out["stopped"] = f"spawning stopped: under {reserve_mib} MiB free"
                     break
-                child = spawn_child(cfg, Limits(), tier, "fleet", spawner=spawner)
+                try:
+                    child = spawn_child(cfg, Limits(), tier, "fleet", spawner=spawner)
+                except SpawnError as exc:
+                    out["stopped"] = f"spawning stopped: {exc}"
+                    break
                 await stack.enter_async_context(child)
                 children.append(child)
             out["spawned_s"] = time.perf_counter() - t0

@@ -39,11 +39,11 @@ def raise_open_files_limit() -> None:
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     _inherited_open_files = soft
-    if hard == resource.RLIM_INFINITY:
-        hard = max_open_files()  # the kernel refuses more than fs.nr_open descriptors anyway
-    if soft != resource.RLIM_INFINITY and soft < hard:
+    # The kernel refuses a soft limit past fs.nr_open; the hard limit is left as it is.
+    wanted = min(hard, max_open_files()) if hard != resource.RLIM_INFINITY else max_open_files()
+    if soft != resource.RLIM_INFINITY and soft < wanted:
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
         except (OSError, ValueError):
             pass  # a sandbox or a policy may forbid it: keep the limit we were given
 
