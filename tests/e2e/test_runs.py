@@ -10,7 +10,7 @@ import pytest
 from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.limits import Limits
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.supervisor import Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import AgentDefinition
 
 pytestmark = pytest.mark.anyio
@@ -137,7 +137,10 @@ async def test_cancelling_a_real_child_mid_run_gives_aborted(workspace: Path) ->
     assert result.failure is not None and result.failure.kind == "cancelled"
 
 
-async def test_the_child_sees_a_scrubbed_environment(workspace: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("spawner", ["exec", "zygote"])
+async def test_the_child_sees_a_scrubbed_environment(
+    workspace: Path, monkeypatch, spawner: str
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-canary-1")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "canary-2")
     monkeypatch.setenv("GITHUB_TOKEN", "canary-3")
@@ -145,7 +148,7 @@ async def test_the_child_sees_a_scrubbed_environment(workspace: Path, monkeypatc
     environ: dict[str, str] = {}
     script = '[{"text": "waiting", "delay": 30}]'
     events: list[ChildEvent] = []
-    async with Supervisor() as sup:
+    async with Supervisor(ChildConfig(spawner=spawner)) as sup:
         handle = await sup.start(
             "go",
             workspace=workspace,
