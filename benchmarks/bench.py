@@ -80,7 +80,8 @@ PY = sys.executable
 TETHER_CHILD = list(DEFAULT_COMMAND)
 MIB = 1 << 20
 STUBBORN_POLICY = DisposePolicy(shutdown=0.1, eof=0.1, term=0.1, kill=2.0)
-STUBBORN_GRACE = STUBBORN_POLICY.shutdown + STUBBORN_POLICY.eof + STUBBORN_POLICY.term
+STUBBORN_GRACE = STUBBORN_POLICY.stubborn_seconds(asked_shutdown=True)
+"""A ready child is asked `shutdown`; when it does not answer, the EOF rung waits nothing more."""
 ONE_TURN = (
     b'[{"text": "done", "toolCalls": [{"name": "complete",'
     b' "arguments": {"summary": "ok", "paths": []}}]}]'
@@ -117,6 +118,11 @@ class Plan:
     """Rounds of the cold-resume figures (one sample of each per round)."""
     ray_children: int = 256
     ray_runs: int = 15
+    fleet: int = 256
+    """Live children at once through the zygote (`fleet_group`)."""
+    fleet_runs: int = 3
+    fleet_stretch: int = 1024
+    """The stretch line's children (0: none)."""
     only: tuple[str, ...] = ()
     """Run only these groups (by name, as printed); empty: every group."""
 
@@ -144,6 +150,9 @@ class Plan:
             resumes=2,
             ray_children=4,
             ray_runs=2,
+            fleet=8,
+            fleet_runs=1,
+            fleet_stretch=0,
         )
 
 
@@ -342,8 +351,9 @@ def floor_spawn_round(s: Samples) -> None:
         s["floor.eof_exit"].append(ms(time.perf_counter_ns() - t1))
 
 
-PROCESS = ChildConfig(isolation="process")
-SANDBOX = ChildConfig(isolation="sandbox")
+PROCESS = ChildConfig(isolation="process", spawner="exec")
+SANDBOX = ChildConfig(isolation="sandbox", spawner="exec")
+"""Cold spawns, pinned: the default spawner forks tether's own child from the zygote."""
 
 
 async def spawn_group(res: Results, p: Plan, workspace: str) -> None:
@@ -941,6 +951,32 @@ async def flood_group(res: Results, p: Plan, workspace: str) -> None:
 # --- absolute figures: stubborn dispose, crash ----------------------------------------------------
 
 
+async def stubborn_default(res: Results, p: Plan) -> None:
+    """The whole dispose of a stubborn child with the default graces (`DisposePolicy()`)."""
+    took, rungs = [], []
+    for _ in range(max(1, p.stubborn // 2)):
+        async with tethered(child_script("proto.py", "stubborn")) as child:
+            await initialize(child)
+            t0 = time.perf_counter_ns()
+            report = await child.dispose()
+            took.append((time.perf_counter_ns() - t0) / 1e9)
+            rungs.append(report.rung)
+    graces = DisposePolicy()
+    res.add(
+        Figure(
+            "tether.dispose_stubborn_default",
+            "dispose of a child that ignores every rung, default graces",
+            "s",
+            took,
+            "`proto.py stubborn` (ready, then deaf to `shutdown`, EOF and SIGTERM) under "
+            f"`DisposePolicy()`: shutdown {graces.shutdown:g} s, then (the EOF rung waits nothing "
+            f"after an unanswered `shutdown`) term {graces.term:g} s, then SIGKILL; from the "
+            "`dispose()` call to its return",
+            note="rungs reached: " + ", ".join(sorted(set(rungs))),
+        )
+    )
+
+
 def floor_crash() -> float:
     with popen(child_script("floor_crash.py")) as proc:
         w, r = _fds(proc)
@@ -967,13 +1003,14 @@ async def stubborn_and_crash(res: Results, p: Plan, workspace: str) -> None:
             "ms",
             overshoot,
             "`proto.py stubborn` answers `initialize`, then ignores everything, stdin EOF and "
-            f"SIGTERM included; its grace is shutdown {STUBBORN_POLICY.shutdown} s + eof "
-            f"{STUBBORN_POLICY.eof} s + term {STUBBORN_POLICY.term} s = {STUBBORN_GRACE:.1f} s "
-            "before SIGKILL; the figure is the time from the `dispose()` call to its return, "
-            "minus that grace",
+            f"SIGTERM included; its grace is shutdown {STUBBORN_POLICY.shutdown} s + term "
+            f"{STUBBORN_POLICY.term} s = {STUBBORN_GRACE:.1f} s before SIGKILL (after the "
+            "unanswered `shutdown` the EOF rung waits nothing); the figure is the time from the "
+            "`dispose()` call to its return, minus that grace",
             note="rungs reached: " + ", ".join(sorted(set(rungs))),
         )
     )
+    await stubborn_default(res, p)
     times, floor, kinds = [], [], []
     for _ in range(p.crashes):
         floor.append(floor_crash())
@@ -1098,6 +1135,120 @@ async def memory_group(res: Results, p: Plan) -> None:
             "forked; paid once, shared by every child it forks",
         )
     )
+
+
+# --- many live children through the zygote -------------------------------------------------------
+
+
+def _fleet(n: int, rounds: int, spawn_seconds: float) -> dict[str, Any]:
+    """`benchmarks/fleet.py` in a process of its own, bounded: it cannot hang the bench."""
+    argv = ["--children", str(n), "--rounds", str(rounds), "--spawn-seconds", str(spawn_seconds)]
+    out = subprocess.run(
+        [PY, "-m", "benchmarks.fleet", *argv],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=spawn_seconds + 240,
+    )
+    got: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return got
+
+
+def _p99(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+def fleet_group(res: Results, p: Plan) -> None:
+    n = p.fleet
+    runs = [_fleet(n, 4, 60.0) for _ in range(p.fleet_runs)]
+    for r in runs:
+        if r["reached"] != n or r["survivors"]:
+            raise RuntimeError(f"fleet of {n}: {r['reached']} ready, survivors {r['survivors']}")
+    how = (
+        f"`benchmarks/fleet.py --children {n}` in a process of its own: one zygote, {n} "
+        "tether children forked from it one after another, each held as `Supervisor` holds a "
+        "child (`spawn_child`, its own cgroup on a cgroup tier, its context)"
+    )
+    res.add(
+        Figure(
+            "tether.fleet_ready",
+            f"{n} live children through the zygote: all ready",
+            "s",
+            [r["ready_s"] for r in runs],
+            f"{how}; from just before the first spawn to the last `initialize` answered (every "
+            "`initialize` is sent once all are forked)",
+        )
+    )
+    res.add(
+        Figure(
+            "context.fleet_ping_one",
+            "`ping` to one live child alone, p99",
+            "ms",
+            [_p99(r["ping_one_us"]) / 1e3 for r in runs],
+            f"the 99th percentile of {4 * n} `ping` round trips to one zygote child, alone, "
+            "measured just before the fleet is spawned (under the same load)",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.fleet_ping_p99",
+            f"`ping` across {n} live children, p99",
+            "ms",
+            [_p99(r["ping_us"]) / 1e3 for r in runs],
+            f"the 99th percentile of the round trips of 4 rounds, each pinging every one of the "
+            f"{n} children once, one at a time, all of them alive",
+            floor="context.fleet_ping_one",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.fleet_uss",
+            f"{n} live children: USS per child",
+            "MiB",
+            [sum(r["uss_mib"]) / len(r["uss_mib"]) for r in runs],
+            "the sum of every idle child's USS (psutil `memory_full_info()`) over the number "
+            "of children, after the pings",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.fleet_dispose",
+            f"{n} live children: dispose all",
+            "s",
+            [r["dispose_s"] for r in runs],
+            "every child's `dispose()` started at once; to the last one returning (the "
+            "shutdown rung, exit, sweep, reap)",
+            note="survivors: "
+            + ", ".join(str(len(r["survivors"])) for r in runs)
+            + "; rungs: "
+            + ", ".join(sorted({g for r in runs for g in r["rungs"]})),
+        )
+    )
+    if p.fleet_stretch:
+        # The stretch line: whatever it reaches, bounded by time and by free memory; a
+        # stretch that fails is said, and the rest of the bench goes on.
+        try:
+            r = _fleet(p.fleet_stretch, 1, 30.0)
+        except (subprocess.SubprocessError, ValueError, KeyError) as exc:
+            print(f"  stretch: {p.fleet_stretch} live children: failed ({exc})", flush=True)
+            return
+        ping = f", ping p99 {_p99(r['ping_us']) / 1e3:.1f} ms" if r["ping_us"] else ""
+        uss = sum(r["uss_mib"]) / max(1, len(r["uss_mib"]))
+        res.add(
+            Figure(
+                "context.fleet_stretch_ready",
+                f"stretch: {p.fleet_stretch} live children asked, all ready",
+                "s",
+                [r["ready_s"]],
+                f"as the {n}-children fleet with {p.fleet_stretch} asked, one ping round, "
+                "spawning stopped after 30 s or under 2 GiB of free memory",
+                note=f"{r['reached']} of {p.fleet_stretch} ready{ping}, USS {uss:.2f} MiB per "
+                f"child, dispose {r.get('dispose_s', 0.0):.2f} s, "
+                f"{len(r['survivors'])} survivors" + (f"; {r['stopped']}" if r["stopped"] else ""),
+            )
+        )
 
 
 # --- many children at once ----------------------------------------------------------------------
@@ -1518,6 +1669,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     anyio.run(measure, res, plan, backend="asyncio")
+    if not plan.only or "live children through the zygote" in plan.only:
+        print("== live children through the zygote", flush=True)
+        fleet_group(res, plan)
     if not plan.only or "many children at once" in plan.only:
         print("== many children at once", flush=True)
         swarm_group(res, plan)

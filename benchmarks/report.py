@@ -144,6 +144,41 @@ TARGETS = [
         _absolute("tether.dispose_stubborn", 50.0, True),
     ),
     Target(
+        "dispose_stubborn_default",
+        "stubborn dispose with the default graces < 4 s (MCP's and ACP's stdio clients: 4.0 s)",
+        _absolute("tether.dispose_stubborn_default", 4.0, True),
+    ),
+    Target(
+        "zygote_spawn",
+        f"zygote spawn → ready ≤ 1.3{X} the spawn-first-line floor",
+        _relative("tether.zygote_spawn_ready", "floor.spawn_line", 1.3, True),
+    ),
+    Target(
+        "zygote_run",
+        f"one whole run through the zygote ≤ 2{X} its spawn → ready",
+        _relative("context.run_one_zygote", "tether.zygote_spawn_ready", 2.0, True),
+    ),
+    Target(
+        "fleet_ready",
+        "256 live children through the zygote: all ready ≤ 5 s",
+        _absolute("tether.fleet_ready", 5.0, True),
+    ),
+    Target(
+        "fleet_ping",
+        "256 live children: `ping` p99 across them ≤ 5 ms",
+        _absolute("tether.fleet_ping_p99", 5.0, True),
+    ),
+    Target(
+        "fleet_uss",
+        "256 live children: USS ≤ 8 MiB per child",
+        _absolute("tether.fleet_uss", 8.0, True),
+    ),
+    Target(
+        "fleet_dispose",
+        "256 live children: dispose all ≤ 2 s, 0 survivors",
+        _absolute("tether.fleet_dispose", 2.0, True),
+    ),
+    Target(
         "crash",
         "crash → result ≤ 5 ms",
         _absolute("tether.crash_result", 5.0, True),
@@ -352,7 +387,12 @@ def render(res: Results, started: dt.datetime, seconds: float, load: Sequence[fl
             add("")
             add(text[t.key])
             add("")
-    for key, title in (("spawn", "Cold spawn"), ("next", "What to look at next")):
+    for key, title in (
+        ("spawn", "Cold spawn"),
+        ("sandbox", "The sandbox's cost"),
+        ("providers", "Every provider's whole run"),
+        ("next", "What to look at next"),
+    ):
         if key in text:
             add(f"### {title}")
             add("")

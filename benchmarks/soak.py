@@ -277,6 +277,9 @@ async def mixed(runs: int, workspace: Path) -> MixedRound:
     wanted = [list(FAULTS)[i % len(FAULTS)] for i in range(runs)]
 
     async with Supervisor(config) as sup:
+        # The supervisor's standing descriptors count before the round: its zygote (the
+        # default spawner of tether's own child) is started first.
+        await sup.spawner(config)
         out.fds_before = fd_count()
 
         async def one(want: str) -> None:

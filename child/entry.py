@@ -6,7 +6,6 @@ Importing this module has no side effects on the process's file descriptors.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import logging
 import os
@@ -26,7 +25,9 @@ ENV_VAR = "TETHER_AGENT"  # agent_spec.ENV_VAR; that module loads only when an a
 EXIT_BAD_AGENT = 3
 
 
-def _agent_factory(argv: list[str]) -> AgentFactory | None:
+def _agent_option(argv: list[str]) -> str | None:
+    import argparse  # only for a child given a command line: most have none
+
     parser = argparse.ArgumentParser(prog="python -I -m tether.child")
     parser.add_argument(
         "--agent",
@@ -34,8 +35,14 @@ def _agent_factory(argv: list[str]) -> AgentFactory | None:
         help=f"host this agent ('pkg.module:callable' or '/path/file.py:callable'; "
         f"default: ${ENV_VAR}, else the built-in loop)",
     )
-    args = parser.parse_args(argv)
-    spec = args.agent or os.environ.get(ENV_VAR) or None
+    agent: str | None = parser.parse_args(argv).agent
+    return agent
+
+
+def _agent_factory(argv: list[str]) -> AgentFactory | None:
+    # No command line, no parser: building one costs about a millisecond (and importing
+    # argparse more), on every child's way to `initialize`.
+    spec = (_agent_option(argv) if argv else None) or os.environ.get(ENV_VAR) or None
     if spec is None:
         return None
     from tether.child.agent_spec import AgentSpecError, load_agent_factory

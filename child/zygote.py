@@ -36,7 +36,9 @@ and makes itself non-dumpable, so no child, sandboxed or not, can read or trace 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import functools
 import gc
 import json
 import os
@@ -46,7 +48,8 @@ import sys
 from typing import Any
 
 # Everything a child runs, imported once here and shared copy-on-write with every child.
-import anyio._backends._asyncio  # noqa: F401 - anyio.run would import it in every child
+import anyio
+import anyio._backends._asyncio  # anyio.run would import it in every child
 
 import tether.child.agent
 import tether.child.dispatch
@@ -71,9 +74,11 @@ PAD_ENV = "TETHER_ZYGOTE_ENV_AREA"
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+@functools.cache
 def _environ_area() -> tuple[int, int]:
     """Start and end address of this process's environment block (what /proc/PID/environ
-    reads): fields 50 and 51 of /proc/self/stat."""
+    reads): fields 50 and 51 of /proc/self/stat. Read once, in the zygote: a forked child has
+    the same block at the same addresses."""
     with open("/proc/self/stat", "rb") as f:
         stat = f.read()
     fields = stat[stat.rfind(b")") + 2 :].split()
@@ -111,7 +116,9 @@ def _become_child(request: dict[str, Any], fds: list[int], zygote: int) -> None:
         )
         argv = list(request.get("argv", []))
         sys.argv = ["tether.child", *argv]
-        gc.unfreeze()
+        # The objects the zygote froze stay frozen here: the child's full collections then
+        # never walk them (a walk writes every object's header, copying most of the shared
+        # heap into this child). They are the imported runtime, alive for good anyway.
     except BaseException as exc:
         try:
             os.write(2, f"tether-zygote: child setup failed: {exc}\n".encode())
@@ -181,10 +188,74 @@ def serve(sock: socket.socket) -> None:
             return
 
 
+def _warm() -> None:
+    """Pay here, once, what every child would otherwise pay on its way to `initialize`: the
+    first use of argparse (for a child given `--agent`: its first parser costs ≈ 15 ms of lazy
+    set-up), the package's version, which `initialize` reports (`importlib.metadata` searches
+    sys.path on every call: 2-6 ms; cached for the children, it cannot change while the
+    zygote runs), and a whole rehearsed session (`_rehearse`)."""
+    from tether.child import session
+
+    entry._agent_option([])
+    version = session._version()
+    session._version = lambda: version
+    _rehearse()
+
+
+_REHEARSAL = b"".join(
+    json.dumps(m, separators=(",", ":")).encode() + b"\n"
+    for m in (
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": 1, "clientInfo": {"name": "zygote", "version": "0"}},
+        },
+        {"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {}},
+        {"jsonrpc": "2.0", "id": 3, "method": "shutdown"},
+        {"jsonrpc": "2.0", "method": "exit"},
+    )
+)
+
+
+def _rehearse() -> None:
+    """Serve one whole session here, over a pipe pair, before any fork: every first-use cost
+    on the way to `initialize` and the first requests (the event loop's set-up, the codec's
+    and the dispatcher's lazy state, the regexes and caches they fill) is then paid once and
+    shared, instead of in every child (≈ 7 ms of CPU each before this). The zygote stays
+    single-threaded: the event loop is closed again, and the thread `initialize` starts to
+    import the agent machinery (already imported here) is joined."""
+    import threading
+
+    from tether.child.server import serve_streams
+    from tether.wire import FdReceiveStream, FdSendStream
+
+    p2c_r, p2c_w = os.pipe()
+    c2p_r, c2p_w = os.pipe()
+    try:
+        os.write(p2c_w, _REHEARSAL)  # a few hundred bytes: far below a pipe's buffer
+        os.close(p2c_w)
+        p2c_w = -1
+
+        async def session() -> None:
+            await serve_streams(FdReceiveStream(p2c_r), FdSendStream(c2p_w))
+
+        anyio.run(session, backend="asyncio")
+    finally:
+        for fd in (p2c_r, p2c_w, c2p_r, c2p_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread():
+            thread.join()
+
+
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     set_dumpable(False)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # never auto-reap: children stay zombies
+    _warm()
     gc.collect()
     gc.freeze()  # keep the imported objects' pages shared with the children
     serve(sock)

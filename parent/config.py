@@ -38,11 +38,14 @@ class ChildConfig:
     launcher: str | Launcher = "local"
     """An argv prefix the command runs under (`local`, `bwrap`, `ssh:HOST`, `docker:IMAGE`,
     ..., or a `Launcher`); see `launchers.py` for what each provides."""
-    spawner: str = "exec"
-    """How a child process starts: `exec` (a fresh interpreter through the trampoline) or
-    `zygote` (forked from a per-supervisor process that already imported the child runtime,
-    with the same containment; see `zygote.py`). `zygote` serves only the default command
-    (`python -I -m tether.child`, optionally with a custom agent) and the local launcher."""
+    spawner: str = "auto"
+    """How a child process starts: `auto` (the default: `zygote` for tether's own child —
+    the default command, optionally with a custom agent, under the local launcher — and
+    `exec` for anything else, or when the zygote cannot serve a run, which the run's
+    `RunStarted` then says), `exec` (a fresh interpreter through the trampoline) or `zygote`
+    (forked from a per-supervisor process that already imported the child runtime, with the
+    same containment, sandbox included; see `zygote.py`; refused for any other command or
+    launcher)."""
     isolation: str = "auto"
     """`sandbox`, `process`, or `auto` (the strongest this host supports); see
     `isolation.py` and docs/containment.md. `sandbox` on a host that cannot provide it is

@@ -28,6 +28,12 @@ class RunStarted:
     """The child's command (without the launcher's prefix)."""
     launcher: str = "local"
     """The launcher the command runs under (`local`, `bwrap`, `ssh:HOST`, ...)."""
+    spawner: str = "exec"
+    """How the child was started: `zygote` (forked from the supervisor's zygote, the default
+    for tether's own child) or `exec` (a fresh interpreter through the trampoline)."""
+    fallback: str | None = None
+    """Why the default spawner did not use the zygote for tether's own child (it ran by
+    exec); `None` otherwise."""
 
 
 @dataclass(frozen=True)

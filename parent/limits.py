@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import resource
 from dataclasses import dataclass
 
 MAX_SECONDS = 10 * 365 * 86400
@@ -19,6 +20,41 @@ def max_open_files() -> int:
             return int(f.read())
     except (OSError, ValueError):
         return 1 << 20
+
+
+_inherited_open_files: int | None = None
+
+
+def raise_open_files_limit() -> None:
+    """Raise this process's RLIMIT_NOFILE soft limit to its hard limit, once per process.
+
+    Each live child costs the supervisor several descriptors (its three pipe ends, its pidfd,
+    cgroup files while it starts), so the common soft limit of 1,024 runs out near 200
+    children while the hard limit (often 4,096 up to 1,048,576) allows far more. Called when a
+    `Supervisor` is entered; the soft limit found then is what children inherit again
+    (`inherited_open_files()`), so no child sees a change — a program that still uses
+    `select()` breaks on descriptors past 1,023."""
+    global _inherited_open_files
+    if _inherited_open_files is not None:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _inherited_open_files = soft
+    # The kernel refuses a soft limit past fs.nr_open; the hard limit is left as it is.
+    wanted = min(hard, max_open_files()) if hard != resource.RLIM_INFINITY else max_open_files()
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (OSError, ValueError):
+            pass  # a sandbox or a policy may forbid it: keep the limit we were given
+
+
+def inherited_open_files() -> int | None:
+    """The RLIMIT_NOFILE soft limit this process had before `raise_open_files_limit()` raised
+    it, for children to start with; `None` when it was not raised."""
+    if _inherited_open_files is None:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return _inherited_open_files if soft != _inherited_open_files else None
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|h|m|s)\s*", re.IGNORECASE)
@@ -215,13 +251,26 @@ def _human_bytes(n: int) -> str:
 
 @dataclass(frozen=True)
 class DisposePolicy:
-    """Grace, in seconds, given to each rung of the dispose ladder before the next one."""
+    """Grace, in seconds, given to each rung of the dispose ladder before the next one.
+
+    The defaults, and why (docs/protocol.md, "The dispose ladder"): `shutdown` 2 s is for runs to
+    unwind and answer `aborted` (they are cancelled, which takes milliseconds unless a tool is
+    stuck); `eof` 1 s is the lifeline for a child that was never asked `shutdown` (not ready,
+    cut off, or a foreign agent) — tether's child leaves on EOF at once, and after an
+    unanswered `shutdown` it is not waited at all (EOF is queued behind the request); `term`
+    1 s because SIGTERM is the child's second or third chance to leave on its own (tether's
+    child keeps SIGTERM's default action and dies at once; a process that handles it only has
+    to flush and exit); `kill` 2 s for the kernel to take a large tree down. A child that
+    ignores everything is SIGKILLed `stubborn_seconds()` after dispose starts: 3 s when it
+    was asked `shutdown`, 2 s when not.
+    """
 
     shutdown: float = 2.0
     """`shutdown` request answered and the child exited on `exit`."""
     eof: float = 1.0
-    """After `exit` and closing stdin, the child's exit on EOF."""
-    term: float = 2.0
+    """After `exit` and closing stdin, the child's exit on EOF (counted from when stdin
+    closed; not waited after a `shutdown` that went unanswered)."""
+    term: float = 1.0
     """After SIGTERM (+SIGCONT) to the tree."""
     kill: float = 2.0
     """After SIGKILL, for the kernel to take the tree down."""
@@ -230,3 +279,9 @@ class DisposePolicy:
         for name in ("shutdown", "eof", "term", "kill"):
             if getattr(self, name) < 0:
                 raise ValueError(f"dispose grace {name!r} must not be negative")
+
+    def stubborn_seconds(self, *, asked_shutdown: bool) -> float:
+        """How long after dispose starts a child that ignores every rung is SIGKILLed: the
+        shutdown rung's grace then SIGTERM's when it was asked `shutdown` (its EOF wait was
+        spent there), else the EOF lifeline's then SIGTERM's."""
+        return (self.shutdown if asked_shutdown else self.eof) + self.term

@@ -65,7 +65,14 @@ from tether.parent.limits import Limits
 from tether.parent.pool import Pooled
 from tether.parent.process import SpawnError
 from tether.parent.results import build_result
-from tether.parent.spawning import child_env, handshake, missing_command, spawn_child
+from tether.parent.spawning import (
+    AutoSpawner,
+    child_env,
+    handshake,
+    missing_command,
+    spawn_child,
+    spawner_name,
+)
 from tether.parent.supervised import SupervisedChild
 from tether.protocol import ConnectionClosed, LocalProtocolError, RemoteError, RemoteProtocolError
 from tether.protocol.messages import (
@@ -200,6 +207,10 @@ class RunHandle:
         """The child's process id, once it is spawned (`None` before, and when none was)."""
         self.launcher = launcher_name(config.launcher)
         """The launcher the child's command runs under."""
+        self.spawner: str | None = None
+        """How its child was started (`zygote` or `exec`), once it is spawned."""
+        self.spawner_fallback: str | None = None
+        """Why the default spawner used exec rather than the zygote for tether's own child."""
 
     # --- public -------------------------------------------------------------------------------
 
@@ -482,6 +493,9 @@ class RunHandle:
             return observed
         self._child = child
         self.pid = child.pid
+        self.spawner = spawner_name(child.proc)
+        if isinstance(spawner, AutoSpawner):
+            self.spawner_fallback = spawner.fallback
         self._sup.register(child)
         try:
             async with child:
@@ -560,6 +574,7 @@ class RunHandle:
         child.observed.limits = self._limits
         self._child = child
         self.pid = child.pid
+        self.spawner = spawner_name(child.proc)
         try:
             self._first.answer = await self._drive(child, self._first, handshake_first=False)
         finally:
@@ -580,7 +595,14 @@ class RunHandle:
         child.serve_with(broker.on_request, self._notifications(broker))
         if act is self._first:
             self._sup.publish(
-                RunStarted(self.run_id, child.pid, tuple(self._config.command), self.launcher),
+                RunStarted(
+                    self.run_id,
+                    child.pid,
+                    tuple(self._config.command),
+                    self.launcher,
+                    spawner_name(child.proc),
+                    self.spawner_fallback,
+                ),
                 self._on_event,
             )
         answer: RunResult | None = None

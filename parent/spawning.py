@@ -12,7 +12,9 @@ records what went wrong.
 
 from __future__ import annotations
 
+import logging
 import os
+import resource
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, overload
@@ -25,10 +27,11 @@ from tether.parent.env import build_child_env
 from tether.parent.host import Host
 from tether.parent.isolation import GatewayNetwork, isolation_setup, merged_env
 from tether.parent.launchers import LaunchContext, Launcher, Local, resolve_launcher
-from tether.parent.limits import Limits
+from tether.parent.limits import Limits, inherited_open_files
 from tether.parent.process import ChildProcess, SpawnError, SpawnSpec
 from tether.parent.supervised import SupervisedChild, SupervisedProcess
 from tether.parent.tree import TREE_ENV, new_tree_marker
+from tether.parent.zygote import ZygoteProcess
 from tether.parent.zygote import supported as zygote_supported
 from tether.protocol import ConnectionClosed, RemoteError, RemoteProtocolError
 from tether.protocol.messages import (
@@ -38,9 +41,36 @@ from tether.protocol.messages import (
     PeerInfo,
 )
 
+log = logging.getLogger("tether.parent")
+
 Spawner = Callable[[SpawnSpec], ChildProcess]
 """Starts the process for a spec: `ChildProcess.spawn` (exec through the trampoline) or the
 zygote's fork."""
+
+
+class AutoSpawner:
+    """The default spawner of tether's own child (`spawner="auto"`): the zygote's fork, or
+    exec through the trampoline when the zygote cannot serve this child (it could not start,
+    the child's environment does not fit it, it died). `fallback` says why exec ran."""
+
+    def __init__(self, fork: Spawner | None, fallback: str | None = None) -> None:
+        self._fork = fork
+        self.fallback = fallback
+        """Why the zygote did not start the child (`None`: it did, or nothing was started)."""
+
+    def __call__(self, spec: SpawnSpec) -> ChildProcess:
+        if self._fork is not None:
+            try:
+                return self._fork(spec)
+            except SpawnError as exc:
+                self.fallback = f"the zygote could not fork the child: {exc}"
+        log.warning("starting the child by exec: %s", self.fallback)
+        return ChildProcess.spawn(spec)
+
+
+def spawner_name(proc: ChildProcess) -> str:
+    """Which spawner started this process: `zygote` or `exec`."""
+    return "zygote" if isinstance(proc, ZygoteProcess) else "exec"
 
 
 def child_env(cfg: ChildConfig) -> dict[str, str]:
@@ -141,14 +171,20 @@ def spawn_child(
                 read_paths=tuple(cfg.read_paths),
             )
         )
+    rlimits = limits.rlimits(
+        memory_in_cgroup=cgroup is not None and host.enforces("memory"),
+        pids_in_cgroup=cgroup is not None and host.enforces("pids"),
+    )
+    inherited = inherited_open_files()
+    if inherited is not None and "RLIMIT_NOFILE" not in rlimits:
+        # The supervisor raised its own soft limit (`raise_open_files_limit`); the child
+        # starts with the one it would have inherited.
+        rlimits["RLIMIT_NOFILE"] = (inherited, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     spec = SpawnSpec(
         argv,
         env,
         cwd=None,
-        rlimits=limits.rlimits(
-            memory_in_cgroup=cgroup is not None and host.enforces("memory"),
-            pids_in_cgroup=cgroup is not None and host.enforces("pids"),
-        ),
+        rlimits=rlimits,
         cgroup_procs=cgroup.procs_files if cgroup else [],
         plan=setup.outer_plan,
         pass_fds=(network.channel,) if network is not None and network.channel is not None else (),
@@ -229,20 +265,36 @@ def missing_command(command: Sequence[str], env: Mapping[str, str], what: str = 
 
 def check_spawner(cfg: ChildConfig) -> None:
     """Refuse a spawner the config cannot use (bad usage, before anything is spawned)."""
-    if cfg.spawner == "exec":
+    if cfg.spawner in ("exec", "auto"):
         return
     if cfg.spawner != "zygote":
-        raise ValueError(f"spawner {cfg.spawner!r}: expected 'exec' or 'zygote'")
+        raise ValueError(f"spawner {cfg.spawner!r}: expected 'auto', 'exec' or 'zygote'")
+    why = zygote_unfit(cfg)
+    if why is not None:
+        raise ValueError(why)
+
+
+def zygote_unfit(cfg: ChildConfig) -> str | None:
+    """Why the zygote cannot start this config's children, or `None` when it can."""
     if tuple(cfg.command[: len(DEFAULT_COMMAND)]) != DEFAULT_COMMAND:
-        raise ValueError(
+        return (
             "spawner='zygote' forks tether's own child runtime: it serves only the default "
             f"command ({' '.join(DEFAULT_COMMAND)}), not {' '.join(cfg.command)!r}"
         )
     if not isinstance(resolve_launcher(cfg.launcher), Local):
-        raise ValueError("spawner='zygote' forks local children only (launcher='local')")
+        return "spawner='zygote' forks local children only (launcher='local')"
     why = zygote_supported()
     if why is not None:
-        raise ValueError(f"spawner='zygote' is not available on this host: {why}")
+        return f"spawner='zygote' is not available on this host: {why}"
+    return None
+
+
+def wants_zygote(cfg: ChildConfig) -> bool:
+    """Whether this config's children are forked by the zygote: `zygote`, or `auto` for
+    tether's own child under the local launcher on a host that supports it."""
+    if cfg.spawner == "zygote":
+        return True
+    return cfg.spawner == "auto" and zygote_unfit(cfg) is None
 
 
 def version() -> str:

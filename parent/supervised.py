@@ -35,7 +35,8 @@ still alive after the previous one, and the last rung attempted is recorded:
                                                                wire intact)
     exit      (tether: the `exit` notification,) close stdin: the EOF lifeline; its grace
               counts from when stdin closed, so after the shutdown rung closed it only what
-              is left of the grace is waited
+              is left of the grace is waited, and after a `shutdown` that went unanswered
+              none (EOF is queued behind that request: the wait was spent on that rung)
     sigterm   SIGTERM + SIGCONT to the whole tree                (stopped processes wake to die)
     sigkill   SIGKILL to the whole tree
 
@@ -129,6 +130,8 @@ class SupervisedProcess:
         self.disposed: DisposeReport | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._stdin_closed_at: float | None = None
+        self._shutdown_unanswered = False
+        """The shutdown rung ran out of grace before the child answered `shutdown`."""
         self.cleanup: Callable[[], None] | None = None
         """Runs at the end of `dispose()` (a sandbox's private directory is removed)."""
 
@@ -262,17 +265,11 @@ class SupervisedProcess:
             if not self._alive():
                 return rung
         rung = "exit"
-        # The EOF lifeline gets `policy.eof` from the moment stdin closed: when the shutdown
-        # rung already closed it, only what is left of that grace is waited here, not another.
-        eof_left = policy.eof
-        if self._stdin_closed_at is not None:
-            eof_left = max(0.0, policy.eof - (time.monotonic() - self._stdin_closed_at))
-        with anyio.move_on_after(eof_left):
-            if not self.proc.stdin.closed:
-                with anyio.move_on_after(min(0.05, policy.eof)):
-                    await self._say_exit()
-            self._close_stdin()
-            await self.proc.wait()
+        if not self.proc.stdin.closed:
+            with anyio.move_on_after(min(0.05, policy.eof)):
+                await self._say_exit()
+        self._close_stdin()
+        await self.proc.wait_for(self._eof_left(policy))
         if not self._alive():
             return rung
         rung = "sigterm"
@@ -288,6 +285,20 @@ class SupervisedProcess:
         """The polite rung before the EOF lifeline; whether it was tried (a raw child has
         none)."""
         return False
+
+    def _eof_left(self, policy: DisposePolicy) -> float:
+        """How long the EOF lifeline is still waited for, now that stdin is closed.
+
+        The grace counts from the moment stdin closed, so after the shutdown rung closed it
+        only what is left of it is waited. And after a `shutdown` the child did not answer,
+        nothing is: EOF is queued behind that request in the same ordered pipe, so a child
+        that has not read and answered the request in the shutdown grace (tether's own child
+        serves `shutdown` on its reader, which sees EOF only after answering) would not see
+        EOF either — that wait was already spent, on the shutdown rung."""
+        if self._shutdown_unanswered:
+            return 0.0
+        assert self._stdin_closed_at is not None
+        return max(0.0, policy.eof - (time.monotonic() - self._stdin_closed_at))
 
     async def _say_exit(self) -> None:
         """What is said on stdin just before it is closed (a raw child: nothing)."""
@@ -432,12 +443,14 @@ class SupervisedChild(SupervisedProcess):
     async def _shutdown_rung(self, policy: DisposePolicy) -> bool:
         if not (self.ready and not self.cut_off) or self.endpoint.end is not None:
             return False
+        self._shutdown_unanswered = True
         with anyio.move_on_after(policy.shutdown):
             try:
                 await self.session.shutdown()
                 await self.session.exit()
             except (ConnectionClosed, RemoteError):
                 pass
+            self._shutdown_unanswered = False
             self._close_stdin()
             await self.proc.wait()
         return True

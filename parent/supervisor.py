@@ -51,7 +51,7 @@ from tether.parent.host import host
 from tether.parent.isolation import Choice, choose_level, probe_host, workspace_problem
 from tether.parent.keeper import Keeper
 from tether.parent.launchers import Local, resolve_launcher
-from tether.parent.limits import Limits
+from tether.parent.limits import Limits, raise_open_files_limit
 from tether.parent.models import ModelProvider
 from tether.parent.pool import WarmPool
 from tether.parent.process import ChildProcess, SpawnError, SpawnSpec
@@ -62,12 +62,14 @@ from tether.parent.providers.inprocess import InProcessProvider
 from tether.parent.roles import resolve_agent
 from tether.parent.runs import Continuation, EventCallback, RunHandle
 from tether.parent.spawning import (
+    AutoSpawner,
     Spawner,
     check_spawner,
     child_env,
     handshake,
     missing_command,
     spawn_child,
+    wants_zygote,
 )
 from tether.parent.supervised import SupervisedChild, SupervisedProcess
 from tether.parent.usage import check_model, warn_idle
@@ -108,6 +110,8 @@ class Supervisor:
         self._keeper: Keeper | None = None
         self._zygote: Zygote | None = None
         self._zygote_lock = anyio.Lock()
+        self._zygote_failed: str | None = None
+        """Why the zygote could not start (`spawner="auto"` then uses exec)."""
         self._warned = False
         self.providers = builtin_providers()
         """The ways this supervisor runs a sub-agent, by name (`start(provider=...)`); register
@@ -147,6 +151,9 @@ class Supervisor:
         # Non-dumpable: no child (same user or not) may read this process's environment,
         # memory or descriptors through /proc, or ptrace it. Process-wide and kept.
         set_dumpable(False)
+        # Each live child holds several of our descriptors: the soft limit goes up to the hard
+        # one, once per process (children still start with the soft limit we were given).
+        raise_open_files_limit()
         self._keeper = Keeper.start()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -400,19 +407,30 @@ class Supervisor:
 
     async def spawner(self, cfg: ChildConfig) -> Spawner | None:
         """How a child of `cfg` is started: `None` for exec through the trampoline, or the
-        zygote's fork (the zygote started, or restarted, first; raises `SpawnError`)."""
-        if cfg.spawner != "zygote":
+        zygote's fork (the zygote started, or restarted, first). With `spawner="zygote"` a
+        zygote that cannot start or fork raises `SpawnError`; with the default `"auto"` the
+        child is started by exec instead, and the returned `AutoSpawner` says why."""
+        if not wants_zygote(cfg):
             return None
-        await self._zygote_ready()
+        if cfg.spawner == "zygote":
+            await self._zygote_ready()
+            return self._zygote_fork
+        if self._zygote_failed is not None:
+            return AutoSpawner(None, self._zygote_failed)
+        try:
+            await self._zygote_ready()
+        except SpawnError as exc:
+            # Not tried again by this supervisor: every later run would wait for it to fail.
+            self._zygote_failed = f"the zygote could not start: {exc}"
+            return AutoSpawner(None, self._zygote_failed)
+        return AutoSpawner(self._zygote_fork)
 
-        def spawn(spec: SpawnSpec) -> ChildProcess:
-            zygote = self._zygote
-            if zygote is None:
-                raise SpawnError("the zygote is not running")
-            extras = spec.argv[len(DEFAULT_COMMAND) :]
-            return zygote.spawn(dataclasses.replace(spec, argv=extras))
-
-        return spawn
+    def _zygote_fork(self, spec: SpawnSpec) -> ChildProcess:
+        zygote = self._zygote
+        if zygote is None:
+            raise SpawnError("the zygote is not running")
+        extras = spec.argv[len(DEFAULT_COMMAND) :]
+        return zygote.spawn(dataclasses.replace(spec, argv=extras))
 
     async def _zygote_ready(self) -> Zygote:
         """The supervisor's zygote, started on first use and again after it died; raises

@@ -10,7 +10,7 @@ import pytest
 from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.limits import Limits
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.supervisor import Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import AgentDefinition
 
 pytestmark = pytest.mark.anyio
@@ -137,28 +137,33 @@ async def test_cancelling_a_real_child_mid_run_gives_aborted(workspace: Path) ->
     assert result.failure is not None and result.failure.kind == "cancelled"
 
 
-async def test_the_child_sees_a_scrubbed_environment(workspace: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("spawner", ["exec", "zygote"])
+async def test_the_child_sees_a_scrubbed_environment(
+    workspace: Path, monkeypatch, spawner: str
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-canary-1")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "canary-2")
     monkeypatch.setenv("GITHUB_TOKEN", "canary-3")
     monkeypatch.setenv("LANG", "C.UTF-8")
     environ: dict[str, str] = {}
     script = '[{"text": "waiting", "delay": 30}]'
-    async with Supervisor() as sup:
-        handle = await sup.start("go", workspace=workspace, model=ScriptedModel.from_json(script))
+    events: list[ChildEvent] = []
+    async with Supervisor(ChildConfig(spawner=spawner)) as sup:
+        handle = await sup.start(
+            "go",
+            workspace=workspace,
+            model=ScriptedModel.from_json(script),
+            on_event=lambda ev: events.append(ev) if isinstance(ev, ChildEvent) else None,
+        )
         import anyio
 
+        # The child runtime runs (its run has started): it is set up, whichever spawner
+        # started it (an exec'd child switches images, a forked one starts as the zygote).
         with anyio.fail_after(10):
-            while handle.pid is None:
+            while not events:
                 await anyio.sleep(0.01)
-            # The trampoline execs the child in place: wait until the pid runs the child and
-            # its environment is readable (it reads empty while an exec is switching images).
-            while True:
-                cmdline = Path(f"/proc/{handle.pid}/cmdline").read_bytes()
-                raw = Path(f"/proc/{handle.pid}/environ").read_bytes()
-                if b"trampoline.py" not in cmdline and b"tether.child" in cmdline and raw:
-                    break
-                await anyio.sleep(0.01)
+        assert handle.pid is not None
+        raw = Path(f"/proc/{handle.pid}/environ").read_bytes()
         environ = dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
         assert os.getsid(handle.pid) == handle.pid
         assert os.getpgid(handle.pid) == handle.pid

@@ -183,12 +183,17 @@ def tree(pid: int) -> list[psutil.Process]:
 
 
 def sub_agents(pid: int) -> list[int]:
-    """The server's sub-agent children (the child runtime, however it was started)."""
+    """The server's sub-agent children (the child runtime, however it was started): not the
+    supervisor's zygote, a direct child of the server whose children share its command line."""
     found = []
     for p in tree(pid)[1:]:
         try:
-            if "tether.child" in " ".join(p.cmdline()):
-                found.append(p.pid)
+            cmdline = " ".join(p.cmdline())
+            if "tether.child" not in cmdline:
+                continue
+            if "tether.child.zygote" in cmdline and p.ppid() == pid:
+                continue
+            found.append(p.pid)
         except psutil.NoSuchProcess:
             pass
     return found

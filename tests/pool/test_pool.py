@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import time
 from pathlib import Path
@@ -53,8 +54,15 @@ def _limit(pid: int, name: str) -> str:
 
 
 def _waitable(pid: int) -> bool:
-    """Whether our child `pid` has exited, without reaping it (what the pool checks)."""
-    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    """Whether the child `pid` has exited, without reaping it: its pidfd turns readable (the
+    supervisor's own child, or its zygote's)."""
+    fd = os.pidfd_open(pid)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    finally:
+        os.close(fd)
 
 
 def _gone(pid: int) -> bool:
@@ -83,15 +91,19 @@ async def test_a_pooled_child_has_the_scrubbed_environment_of_a_cold_spawn(
     } | {k for k in env if k.startswith("LC_")}
 
 
-async def test_a_pooled_child_runs_under_the_pools_rlimits_in_a_session_of_its_own() -> None:
-    async with Supervisor(PROCESS, pool=PoolSpec(1, limits=POOL_LIMITS)) as sup:
+@pytest.mark.parametrize("spawner", ["exec", "zygote"])
+async def test_a_pooled_child_runs_under_the_pools_rlimits_in_a_session_of_its_own(
+    spawner: str,
+) -> None:
+    config = ChildConfig(isolation="process", spawner=spawner)
+    async with Supervisor(config, pool=PoolSpec(1, limits=POOL_LIMITS)) as sup:
         (pid,) = await _ready(sup)
         assert _limit(pid, "Max open files") == "77 77"
         assert _limit(pid, "Max file size") == f"{3 << 20} {3 << 20}"
         assert _limit(pid, "Max cpu time") == "120 121"
         assert _limit(pid, "Max core file size") == "0 0"
         assert os.getsid(pid) == pid and os.getpgid(pid) == pid
-        assert psutil.Process(pid).ppid() == os.getpid()
+        assert psutil.Process(pid).ppid() == (os.getpid() if spawner == "exec" else sup.zygote_pid)
         assert sup._keeper is not None and pid in sup._live
 
 

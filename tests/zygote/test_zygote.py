@@ -19,12 +19,14 @@ import psutil
 import pytest
 
 from tether.parent.env import build_child_env
-from tether.parent.events import ChildEvent, Event
+from tether.parent.events import ChildEvent, Event, RunStarted
 from tether.parent.isolation import private_env, probe_host
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
+from tether.parent.process import SpawnError
 from tether.parent.supervisor import ChildConfig, PoolSpec, RunHandle, Supervisor
 from tether.parent.tree import TREE_ENV
+from tether.parent.zygote import Zygote
 
 pytestmark = pytest.mark.anyio
 
@@ -32,7 +34,8 @@ HERE = Path(__file__).parent
 ACT = f"{HERE / 'agents.py'}:act"
 FAST = DisposePolicy(shutdown=0.3, eof=0.3, term=0.3, kill=1.0)
 ZYGOTE = ChildConfig(spawner="zygote", dispose=FAST)
-COLD = ChildConfig(dispose=FAST)
+COLD = ChildConfig(spawner="exec", dispose=FAST)
+"""A cold spawn, pinned: the default (`auto`) forks tether's own child from the zygote."""
 DEADLINE = 10.0
 COMPLETE = """{"turns": [{"text": "Done.", "toolCalls": [{"name": "complete",
   "arguments": {"summary": "found it", "paths": ["notes.txt"]}}]}]}"""
@@ -245,7 +248,7 @@ async def test_a_warm_pool_can_keep_zygote_children(tmp_path: Path) -> None:
     ("config", "complaint"),
     [
         (ChildConfig(spawner="zygote", command=[sys.executable, "-c", "pass"]), "default"),
-        (ChildConfig(spawner="vfork"), "expected 'exec' or 'zygote'"),
+        (ChildConfig(spawner="vfork"), "expected 'auto', 'exec' or 'zygote'"),
         (ChildConfig(spawner="zygote", launcher="bwrap"), "local"),
     ],
 )
@@ -301,3 +304,73 @@ def test_a_sigkilled_supervisor_takes_its_zygote_children_and_grandchildren_down
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+# --- the default spawner ---------------------------------------------------------------------
+
+
+async def test_tether_s_own_child_is_forked_by_the_zygote_by_default_and_the_run_says_so(
+    tmp_path: Path,
+) -> None:
+    started: list[RunStarted] = []
+    async with Supervisor(ChildConfig(dispose=FAST)) as sup:
+        sup.subscribe(lambda ev: started.append(ev) if isinstance(ev, RunStarted) else None)
+        with anyio.fail_after(DEADLINE):
+            handle = await sup.start(
+                "notes", workspace=tmp_path, model=ScriptedModel.from_json(COMPLETE)
+            )
+            assert (await handle.result()).success
+        zygote = sup.zygote_pid
+    assert zygote is not None
+    assert [(s.spawner, s.fallback) for s in started] == [("zygote", None)]
+    assert handle.spawner == "zygote"
+
+
+async def test_a_command_child_is_started_by_exec_under_the_default_spawner(
+    tmp_path: Path,
+) -> None:
+    started: list[RunStarted] = []
+    command = [sys.executable, "-I", str(HERE.parent / "children" / "answer_and_exit.py")]
+    async with Supervisor(ChildConfig(dispose=FAST)) as sup:
+        sup.subscribe(lambda ev: started.append(ev) if isinstance(ev, RunStarted) else None)
+        with anyio.fail_after(DEADLINE):
+            await sup.run("x", workspace=tmp_path, command=command)
+        assert sup.zygote_pid is None, "no zygote is started for a command child"
+    assert [(s.spawner, s.fallback) for s in started] == [("exec", None)]
+
+
+async def test_when_the_zygote_cannot_start_the_default_spawner_falls_back_to_exec_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(cls: type[Zygote], env: dict[str, str], ready_seconds: float = 0) -> Zygote:
+        raise SpawnError("no zygote here")
+
+    monkeypatch.setattr(Zygote, "start", classmethod(broken))
+    started: list[RunStarted] = []
+    async with Supervisor(ChildConfig(dispose=FAST)) as sup:
+        sup.subscribe(lambda ev: started.append(ev) if isinstance(ev, RunStarted) else None)
+        with anyio.fail_after(DEADLINE):
+            for _ in range(2):
+                result = await sup.run(
+                    "notes", workspace=tmp_path, model=ScriptedModel.from_json(COMPLETE)
+                )
+                assert result.success, result
+    assert [s.spawner for s in started] == ["exec", "exec"]
+    assert all(s.fallback and "no zygote here" in s.fallback for s in started), started
+
+
+async def test_a_child_whose_environment_does_not_fit_the_zygote_is_started_by_exec(
+    tmp_path: Path,
+) -> None:
+    started: list[RunStarted] = []
+    big = {f"TETHER_TEST_BIG_{i}": "x" * 4000 for i in range(20)}  # more than the zygote's area
+    huge = ChildConfig(dispose=FAST, env=big)
+    async with Supervisor(huge) as sup:
+        sup.subscribe(lambda ev: started.append(ev) if isinstance(ev, RunStarted) else None)
+        with anyio.fail_after(DEADLINE):
+            result = await sup.run(
+                "notes", workspace=tmp_path, model=ScriptedModel.from_json(COMPLETE)
+            )
+    assert result.success, result
+    assert [s.spawner for s in started] == ["exec"]
+    assert started[0].fallback is not None and "environment" in started[0].fallback
