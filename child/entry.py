@@ -6,7 +6,6 @@ Importing this module has no side effects on the process's file descriptors.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import logging
 import os
@@ -27,15 +26,7 @@ EXIT_BAD_AGENT = 3
 
 
 def _agent_factory(argv: list[str]) -> AgentFactory | None:
-    parser = argparse.ArgumentParser(prog="python -I -m tether.child")
-    parser.add_argument(
-        "--agent",
-        metavar="SPEC",
-        help=f"host this agent ('pkg.module:callable' or '/path/file.py:callable'; "
-        f"default: ${ENV_VAR}, else the built-in loop)",
-    )
-    args = parser.parse_args(argv)
-    spec = args.agent or os.environ.get(ENV_VAR) or None
+    spec = _agent_spec(argv) if argv else os.environ.get(ENV_VAR) or None
     if spec is None:
         return None
     from tether.child.agent_spec import AgentSpecError, load_agent_factory
@@ -46,6 +37,21 @@ def _agent_factory(argv: list[str]) -> AgentFactory | None:
         print(f"tether-child: {exc}", file=sys.stderr)
         sys.stderr.flush()
         os._exit(EXIT_BAD_AGENT)
+
+
+def _agent_spec(argv: list[str]) -> str | None:
+    # argparse loads only when there are arguments to parse: the usual child has none.
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -I -m tether.child")
+    parser.add_argument(
+        "--agent",
+        metavar="SPEC",
+        help=f"host this agent ('pkg.module:callable' or '/path/file.py:callable'; "
+        f"default: ${ENV_VAR}, else the built-in loop)",
+    )
+    args = parser.parse_args(argv)
+    return str(args.agent) if args.agent else os.environ.get(ENV_VAR) or None
 
 
 def run(wire: WireFds, argv: list[str]) -> None:
