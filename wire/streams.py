@@ -19,6 +19,7 @@ closed, never a hang (`None`: wait as long as it takes, for a side that has anot
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import fcntl
 import math
@@ -34,6 +35,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 READ_CHUNK = 256 * 1024
 FINISH_SECONDS = 2.0
+_GONE = (errno.EBADF, errno.EIO, errno.ECONNRESET)
+"""Read errors that mean the stream is over (the writer's end is gone or this one closed)."""
 
 
 def pollable(fd: int) -> bool:
@@ -54,9 +57,16 @@ def restore_blocking(*fds: int) -> None:
 
 
 class FdReceiveStream(ByteReceiveStream):
-    """Reads a pipe (or any fd). End of stream, a read error and a local close all end it."""
+    """Reads a pipe (or any fd). End of stream, a read error and a local close all end it.
 
-    __slots__ = ("_closed", "_fd", "_pollable")
+    On asyncio a pipe stays registered with the event loop between reads (`_Watch`), as
+    asyncio's own pipe transports do: each message then costs one wake-up and one `read`,
+    instead of a `read` that fails with EAGAIN, an `epoll_ctl` to register, the wait, and an
+    `epoll_ctl` to unregister. What arrives while nobody receives is one chunk at most, held
+    until the next `receive()`: reading pauses until then, so a busy reader still leaves the
+    peer's pipe to fill (backpressure)."""
+
+    __slots__ = ("_closed", "_fd", "_pollable", "_watch")
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
@@ -64,6 +74,7 @@ class FdReceiveStream(ByteReceiveStream):
         if self._pollable:
             os.set_blocking(fd, False)
         self._closed = False
+        self._watch: _Watch | None = None
 
     @property
     def fd(self) -> int:
@@ -71,6 +82,17 @@ class FdReceiveStream(ByteReceiveStream):
 
     async def receive(self, max_bytes: int = READ_CHUNK) -> bytes:
         """The next chunk; raises `anyio.EndOfStream` at the end (or once closed here)."""
+        if self._pollable and not self._closed:
+            watch = self._watch
+            if watch is None:
+                try:
+                    loop = asyncio.get_running_loop()
+                except RuntimeError:  # another event loop than asyncio's
+                    pass
+                else:
+                    watch = self._watch = _Watch(self._fd, loop)
+            if watch is not None:
+                return await watch.receive(max_bytes)
         while not self._closed:
             try:
                 if not self._pollable:
@@ -86,7 +108,7 @@ class FdReceiveStream(ByteReceiveStream):
                     break
                 continue
             except OSError as exc:
-                if exc.errno in (errno.EBADF, errno.EIO, errno.ECONNRESET):
+                if exc.errno in _GONE:
                     break
                 raise
             if not data:
@@ -99,25 +121,105 @@ class FdReceiveStream(ByteReceiveStream):
         return self._closed
 
     def unread(self) -> int:
-        """Bytes waiting in the pipe that no `receive()` has taken yet (0 once closed)."""
+        """Bytes the peer wrote that no `receive()` has taken yet (0 once closed)."""
         if self._closed:
             return 0
+        held = self._watch.held if self._watch is not None else 0
         try:
             got = fcntl.ioctl(self._fd, termios.FIONREAD, b"\0\0\0\0")
         except OSError:
-            return 0
-        return int(struct.unpack("i", got)[0])
+            return held
+        return held + int(struct.unpack("i", got)[0])
 
     def close(self) -> None:
         """Close this end; a task parked in `receive()` wakes to end of stream."""
         if not self._closed:
             self._closed = True
-            if self._pollable:
+            if self._watch is not None:
+                self._watch.close()
+            elif self._pollable:
                 anyio.notify_closing(self._fd)
             os.close(self._fd)
 
     async def aclose(self) -> None:
         self.close()
+
+
+class _Watch:
+    """A pipe fd registered with the asyncio loop for as long as it is read (see
+    `FdReceiveStream`). The loop's callback reads one chunk: it goes to the task waiting in
+    `receive()`, or is held (and reading paused) until one comes."""
+
+    __slots__ = ("_buf", "_end", "_fd", "_held", "_loop", "_registered", "_view", "_waiter")
+
+    def __init__(self, fd: int, loop: asyncio.AbstractEventLoop) -> None:
+        self._fd = fd
+        self._loop = loop
+        # One buffer for every read: `os.read(fd, READ_CHUNK)` would allocate (mmap) and free
+        # a fresh 256 KiB object per message, page faults included, to return a few bytes.
+        self._buf = bytearray(READ_CHUNK)
+        self._view = memoryview(self._buf)
+        self._held = b""
+        self._end: BaseException | None = None
+        """`EndOfStream`, or the read error to raise, once the stream is over."""
+        self._waiter: asyncio.Future[None] | None = None
+        self._registered = False
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    async def receive(self, max_bytes: int) -> bytes:
+        while not self._held:
+            if self._end is not None:
+                raise self._end
+            if not self._registered:
+                self._loop.add_reader(self._fd, self._ready)
+                self._registered = True
+            waiter = self._waiter = self._loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        data = self._held[:max_bytes]
+        self._held = self._held[max_bytes:]
+        return data
+
+    def _ready(self) -> None:
+        if self._held:  # the last chunk is still to be taken (its receiver was cancelled)
+            self._pause()
+            return
+        try:
+            n = os.readv(self._fd, (self._buf,))
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._end = anyio.EndOfStream() if exc.errno in _GONE else exc
+        else:
+            if n:
+                self._held = self._view[:n].tobytes()
+            else:
+                self._end = anyio.EndOfStream()
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._end is not None:
+            self._pause()  # nobody takes it now (or the stream is over): stop reading
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _pause(self) -> None:
+        if self._registered:
+            self._registered = False
+            self._loop.remove_reader(self._fd)
+
+    def close(self) -> None:
+        """The fd is about to be closed: stop watching it, wake a waiting `receive()`."""
+        self._pause()
+        self._view.release()
+        self._held = b""
+        if self._end is None:
+            self._end = anyio.EndOfStream()
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
 
 class FdSendStream(ByteSendStream):
@@ -150,24 +252,57 @@ class FdSendStream(ByteSendStream):
         message could not be delivered in time, which closes the pipe) and
         `anyio.ClosedResourceError` once this end was closed.
         """
-        async with self._lock:
-            view = memoryview(item)
+        sent = 0
+        if self._pollable and not self._closed and not self._lock.locked():
+            # Nobody is in the middle of a message: try the whole line at once, without the
+            # lock (no await between the check and the write, so no other writer can start).
+            sent = self._write_now(item)
+            if sent == len(item):
+                return
+        if sent:
+            # Part of it is out: the rest must follow. The lock is free (nothing awaited since
+            # the check above), so this takes it without yielding, and without a cancellation
+            # check that could leave half a line.
+            with anyio.CancelScope(shield=True):
+                await self._lock.acquire()
+        else:
+            await self._lock.acquire()
+        try:
+            await self._send_rest(memoryview(item), sent)
+        finally:
+            self._lock.release()
+
+    async def _send_rest(self, view: memoryview, sent: int) -> None:
+        total = len(view)
+        view = view[sent:]
+        if not sent:
             while view:
                 view = view[await self._write_some(view) :]
-                if len(view) < len(item):
+                if len(view) < total:
                     break  # the first byte is out: what is left must follow, whatever happens
-            if not view:
-                return
-            limit = math.inf if self._finish_seconds is None else self._finish_seconds
-            with anyio.CancelScope(shield=True), anyio.move_on_after(limit):
-                while view:
-                    view = view[await self._write_some(view) :]
-            if view:
-                self.close()
-                raise anyio.BrokenResourceError(
-                    f"the reader took no more of a message for {self._finish_seconds:g} s; "
-                    "the pipe was closed rather than left with half a line"
-                )
+        if not view:
+            return
+        limit = math.inf if self._finish_seconds is None else self._finish_seconds
+        with anyio.CancelScope(shield=True), anyio.move_on_after(limit):
+            while view:
+                view = view[await self._write_some(view) :]
+        if view:
+            self.close()
+            raise anyio.BrokenResourceError(
+                f"the reader took no more of a message for {self._finish_seconds:g} s; "
+                "the pipe was closed rather than left with half a line"
+            )
+
+    def _write_now(self, data: bytes) -> int:
+        """Write what the pipe takes right now (0 when it is full)."""
+        try:
+            return os.write(self._fd, data)
+        except BlockingIOError:
+            return 0
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise anyio.BrokenResourceError("the reader of the pipe is gone") from exc
+        except OSError as exc:
+            raise anyio.BrokenResourceError(str(exc)) from exc
 
     async def _write_some(self, data: memoryview) -> int:
         while True:
