@@ -34,6 +34,8 @@ FIGURES = {
     "tether.transfer_p2c",
     "tether.transfer_c2p",
     "tether.model_complete",
+    "tether.agent_run",
+    "context.ping_tiny",
     "tether.events",
     "tether.dispose_polite",
     "tether.dispose_stubborn",
@@ -73,6 +75,10 @@ RAY_FIGURES = {
 
 TARGETS = [
     "ping",
+    "model/complete",
+    "agent/run",
+    "cold exec spawn",
+    "RSS",
     "1 MiB parent",
     "1 MiB child",
     "agent/event",
@@ -117,7 +123,7 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
         assert word in report
     targets = report.split("## Targets", 1)[1].split("## Floors", 1)[0]
     rows = [line for line in targets.splitlines() if line.startswith("| ") and "---" not in line]
-    assert len(rows) == 1 + 9  # header + one row per target
+    assert len(rows) == 1 + 12  # header + one row per target
     for row in rows[1:]:
         assert row.rstrip().endswith(("| met |", "| **missed** |")), row
     for needle in TARGETS:
