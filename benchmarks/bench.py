@@ -1072,6 +1072,7 @@ async def memory_group(res: Results, p: Plan) -> None:
         ("floor", ()),
         ("context.anyio", ("anyio", "msgspec")),
         ("context.jsonrpc", ("anyio", "msgspec", "jsonrpcserver")),
+        ("context.asyncio", ("anyio", "msgspec", "asyncio", "anyio._backends._asyncio")),
     )
     for _ in range(p.rss):
         for key, mods in bare:
@@ -1103,6 +1104,10 @@ async def memory_group(res: Results, p: Plan) -> None:
         ("floor", "bare `python -I` child"),
         ("context.anyio", "`python -I` child importing anyio + msgspec"),
         ("context.jsonrpc", "`python -I` child importing anyio + msgspec + jsonrpcserver"),
+        (
+            "context.asyncio",
+            "`python -I` child importing anyio + msgspec + asyncio + anyio's asyncio backend",
+        ),
     ):
         for m in ("rss", "uss"):
             floor = None if key == "floor" else f"floor.{m}_bare"

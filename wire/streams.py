@@ -6,10 +6,11 @@ runtime in the same process (tests, the in-process provider) or a relay to anoth
 
 Fd streams own bare file descriptors instead of asyncio transports so that nothing waits on
 *all* holders of a pipe closing it: a grandchild that inherited a child's stdout cannot delay
-the parent. Pipes and sockets are non-blocking and awaited with `anyio.wait_readable/writable`;
-anything else (a session replayed from a file, a terminal) is read and written in a worker
-thread, where a blocking call is harmless. Closing notifies anyio first, so a task parked on
-the fd wakes instead of waiting forever.
+the parent. Pipes and sockets are non-blocking: a reader keeps its fd registered with the
+asyncio loop while it reads (`_Watch`; `anyio.wait_readable` on other event loops), a writer
+awaits `anyio.wait_writable` when the pipe is full. Anything else (a session replayed from a
+file, a terminal) is read and written in a worker thread, where a blocking call is harmless.
+Closing wakes a task parked on the fd instead of leaving it waiting forever.
 
 Writes are whole messages: once a message's first byte is out, the rest follows, shielded from
 cancellation, because half a line would corrupt the stream for every later message. A reader

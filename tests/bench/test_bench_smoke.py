@@ -35,6 +35,7 @@ FIGURES = {
     "tether.transfer_c2p",
     "tether.model_complete",
     "tether.agent_run",
+    "context.asyncio.rss",
     "context.ping_tiny",
     "tether.events",
     "tether.dispose_polite",
