@@ -20,7 +20,7 @@ closed, never a hang (`None`: wait as long as it takes, for a side that has anot
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import errno
 import fcntl
 import math
@@ -28,11 +28,17 @@ import os
 import stat
 import struct
 import termios
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
 from anyio.abc import ByteReceiveStream, ByteSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+if TYPE_CHECKING:
+    # Imported where it runs: importing this module must not load asyncio (and with it ssl)
+    # in a process that only builds a command line.
+    import asyncio
 
 READ_CHUNK = 256 * 1024
 FINISH_SECONDS = 2.0
@@ -85,13 +91,13 @@ class FdReceiveStream(ByteReceiveStream):
         """The next chunk; raises `anyio.EndOfStream` at the end (or once closed here)."""
         if self._pollable and not self._closed:
             watch = self._watch
-            if watch is None:
-                try:
-                    loop = asyncio.get_running_loop()
-                except RuntimeError:  # another event loop than asyncio's
-                    pass
+            if watch is None or not watch.current():
+                loop = _running_asyncio_loop()
+                if loop is not None:
+                    # A stream read under one loop and then another starts watching afresh.
+                    watch = self._watch = _Watch(self._fd, loop, watch)
                 else:
-                    watch = self._watch = _Watch(self._fd, loop)
+                    watch = None
             if watch is not None:
                 return await watch.receive(max_bytes)
         while not self._closed:
@@ -146,6 +152,16 @@ class FdReceiveStream(ByteReceiveStream):
         self.close()
 
 
+def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio loop; `None` under another event loop (trio)."""
+    import asyncio
+
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class _Watch:
     """A pipe fd registered with the asyncio loop for as long as it is read (see
     `FdReceiveStream`). The loop's callback reads one chunk: it goes to the task waiting in
@@ -153,7 +169,9 @@ class _Watch:
 
     __slots__ = ("_buf", "_end", "_fd", "_held", "_loop", "_registered", "_view", "_waiter")
 
-    def __init__(self, fd: int, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, fd: int, loop: asyncio.AbstractEventLoop, before: _Watch | None = None
+    ) -> None:
         self._fd = fd
         self._loop = loop
         # One buffer for every read: `os.read(fd, READ_CHUNK)` would allocate (mmap) and free
@@ -165,6 +183,19 @@ class _Watch:
         """`EndOfStream`, or the read error to raise, once the stream is over."""
         self._waiter: asyncio.Future[None] | None = None
         self._registered = False
+        if before is not None:  # the same fd, watched under an earlier loop
+            before._abandon()
+            self._held, self._end = before._held, before._end
+
+    def current(self) -> bool:
+        """Whether this watch belongs to the running loop."""
+        return _running_asyncio_loop() is self._loop
+
+    def _abandon(self) -> None:
+        if self._registered:
+            self._registered = False
+            with contextlib.suppress(Exception):  # that loop may be closed
+                self._loop.remove_reader(self._fd)
 
     @property
     def held(self) -> int:

@@ -197,3 +197,15 @@ async def test_a_reader_that_does_not_receive_takes_at_most_one_chunk_so_the_pip
     finally:
         reader.close()
         os.close(w)
+
+
+def test_a_reader_used_under_one_event_loop_and_then_another_reads_on() -> None:
+    r, w = os.pipe()
+    reader = FdReceiveStream(r)
+    try:
+        for word in (b"one\n", b"two\n"):
+            os.write(w, word)
+            assert anyio.run(reader.receive) == word
+    finally:
+        reader.close()
+        os.close(w)
