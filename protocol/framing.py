@@ -58,6 +58,8 @@ class LineFramer:
         out: list[FrameEvent] = []
         if not data:
             return out
+        if type(data) is not bytes:
+            data = bytes(data)  # lines are immutable `bytes`, whatever the caller passed
         start = 0
         n = len(data)
         while start < n:
@@ -80,7 +82,7 @@ class LineFramer:
                 start = nl + 1
                 continue
             if nl < 0:
-                self._parts.append(bytes(data[start:]))
+                self._parts.append(data[start:])
                 self._held += n - start
                 return out
             if self._parts:
@@ -89,7 +91,7 @@ class LineFramer:
                 self._parts.clear()
                 self._held = 0
             else:
-                line = bytes(data[start:nl])
+                line = data[start:nl]
             if line.endswith(b"\r"):
                 line = line[:-1]
             if not self._started and line.strip():
