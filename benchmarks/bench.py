@@ -63,6 +63,7 @@ from tether.protocol.messages import (
     PROTOCOL_VERSION,
     AgentDefinition,
     AgentEventParams,
+    AgentRunParams,
     ChatMessage,
     Empty,
     InitializeParams,
@@ -315,6 +316,18 @@ async def tether_pings(child: SupervisedChild, n: int, params: Any = None) -> li
         t0 = time.perf_counter_ns()
         await child.endpoint.request_raw("ping", params)
         times.append(time.perf_counter_ns() - t0)
+    return times
+
+
+async def tether_runs(child: SupervisedChild, n: int, workspace: str, first: int) -> list[float]:
+    """`agent/run` round trips against the tiny agent, each a new run id."""
+    times: list[float] = []
+    for i in range(first, first + n):
+        params = AgentRunParams(run_id=f"r{i}", prompt="go", workspace=workspace)
+        t0 = time.perf_counter_ns()
+        result = await child.session.run(params)
+        times.append(time.perf_counter_ns() - t0)
+        assert result.success, result.message
     return times
 
 
@@ -644,6 +657,9 @@ async def ping_group(res: Results, p: Plan, workspace: str) -> None:
         aio_tether = await stack.enter_async_context(aio_popen(TETHER_CHILD))
         tether = await stack.enter_async_context(tethered(TETHER_CHILD))
         minimal = await stack.enter_async_context(tethered(child_script("proto.py", "serve")))
+        tiny = await stack.enter_async_context(
+            tethered([*TETHER_CHILD, "--agent", f"{CHILDREN / 'tiny_agent.py'}:make"])
+        )
         _readline(_fds(blocking)[1])
         assert aio.stdout is not None
         assert aio_tether.stdin is not None and aio_tether.stdout is not None
@@ -652,9 +668,14 @@ async def ping_group(res: Results, p: Plan, workspace: str) -> None:
         await aio_tether.stdout.readline()
         await initialize(tether)
         await initialize(minimal)
+        await initialize(tiny)
         for rnd in range(p.rounds + 1):  # round 0 warms every peer up and is dropped
             n = warm if rnd == 0 else per
             got = {
+                "context.ping_tiny": [us(x) for x in await tether_pings(tiny, n)],
+                "tether.agent_run": [
+                    us(x) for x in await tether_runs(tiny, n, workspace, rnd * per)
+                ],
                 "floor.pingpong_blocking": blocking_pingpong(blocking, range(n)),
                 "floor.pingpong_asyncio": await aio_pingpong(aio, range(n)),
                 "tether.ping": [us(x) for x in await tether_pings(tether, n)],
@@ -723,6 +744,31 @@ async def ping_group(res: Results, p: Plan, workspace: str) -> None:
             "the real `Supervisor.run` (endpoint, a task per request, the broker, a model "
             "provider that answers at once); one run per round",
             floor="floor.pingpong_asyncio",
+        )
+    )
+    res.add(
+        Figure(
+            "context.ping_tiny",
+            "`ping` round trip, to the child of the `agent/run` figure",
+            "µs",
+            s["context.ping_tiny"],
+            "as the `ping` figure, to `python -I -m tether.child --agent "
+            "benchmarks/children/tiny_agent.py:make`, interleaved with its `agent/run` samples",
+            floor="floor.pingpong_asyncio",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.agent_run",
+            "`agent/run` round trip, a tiny agent",
+            "µs",
+            s["tether.agent_run"],
+            "`ChildSession.run` (a new run id each time) on one live, initialized child hosting "
+            "`benchmarks/children/tiny_agent.py` (it finishes at once): from the call to the "
+            "typed `RunResult`; the run's set-up in the child (workspace, tools, context), its "
+            "`started` event and the result; measured right after as many `ping`s to the same "
+            "child",
+            floor="context.ping_tiny",
         )
     )
     res.add(
@@ -1063,6 +1109,7 @@ async def memory_group(res: Results, p: Plan) -> None:
         ("floor", ()),
         ("context.anyio", ("anyio", "msgspec")),
         ("context.jsonrpc", ("anyio", "msgspec", "jsonrpcserver")),
+        ("context.asyncio", ("anyio", "msgspec", "asyncio", "anyio._backends._asyncio")),
     )
     for _ in range(p.rss):
         for key, mods in bare:
@@ -1094,6 +1141,10 @@ async def memory_group(res: Results, p: Plan) -> None:
         ("floor", "bare `python -I` child"),
         ("context.anyio", "`python -I` child importing anyio + msgspec"),
         ("context.jsonrpc", "`python -I` child importing anyio + msgspec + jsonrpcserver"),
+        (
+            "context.asyncio",
+            "`python -I` child importing anyio + msgspec + asyncio + anyio's asyncio backend",
+        ),
     ):
         for m in ("rss", "uss"):
             floor = None if key == "floor" else f"floor.{m}_bare"

@@ -119,6 +119,16 @@ TARGETS = [
         _relative("tether.ping", "floor.pingpong_asyncio", 1.3, True),
     ),
     Target(
+        "model_complete",
+        f"`model/complete` ≤ 1.2{X} the asyncio-both-ends ping-pong",
+        _relative("tether.model_complete", "floor.pingpong_asyncio", 1.2, True),
+    ),
+    Target(
+        "agent_run",
+        f"`agent/run` of a tiny agent ≤ 1.3{X} a `ping` to the same child",
+        _relative("tether.agent_run", "context.ping_tiny", 1.3, True),
+    ),
+    Target(
         "transfer_p2c",
         "1 MiB parent → child ≥ 60% of raw pipe throughput",
         _relative("tether.transfer_p2c", "floor.transfer_p2c", 0.6, False),
@@ -189,9 +199,14 @@ TARGETS = [
         _absolute("tether.pool_acquire", 1000.0, True),
     ),
     Target(
+        "spawn_ready",
+        f"cold exec spawn → ready ≤ 8{X} a bare child's spawn to its first line",
+        _relative("tether.spawn_ready", "floor.spawn_line", 8.0, True),
+    ),
+    Target(
         "rss",
-        f"idle child RSS ≤ 3{X} a bare python child's",
-        _relative("tether.rss", "floor.rss_bare", 3.0, True),
+        f"idle cold child RSS ≤ 2.5{X} a bare python child's",
+        _relative("tether.rss", "floor.rss_bare", 2.5, True),
     ),
 ]
 

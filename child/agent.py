@@ -159,7 +159,8 @@ class AgentContext:
         self._seq = 0
         # Held while a seq is taken and its event written, so seq order is wire order even
         # when the heartbeat task and the loop emit at the same moment.
-        self._emit_lock = anyio.Lock()
+        # fast_acquire: no event-loop turn per event while nobody else holds it.
+        self._emit_lock = anyio.Lock(fast_acquire=True)
 
     # --- what the run is ----------------------------------------------------------------------
 

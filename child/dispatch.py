@@ -4,11 +4,11 @@ This is the only module that imports jsonrpcserver; its types never leave it. Th
 labour:
 
 * the wire's `Connection` does all decoding: framing, the envelope, and the typed params from
-  the method table. The deserializer we hand jsonrpcserver returns an already-prepared request
-  (the string argument is unused) whose single positional param is the typed params Struct, and
-  the validator accepts it as is; jsonrpcserver's json.loads and JSON-Schema check never run.
+  the method table. What we hand jsonrpcserver as "the request" is an already-prepared request
+  dict whose single positional param is the typed params Struct; the deserializer and validator
+  we give it return it as is, so jsonrpcserver's json.loads and JSON-Schema check never run.
 * jsonrpcserver does the method lookup, the argument check, the call, and the notification rule
-  (no response) — through its synchronous `dispatch_to_response`, so no `asyncio.gather` and no
+  (no response) — through its synchronous pure dispatcher, so no `asyncio.gather` and no
   task per request. Each method it calls is a small synchronous wrapper that starts our async
   handler and hands the coroutine back through jsonrpcserver's `context` (a one-slot box); the
   dispatcher then awaits it. The wrapper carries a precomputed `__signature__`, so the
@@ -17,20 +17,64 @@ labour:
   other exception becomes the fixed internal-error sentence (`errors.to_wire_error`); anything
   jsonrpcserver answers on its own (its "Method not found", an internal error with `str(exc)`)
   is replaced by our own sentence. The endpoint encodes the answer.
+
+Importing jsonrpcserver's dispatcher without its package `__init__` (`_core`): the package
+`__init__` also imports its HTTP server (`http.server`) and its public wrappers (`main`), and
+`main` builds, at import time, a JSON-Schema validator for the default `validator=` hook, which
+pulls in jsonschema, referencing, attrs and rpds: ≈ 125 to 160 ms and ≈ 15 MiB in a child whose
+handshake needs none of it (we pass our own validator). The pure dispatcher those wrappers call
+(`jsonrpcserver.dispatcher.dispatch_to_response_pure`, the same hooks) and its result types
+import nothing of that, so we load jsonrpcserver's own package directory under a private name
+whose `__init__` is never run and import just those modules from it. The real `jsonrpcserver`
+stays untouched in `sys.modules`: a hosted agent that imports it gets the whole library as
+usual (and when it is already imported, we use it).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from types import ModuleType
 from typing import Any
 
-from jsonrpcserver import Success, dispatch_to_response
 from oslash.either import Left
 
 from tether.child.errors import INTERNAL_MESSAGE, to_wire_error
 from tether.protocol import ErrorCode, WireError
+
+_CORE_PACKAGE = "tether.child._jsonrpcserver"
+"""The private name jsonrpcserver's package directory is loaded under (never executed)."""
+
+
+def _core() -> tuple[ModuleType, ModuleType]:
+    """jsonrpcserver's `dispatcher` and `result` modules, without its package `__init__`."""
+    if "jsonrpcserver" in sys.modules:
+        package = "jsonrpcserver"
+    else:
+        package = _CORE_PACKAGE
+        if package not in sys.modules:
+            found = importlib.util.find_spec("jsonrpcserver")
+            if found is None or found.origin is None:
+                raise ImportError("jsonrpcserver is not installed")
+            spec = importlib.util.spec_from_file_location(
+                package, found.origin, submodule_search_locations=found.submodule_search_locations
+            )
+            assert spec is not None
+            # Registered, never executed: its submodules' relative imports resolve inside it.
+            sys.modules[package] = importlib.util.module_from_spec(spec)
+    return (
+        importlib.import_module(f"{package}.dispatcher"),
+        importlib.import_module(f"{package}.result"),
+    )
+
+
+_dispatcher, _result = _core()
+_dispatch_pure: Callable[..., Any] = _dispatcher.dispatch_to_response_pure
+Success: Callable[[Any], Any] = _result.Success
 
 log = logging.getLogger("tether.child")
 
@@ -65,12 +109,13 @@ class Dispatcher:
         if is_request:
             prepared["id"] = 0  # jsonrpcserver needs one; the endpoint answers the real id
         started: list[Coroutine[Any, Any, Any]] = []
-        response = dispatch_to_response(
-            "",
-            self._methods,
+        response = _dispatch_pure(
+            request=prepared,  # "deserialized" by the identity: it is decoded already
+            deserializer=_as_is,
+            validator=_as_is,
+            methods=self._methods,
             context=started,
-            deserializer=lambda _unused: prepared,
-            validator=lambda decoded: decoded,
+            post_process=_as_is,
         )
         if isinstance(response, Left):
             for coro in started:
@@ -85,6 +130,10 @@ class Dispatcher:
             return await started[0]
         except Exception as exc:
             raise to_wire_error(exc, method) from None
+
+
+def _as_is(value: Any) -> Any:
+    return value
 
 
 def _adapt(handler: Handler) -> Callable[..., Any]:

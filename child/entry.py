@@ -25,24 +25,8 @@ ENV_VAR = "TETHER_AGENT"  # agent_spec.ENV_VAR; that module loads only when an a
 EXIT_BAD_AGENT = 3
 
 
-def _agent_option(argv: list[str]) -> str | None:
-    import argparse  # only for a child given a command line: most have none
-
-    parser = argparse.ArgumentParser(prog="python -I -m tether.child")
-    parser.add_argument(
-        "--agent",
-        metavar="SPEC",
-        help=f"host this agent ('pkg.module:callable' or '/path/file.py:callable'; "
-        f"default: ${ENV_VAR}, else the built-in loop)",
-    )
-    agent: str | None = parser.parse_args(argv).agent
-    return agent
-
-
 def _agent_factory(argv: list[str]) -> AgentFactory | None:
-    # No command line, no parser: building one costs about a millisecond (and importing
-    # argparse more), on every child's way to `initialize`.
-    spec = (_agent_option(argv) if argv else None) or os.environ.get(ENV_VAR) or None
+    spec = _agent_spec(argv) if argv else os.environ.get(ENV_VAR) or None
     if spec is None:
         return None
     from tether.child.agent_spec import AgentSpecError, load_agent_factory
@@ -53,6 +37,21 @@ def _agent_factory(argv: list[str]) -> AgentFactory | None:
         print(f"tether-child: {exc}", file=sys.stderr)
         sys.stderr.flush()
         os._exit(EXIT_BAD_AGENT)
+
+
+def _agent_spec(argv: list[str]) -> str | None:
+    # argparse loads only when there are arguments to parse: the usual child has none.
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -I -m tether.child")
+    parser.add_argument(
+        "--agent",
+        metavar="SPEC",
+        help=f"host this agent ('pkg.module:callable' or '/path/file.py:callable'; "
+        f"default: ${ENV_VAR}, else the built-in loop)",
+    )
+    args = parser.parse_args(argv)
+    return str(args.agent) if args.agent else os.environ.get(ENV_VAR) or None
 
 
 def run(wire: WireFds, argv: list[str]) -> None:

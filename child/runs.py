@@ -132,7 +132,9 @@ class RunTable:
         definition = params.agent
         tools = self._tools.select(
             definition.tools, read_only=definition.read_only, continuable=params.continuable
-        ).with_parent_tools(params.parent_tools)
+        )
+        if params.parent_tools:
+            tools = tools.with_parent_tools(params.parent_tools)
         ctx = AgentContext(
             params,
             workspace=workspace,

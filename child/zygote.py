@@ -191,14 +191,9 @@ def serve(sock: socket.socket) -> None:
 def _warm() -> None:
     """Pay here, once, what every child would otherwise pay on its way to `initialize`: the
     first use of argparse (for a child given `--agent`: its first parser costs ≈ 15 ms of lazy
-    set-up), the package's version, which `initialize` reports (`importlib.metadata` searches
-    sys.path on every call: 2-6 ms; cached for the children, it cannot change while the
-    zygote runs), and a whole rehearsed session (`_rehearse`)."""
-    from tether.child import session
-
-    entry._agent_option([])
-    version = session._version()
-    session._version = lambda: version
+    set-up) and a whole rehearsed session (`_rehearse`). The version `initialize` reports is
+    a constant already (`tether.child.session.SERVER_VERSION`)."""
+    entry._agent_spec([])
     _rehearse()
 
 

@@ -197,7 +197,8 @@ class Broker:
         """The transcript the child sent with its latest model turn: the run's completed turns
         as the parent saw them (a fork's history is cut from it)."""
         self.brokered = Brokered()
-        self._model_slots = anyio.Semaphore(MAX_MODEL_CALLS)
+        # fast_acquire: no event-loop turn while a slot is free.
+        self._model_slots = anyio.Semaphore(MAX_MODEL_CALLS, fast_acquire=True)
 
     async def on_request(self, method: str, params: Any) -> Any:
         if method == "model/complete":

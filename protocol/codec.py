@@ -3,7 +3,8 @@
 Step one decodes a line into an `Envelope` whose members may be `UNSET` and whose params/result
 stay `Raw`; classification turns it into exactly one `Incoming` value. Step two, the typed decode
 of params/result, is done by the receiver through the method table (`methods.decode_params`),
-because only the receiver knows which request a response belongs to.
+because only the receiver knows which request a response belongs to. (A `Connection` reads the
+usual messages in one typed pass, `onepass.py`, and brings every other line here.)
 
 Nothing here raises on bad input: `Decoder.feed` turns any bytes into values. Before msgspec sees
 a line, its nesting depth is measured (`depth.py`): a line nested deeper than the limit is refused

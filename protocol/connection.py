@@ -37,7 +37,7 @@ from collections import OrderedDict
 from typing import Any, Literal
 
 import msgspec
-from msgspec import Struct
+from msgspec import UNSET, Struct
 
 from tether.protocol.codec import (
     Decoder,
@@ -55,9 +55,11 @@ from tether.protocol.codec import (
     encode_request,
     encode_response,
 )
+from tether.protocol.depth import exceeds_depth
 from tether.protocol.errors import ErrorCode, LocalProtocolError
 from tether.protocol.framing import DEFAULT_MAX_MESSAGE_BYTES
 from tether.protocol.methods import METHODS, MethodSpec, decode_params, decode_result
+from tether.protocol.onepass import IncomingDecoder, decode_reply, peek_id
 
 Role = Literal["parent", "child"]
 
@@ -188,6 +190,17 @@ Event = (
 )
 
 _RECEIVES = {"parent": "child_to_parent", "child": "parent_to_child"}
+_HEAD = 64
+"""A request names its method in its first bytes (tether's encoder and most peers write it
+before `params`); a line without `"method"` there is tried as a reply first."""
+_incoming_decoders: dict[str, IncomingDecoder] = {}
+
+
+def _incoming_decoder(direction: str) -> IncomingDecoder:
+    dec = _incoming_decoders.get(direction)
+    if dec is None:
+        dec = _incoming_decoders[direction] = IncomingDecoder(direction)
+    return dec
 
 
 class Connection:
@@ -206,6 +219,7 @@ class Connection:
         self.role: Role = role
         self._typed_results = typed_results
         self._receives = _RECEIVES[role]
+        self._incoming = _incoming_decoder(self._receives)
         self._decoder = Decoder(max_message_bytes)
         self.peer_max_message_bytes = peer_max_message_bytes
         """The peer's read cap: no line longer than this is produced."""
@@ -295,12 +309,38 @@ class Connection:
         out: list[Event] = []
         depth = self._decoder.max_depth
         for frame in self._decoder.framer.feed(data):
+            if type(frame) is bytes and not exceeds_depth(frame, depth):
+                event = self._one_pass(frame)
+                if event is not None:
+                    out.append(event)
+                    continue
             msg = decode_frame(frame, depth)
             if isinstance(msg, Request):
                 out.append(self._request(msg, len(frame) if isinstance(frame, bytes) else 0))
             else:
                 out.append(self._event(msg))
         return out
+
+    def _one_pass(self, line: bytes) -> Event | None:
+        """The event of a plain message read in one typed pass (`onepass.py`), or `None` for
+        the two-step path, which judges everything else."""
+        if line[:1] != b"{":
+            return None
+        got = self._incoming.decode(line) if b'"method"' in line[:_HEAD] else None
+        if got is not None:
+            name, rid, params = got
+            if rid is UNSET:
+                return NotificationReceived(name, params)
+            return RequestReceived(rid, name, params, len(line))
+        rid = peek_id(line)
+        method = self._pending.get(rid) if rid is not UNSET else None
+        if method is None or not self._typed_results:
+            return None
+        ok, result = decode_reply(line, rid, method)
+        if not ok:
+            return None
+        del self._pending[rid]
+        return ResponseReceived(rid, method, result)
 
     def receive_eof(self) -> list[Event]:
         """The peer's stream ended."""

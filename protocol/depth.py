@@ -13,9 +13,11 @@ object is level 2. Brackets inside strings do not count, escaped quotes do not e
 Theory of operation. A pure-Python loop over a line costs about 100 ns a byte, far more than
 msgspec's decode, so the measurement is made of whole-buffer operations that run in C:
 
-1. `bytes.translate` keeps only the bytes that can matter (`"`, `\\`, brackets, with `{}` folded
-   into `[]`). A line with no more opening brackets than the limit, strings included, is within
-   it: that settles small messages at the cost of that one pass.
+1. A line with no more opening brackets than the limit, strings included, is within it. On a
+   long line they are first counted with `bytes.find` (memchr: a megabyte of text in tens of
+   µs), giving up past the limit; then `bytes.translate` keeps only the bytes that can matter
+   (`"`, `\\`, brackets, with `{}` folded into `[]`) and they are counted again: that settles
+   small messages at the cost of that one pass.
 2. An escaped quote must not end a string. Where the kept bytes show a backslash right before a
    quote or another backslash, escapes are resolved on the line itself (`bytes.replace`, pairs of
    backslashes first); elsewhere a backslash escapes a letter that `translate` dropped, and is
@@ -54,10 +56,15 @@ _KEPT = b'"\\[]{}'
 _DROPPED = bytes(sorted(set(range(256)) - set(_KEPT)))
 _FOLD_BRACES = bytes.maketrans(b"{}", b"[]")
 _RUNS = re.compile(rb"\[+|\]+")
+_FIND_FROM = 4096
+"""Lines longer than this are first counted with `bytes.find` (`_few_openings`); on shorter
+ones one `translate` pass is cheaper than a few Python-level calls."""
 
 
 def exceeds_depth(line: bytes, limit: int = DEFAULT_MAX_MESSAGE_DEPTH) -> bool:
     """Whether `line` nests deeper than `limit` (see the module docstring for "depth")."""
+    if len(line) > _FIND_FROM and _few_openings(line, limit):
+        return False
     marks = line.translate(_FOLD_BRACES, _DROPPED)
     if marks.count(b"[") <= limit:
         return False
@@ -70,6 +77,22 @@ def exceeds_depth(line: bytes, limit: int = DEFAULT_MAX_MESSAGE_DEPTH) -> bool:
             marks = line.replace(b'\\"', b"").translate(_FOLD_BRACES, _DROPPED)
         marks = marks.replace(b"\\", b"")
     return _bracket_depth(_outside_strings(marks), limit) > limit
+
+
+def _few_openings(line: bytes, limit: int) -> bool:
+    """Whether `line` has at most `limit` opening brackets, strings included (so it is within
+    the limit): step 1's test without the `translate` pass. `bytes.find` skips the bytes between
+    two brackets at memchr speed, ≈ 20 times faster than `translate` on a large line of text,
+    and the count stops once it passes the limit."""
+    seen = 0
+    for bracket in (b"[", b"{"):
+        at = line.find(bracket)
+        while at >= 0:
+            seen += 1
+            if seen > limit:
+                return False
+            at = line.find(bracket, at + 1)
+    return True
 
 
 def _outside_strings(marks: bytes) -> bytes:

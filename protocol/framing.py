@@ -32,13 +32,16 @@ FrameEvent = bytes | Oversize | WrongFraming
 class LineFramer:
     """Split a byte stream into lines of at most `max_bytes` (the newline not counted)."""
 
-    __slots__ = ("_buf", "_discarding", "_max", "_started")
+    __slots__ = ("_discarding", "_held", "_max", "_parts", "_started")
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         if max_bytes < 1:
             raise ValueError("max_bytes must be positive")
         self._max = max_bytes
-        self._buf = bytearray()
+        # The pieces of an unfinished line, joined once when its newline comes: one copy of a
+        # large line, where appending each chunk to a growing buffer copied it again and again.
+        self._parts: list[bytes] = []
+        self._held = 0
         self._discarding = False
         self._started = False
 
@@ -49,12 +52,14 @@ class LineFramer:
     @property
     def buffered(self) -> int:
         """Bytes of an unfinished line held right now (never more than the cap)."""
-        return len(self._buf)
+        return self._held
 
     def feed(self, data: bytes) -> list[FrameEvent]:
         out: list[FrameEvent] = []
         if not data:
             return out
+        if type(data) is not bytes:
+            data = bytes(data)  # lines are immutable `bytes`, whatever the caller passed
         start = 0
         n = len(data)
         while start < n:
@@ -66,9 +71,10 @@ class LineFramer:
                 start = nl + 1
                 continue
             end = n if nl < 0 else nl
-            if len(self._buf) + (end - start) > self._max:
-                seen = len(self._buf) + (end - start)
-                self._buf.clear()
+            if self._held + (end - start) > self._max:
+                seen = self._held + (end - start)
+                self._parts.clear()
+                self._held = 0
                 out.append(Oversize(limit=self._max, seen=seen))
                 if nl < 0:
                     self._discarding = True
@@ -76,12 +82,14 @@ class LineFramer:
                 start = nl + 1
                 continue
             if nl < 0:
-                self._buf += data[start:]
+                self._parts.append(data[start:])
+                self._held += n - start
                 return out
-            if self._buf:
-                self._buf += data[start:nl]
-                line = bytes(self._buf)
-                self._buf.clear()
+            if self._parts:
+                self._parts.append(data[start:nl])
+                line = b"".join(self._parts)
+                self._parts.clear()
+                self._held = 0
             else:
                 line = data[start:nl]
             if line.endswith(b"\r"):
@@ -99,8 +107,9 @@ class LineFramer:
 
     def eof(self) -> bytes | None:
         """The stream ended: return the unterminated tail, if any (a truncated message)."""
-        if self._buf:
-            tail = bytes(self._buf)
-            self._buf.clear()
+        if self._parts:
+            tail = b"".join(self._parts)
+            self._parts.clear()
+            self._held = 0
             return tail
         return None

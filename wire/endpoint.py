@@ -154,7 +154,8 @@ class Endpoint:
         self._close_on_send_failure = close_on_send_failure
         self._answered = answered
         self._waiters: dict[Any, _Waiter] = {}
-        self._slots = anyio.Semaphore(max_concurrent)
+        # fast_acquire: no event-loop turn per request while a slot is free.
+        self._slots = anyio.Semaphore(max_concurrent, fast_acquire=True)
         self._max_held_bytes = max_held_bytes
         self._held = 0
         """Bytes of the peer's requests being served right now (their lines' sizes)."""

@@ -6,10 +6,11 @@ runtime in the same process (tests, the in-process provider) or a relay to anoth
 
 Fd streams own bare file descriptors instead of asyncio transports so that nothing waits on
 *all* holders of a pipe closing it: a grandchild that inherited a child's stdout cannot delay
-the parent. Pipes and sockets are non-blocking and awaited with `anyio.wait_readable/writable`;
-anything else (a session replayed from a file, a terminal) is read and written in a worker
-thread, where a blocking call is harmless. Closing notifies anyio first, so a task parked on
-the fd wakes instead of waiting forever.
+the parent. Pipes and sockets are non-blocking: a reader keeps its fd registered with the
+asyncio loop while it reads (`_Watch`; `anyio.wait_readable` on other event loops), a writer
+awaits `anyio.wait_writable` when the pipe is full. Anything else (a session replayed from a
+file, a terminal) is read and written in a worker thread, where a blocking call is harmless.
+Closing wakes a task parked on the fd instead of leaving it waiting forever.
 
 Writes are whole messages: once a message's first byte is out, the rest follows, shielded from
 cancellation, because half a line would corrupt the stream for every later message. A reader
@@ -19,6 +20,7 @@ closed, never a hang (`None`: wait as long as it takes, for a side that has anot
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import math
@@ -26,14 +28,22 @@ import os
 import stat
 import struct
 import termios
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
 from anyio.abc import ByteReceiveStream, ByteSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+if TYPE_CHECKING:
+    # Imported where it runs: importing this module must not load asyncio (and with it ssl)
+    # in a process that only builds a command line.
+    import asyncio
+
 READ_CHUNK = 256 * 1024
 FINISH_SECONDS = 2.0
+_GONE = (errno.EBADF, errno.EIO, errno.ECONNRESET)
+"""Read errors that mean the stream is over (the writer's end is gone or this one closed)."""
 
 
 def pollable(fd: int) -> bool:
@@ -54,9 +64,16 @@ def restore_blocking(*fds: int) -> None:
 
 
 class FdReceiveStream(ByteReceiveStream):
-    """Reads a pipe (or any fd). End of stream, a read error and a local close all end it."""
+    """Reads a pipe (or any fd). End of stream, a read error and a local close all end it.
 
-    __slots__ = ("_closed", "_fd", "_pollable")
+    On asyncio a pipe stays registered with the event loop between reads (`_Watch`), as
+    asyncio's own pipe transports do: each message then costs one wake-up and one `read`,
+    instead of a `read` that fails with EAGAIN, an `epoll_ctl` to register, the wait, and an
+    `epoll_ctl` to unregister. What arrives while nobody receives is one chunk at most, held
+    until the next `receive()`: reading pauses until then, so a busy reader still leaves the
+    peer's pipe to fill (backpressure)."""
+
+    __slots__ = ("_closed", "_fd", "_pollable", "_watch")
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
@@ -64,6 +81,7 @@ class FdReceiveStream(ByteReceiveStream):
         if self._pollable:
             os.set_blocking(fd, False)
         self._closed = False
+        self._watch: _Watch | None = None
 
     @property
     def fd(self) -> int:
@@ -71,6 +89,17 @@ class FdReceiveStream(ByteReceiveStream):
 
     async def receive(self, max_bytes: int = READ_CHUNK) -> bytes:
         """The next chunk; raises `anyio.EndOfStream` at the end (or once closed here)."""
+        if self._pollable and not self._closed:
+            watch = self._watch
+            if watch is None or not watch.current():
+                loop = _running_asyncio_loop()
+                if loop is not None:
+                    # A stream read under one loop and then another starts watching afresh.
+                    watch = self._watch = _Watch(self._fd, loop, watch)
+                else:
+                    watch = None
+            if watch is not None:
+                return await watch.receive(max_bytes)
         while not self._closed:
             try:
                 if not self._pollable:
@@ -86,7 +115,7 @@ class FdReceiveStream(ByteReceiveStream):
                     break
                 continue
             except OSError as exc:
-                if exc.errno in (errno.EBADF, errno.EIO, errno.ECONNRESET):
+                if exc.errno in _GONE:
                     break
                 raise
             if not data:
@@ -99,25 +128,130 @@ class FdReceiveStream(ByteReceiveStream):
         return self._closed
 
     def unread(self) -> int:
-        """Bytes waiting in the pipe that no `receive()` has taken yet (0 once closed)."""
+        """Bytes the peer wrote that no `receive()` has taken yet (0 once closed)."""
         if self._closed:
             return 0
+        held = self._watch.held if self._watch is not None else 0
         try:
             got = fcntl.ioctl(self._fd, termios.FIONREAD, b"\0\0\0\0")
         except OSError:
-            return 0
-        return int(struct.unpack("i", got)[0])
+            return held
+        return held + int(struct.unpack("i", got)[0])
 
     def close(self) -> None:
         """Close this end; a task parked in `receive()` wakes to end of stream."""
         if not self._closed:
             self._closed = True
-            if self._pollable:
+            if self._watch is not None:
+                self._watch.close()
+            elif self._pollable:
                 anyio.notify_closing(self._fd)
             os.close(self._fd)
 
     async def aclose(self) -> None:
         self.close()
+
+
+def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio loop; `None` under another event loop (trio)."""
+    import asyncio
+
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+class _Watch:
+    """A pipe fd registered with the asyncio loop for as long as it is read (see
+    `FdReceiveStream`). The loop's callback reads one chunk: it goes to the task waiting in
+    `receive()`, or is held (and reading paused) until one comes."""
+
+    __slots__ = ("_buf", "_end", "_fd", "_held", "_loop", "_registered", "_view", "_waiter")
+
+    def __init__(
+        self, fd: int, loop: asyncio.AbstractEventLoop, before: _Watch | None = None
+    ) -> None:
+        self._fd = fd
+        self._loop = loop
+        # One buffer for every read: `os.read(fd, READ_CHUNK)` would allocate (mmap) and free
+        # a fresh 256 KiB object per message, page faults included, to return a few bytes.
+        self._buf = bytearray(READ_CHUNK)
+        self._view = memoryview(self._buf)
+        self._held = b""
+        self._end: BaseException | None = None
+        """`EndOfStream`, or the read error to raise, once the stream is over."""
+        self._waiter: asyncio.Future[None] | None = None
+        self._registered = False
+        if before is not None:  # the same fd, watched under an earlier loop
+            before._abandon()
+            self._held, self._end = before._held, before._end
+
+    def current(self) -> bool:
+        """Whether this watch belongs to the running loop."""
+        return _running_asyncio_loop() is self._loop
+
+    def _abandon(self) -> None:
+        if self._registered:
+            self._registered = False
+            with contextlib.suppress(Exception):  # that loop may be closed
+                self._loop.remove_reader(self._fd)
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    async def receive(self, max_bytes: int) -> bytes:
+        while not self._held:
+            if self._end is not None:
+                raise self._end
+            if not self._registered:
+                self._loop.add_reader(self._fd, self._ready)
+                self._registered = True
+            waiter = self._waiter = self._loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        data = self._held[:max_bytes]
+        self._held = self._held[max_bytes:]
+        return data
+
+    def _ready(self) -> None:
+        if self._held:  # the last chunk is still to be taken (its receiver was cancelled)
+            self._pause()
+            return
+        try:
+            n = os.readv(self._fd, (self._buf,))
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._end = anyio.EndOfStream() if exc.errno in _GONE else exc
+        else:
+            if n:
+                self._held = self._view[:n].tobytes()
+            else:
+                self._end = anyio.EndOfStream()
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._end is not None:
+            self._pause()  # nobody takes it now (or the stream is over): stop reading
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _pause(self) -> None:
+        if self._registered:
+            self._registered = False
+            self._loop.remove_reader(self._fd)
+
+    def close(self) -> None:
+        """The fd is about to be closed: stop watching it, wake a waiting `receive()`."""
+        self._pause()
+        self._view.release()
+        self._held = b""
+        if self._end is None:
+            self._end = anyio.EndOfStream()
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
 
 class FdSendStream(ByteSendStream):
@@ -150,24 +284,57 @@ class FdSendStream(ByteSendStream):
         message could not be delivered in time, which closes the pipe) and
         `anyio.ClosedResourceError` once this end was closed.
         """
-        async with self._lock:
-            view = memoryview(item)
+        sent = 0
+        if self._pollable and not self._closed and not self._lock.locked():
+            # Nobody is in the middle of a message: try the whole line at once, without the
+            # lock (no await between the check and the write, so no other writer can start).
+            sent = self._write_now(item)
+            if sent == len(item):
+                return
+        if sent:
+            # Part of it is out: the rest must follow. The lock is free (nothing awaited since
+            # the check above), so this takes it without yielding, and without a cancellation
+            # check that could leave half a line.
+            with anyio.CancelScope(shield=True):
+                await self._lock.acquire()
+        else:
+            await self._lock.acquire()
+        try:
+            await self._send_rest(memoryview(item), sent)
+        finally:
+            self._lock.release()
+
+    async def _send_rest(self, view: memoryview, sent: int) -> None:
+        total = len(view)
+        view = view[sent:]
+        if not sent:
             while view:
                 view = view[await self._write_some(view) :]
-                if len(view) < len(item):
+                if len(view) < total:
                     break  # the first byte is out: what is left must follow, whatever happens
-            if not view:
-                return
-            limit = math.inf if self._finish_seconds is None else self._finish_seconds
-            with anyio.CancelScope(shield=True), anyio.move_on_after(limit):
-                while view:
-                    view = view[await self._write_some(view) :]
-            if view:
-                self.close()
-                raise anyio.BrokenResourceError(
-                    f"the reader took no more of a message for {self._finish_seconds:g} s; "
-                    "the pipe was closed rather than left with half a line"
-                )
+        if not view:
+            return
+        limit = math.inf if self._finish_seconds is None else self._finish_seconds
+        with anyio.CancelScope(shield=True), anyio.move_on_after(limit):
+            while view:
+                view = view[await self._write_some(view) :]
+        if view:
+            self.close()
+            raise anyio.BrokenResourceError(
+                f"the reader took no more of a message for {self._finish_seconds:g} s; "
+                "the pipe was closed rather than left with half a line"
+            )
+
+    def _write_now(self, data: bytes) -> int:
+        """Write what the pipe takes right now (0 when it is full)."""
+        try:
+            return os.write(self._fd, data)
+        except BlockingIOError:
+            return 0
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise anyio.BrokenResourceError("the reader of the pipe is gone") from exc
+        except OSError as exc:
+            raise anyio.BrokenResourceError(str(exc)) from exc
 
     async def _write_some(self, data: memoryview) -> int:
         while True:

@@ -48,6 +48,9 @@ FIGURES = {
     "tether.transfer_p2c",
     "tether.transfer_c2p",
     "tether.model_complete",
+    "tether.agent_run",
+    "context.asyncio.rss",
+    "context.ping_tiny",
     "tether.events",
     "tether.dispose_polite",
     "tether.dispose_stubborn",
@@ -95,6 +98,10 @@ RAY_FIGURES = {
 
 TARGETS = [
     "ping",
+    "model/complete",
+    "agent/run",
+    "cold exec spawn",
+    "RSS",
     "1 MiB parent",
     "1 MiB child",
     "agent/event",

@@ -3,6 +3,7 @@ left half-written on the wire; a read end closed locally wakes its reader to end
 
 from __future__ import annotations
 
+import fcntl
 import os
 import threading
 import time
@@ -11,9 +12,11 @@ import anyio
 import pytest
 
 from tether.wire import FdReceiveStream, FdSendStream
+from tether.wire.streams import READ_CHUNK
 
 pytestmark = pytest.mark.anyio
 
+F_GETPIPE_SZ = 1032  # fcntl.F_GETPIPE_SZ (Linux)
 BIG = b"x" * (1 << 20) + b"\n"
 """Far more than a pipe holds, so the write must wait for the reader part-way through."""
 
@@ -136,3 +139,73 @@ async def test_a_reader_counts_what_waits_unread_and_reports_end_of_stream() -> 
     finally:
         reader.close()
     assert reader.unread() == 0
+
+
+async def test_what_arrives_while_nobody_receives_is_kept_for_the_next_receive() -> None:
+    r, w = os.pipe()
+    reader = FdReceiveStream(r)
+    try:
+        os.write(w, b"one\n")
+        with anyio.fail_after(5):
+            assert await reader.receive() == b"one\n"  # the pipe stays watched from here
+            os.write(w, b"two\n")
+            await anyio.sleep(0.05)  # the loop reads it and holds it: nobody is receiving
+            os.write(w, b"three\n")
+            await anyio.sleep(0.05)  # reading is paused: this stays in the pipe
+            assert reader.unread() == len(b"two\nthree\n")
+            got = b""
+            while got != b"two\nthree\n":
+                got += await reader.receive(3)  # a held chunk is handed out in pieces too
+    finally:
+        reader.close()
+        os.close(w)
+
+
+async def test_a_receive_cancelled_while_waiting_loses_nothing() -> None:
+    r, w = os.pipe()
+    reader = FdReceiveStream(r)
+    try:
+        with anyio.fail_after(5):
+            with anyio.move_on_after(0.05):
+                await reader.receive()
+            os.write(w, b"after\n")
+            assert await reader.receive() == b"after\n"
+    finally:
+        reader.close()
+        os.close(w)
+
+
+async def test_a_reader_that_does_not_receive_takes_at_most_one_chunk_so_the_pipe_fills() -> None:
+    r, w = os.pipe()
+    reader = FdReceiveStream(r)
+    os.set_blocking(w, False)
+    try:
+        with anyio.fail_after(5):
+            os.write(w, b"first\n")
+            assert await reader.receive() == b"first\n"  # watched from here on
+            written = full = 0
+            while full < 3:  # the pipe stays full across event-loop turns
+                try:
+                    written += os.write(w, b"x" * 65536)
+                    full = 0
+                except BlockingIOError:
+                    full += 1
+                    await anyio.sleep(0.02)
+        capacity = fcntl.fcntl(w, F_GETPIPE_SZ)
+        assert written <= capacity + READ_CHUNK
+        assert reader.unread() == written
+    finally:
+        reader.close()
+        os.close(w)
+
+
+def test_a_reader_used_under_one_event_loop_and_then_another_reads_on() -> None:
+    r, w = os.pipe()
+    reader = FdReceiveStream(r)
+    try:
+        for word in (b"one\n", b"two\n"):
+            os.write(w, word)
+            assert anyio.run(reader.receive) == word
+    finally:
+        reader.close()
+        os.close(w)

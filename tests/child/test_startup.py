@@ -1,0 +1,52 @@
+"""What the child loads to answer `initialize`: none of jsonrpcserver's JSON-Schema machinery.
+
+jsonrpcserver's package `__init__` imports jsonschema (and its HTTP server) for a default
+validator the child never uses; `dispatch.py` loads only its dispatcher. These tests watch the
+real child with `-X importtime`, which lists every module as it is imported.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from importlib import metadata
+
+from child_harness import ChildProcess
+
+from tether.child.session import SERVER_VERSION
+
+NEVER = ("jsonschema", "referencing", "rpds", "attrs", "http.server", "jsonrpcserver.main")
+"""Modules the child never imports on its own: jsonrpcserver's schema validator and server."""
+NOT_FOR_THE_HANDSHAKE = ("importlib.metadata", "argparse", "email")
+
+
+def _imported(stderr: str) -> set[str]:
+    return set(re.findall(r"^import time:.*\| +(\S+)$", stderr, re.MULTILINE))
+
+
+def test_the_child_never_imports_jsonschema_nor_jsonrpcservers_server() -> None:
+    with ChildProcess([sys.executable, "-X", "importtime", "-I", "-m", "tether.child"]) as child:
+        child.initialize()
+        assert child.call("ping")["result"] == {}
+        child.call("shutdown")
+        child.notify("exit")
+        assert child.wait_exit() == 0
+        child._drain.join(5)  # stderr read to its end
+        imported = _imported(child.stderr)
+    assert "tether.child.dispatch" in imported  # the probe sees the child's own imports
+    assert not imported & set(NEVER), sorted(imported & set(NEVER))
+    assert not {m for m in imported if m.split(".")[0] in NOT_FOR_THE_HANDSHAKE}
+
+
+def test_a_hosted_agent_that_imports_jsonrpcserver_gets_the_whole_library() -> None:
+    code = (
+        "import tether.child.dispatch, jsonrpcserver, sys\n"
+        "assert jsonrpcserver.dispatch_to_response and 'jsonschema' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-I", "-c", code], timeout=30, check=False)
+    assert done.returncode == 0
+
+
+def test_the_version_the_child_announces_is_the_installed_distributions() -> None:
+    assert metadata.version("tether") == SERVER_VERSION
