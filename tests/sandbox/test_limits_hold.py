@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import anyio
 import pytest
 from sandbox_targets import CHILDREN, HERE, PY, config, needs_root, needs_sandbox
 
+from tether.contain.plan import DEFAULT_SANDBOX_ID
 from tether.parent.limits import Limits
 from tether.parent.supervisor import Supervisor
 
@@ -33,7 +35,13 @@ def _held(report: dict[str, object]) -> None:
 async def test_a_sandboxed_root_started_child_keeps_its_process_and_memory_limits(
     tmp_path: Path, tier: str
 ) -> None:
-    cfg = dataclasses.replace(config(read_paths=[str(CHILDREN)]), containment=tier)
+    # A uid of this test's own: on the process-group tier the limit is RLIMIT_NPROC, which
+    # counts every process of the uid, and sandboxed children of tests running beside this
+    # one (another pytest worker) share the default sandbox uid (docs/containment.md).
+    own = DEFAULT_SANDBOX_ID + 1 + os.getpid() % 100_000
+    cfg = dataclasses.replace(
+        config(read_paths=[str(CHILDREN)], sandbox_user=(own, own)), containment=tier
+    )
     async with Supervisor(cfg) as sup:
         with anyio.fail_after(90):
             result = await sup.run(
