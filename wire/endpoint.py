@@ -159,7 +159,9 @@ class Endpoint:
         self._max_held_bytes = max_held_bytes
         self._held = 0
         """Bytes of the peer's requests being served right now (their lines' sizes)."""
-        self._budget_freed = anyio.Event()
+        self._budget_freed: anyio.Event | None = None
+        """Made when the reader waits for held bytes to be freed (rarely: most requests are
+        small), set and dropped when some are."""
         self._serving = 0
         self.last_message_at = time.monotonic()
         """When the peer last sent a message."""
@@ -271,6 +273,8 @@ class Endpoint:
                 # `max_concurrent` requests or `max_held_bytes` of them are being served.
                 await self._slots.acquire()
                 while self._held and self._held + ev.size > self._max_held_bytes:
+                    if self._budget_freed is None:
+                        self._budget_freed = anyio.Event()
                     await self._budget_freed.wait()
                 self._held += ev.size
                 tg.start_soon(self._serve_in_slot, ev)
@@ -349,8 +353,9 @@ class Endpoint:
         finally:
             self._held -= ev.size
             self._slots.release()
-            self._budget_freed.set()
-            self._budget_freed = anyio.Event()
+            freed, self._budget_freed = self._budget_freed, None
+            if freed is not None:
+                freed.set()
 
     async def _serve(self, ev: RequestReceived) -> None:
         error: tuple[int, str, Any] | None = None
