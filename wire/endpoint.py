@@ -12,7 +12,12 @@ fails at once with `ConnectionClosed` and `run()` returns why it ended (`StreamE
 - A request from the peer is served by the request handler (typed params in, a result out; it
   raises `WireError` to answer with an error). Methods in `inline` are served by the reader
   itself, one after another, so they take effect in the order sent; every other request gets
-  a task of the endpoint's own task group, so a slow one never stalls the reader. At most
+  a task of the endpoint's own task group, so a slow one never stalls the reader. An `eager`
+  endpoint (the child) saves that task while it can: it starts serving such a request in the
+  reader's own task, as Python 3.12's eager tasks would; a request that never waits is
+  answered without a task switch, and the first time one waits a loop callback scheduled
+  beforehand (`_hand_on`, cancelled if the request got its answer first) wakes a standby task
+  that reads on from the next event, while the request keeps the task it started in. At most
   `max_concurrent` requests, and at most `max_held_bytes` of them, are served at once: past
   that the reader stops reading, the peer's pipe fills and the peer waits (backpressure),
   rather than this side starting unbounded work or holding unbounded memory.
@@ -34,8 +39,10 @@ time spent waiting for the peer to take an answer (it does not read) is.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -69,6 +76,7 @@ from tether.protocol.connection import (
     StreamFaulted,
 )
 from tether.protocol.methods import MethodSpec
+from tether.wire.streams import running_asyncio_loop
 
 log = logging.getLogger("tether.wire")
 
@@ -137,11 +145,13 @@ class Endpoint:
         internal_error: InternalError = _internal,
         close_on_send_failure: bool = False,
         answered: Callable[[str], None] | None = None,
+        eager: bool = False,
     ) -> None:
         """`close_on_send_failure`: a peer that stops reading is gone (the child's view of its
         parent); otherwise only the write fails, and whatever the peer already sent is still
         read (the parent's view of a child that answered and exited). `answered(method)` is
-        called right after a request's answer is written."""
+        called right after a request's answer is written. `eager`: serve a request that is
+        not `inline` in the reader's own task until it first waits (see `_on_event`)."""
         self.connection = connection
         self._receive = receive
         self._send_stream = send
@@ -153,6 +163,14 @@ class Endpoint:
         self._internal_error = internal_error
         self._close_on_send_failure = close_on_send_failure
         self._answered = answered
+        self._eager = eager
+        self._tg: TaskGroup | None = None
+        """The task group of `run`: requests served in tasks, the standby reader."""
+        self._pending: deque[Event] = deque()
+        """Events read and not yet acted on (the reader may change tasks between two)."""
+        self._reader: object = None
+        """The reading task's token: a task that finds another one there stops reading."""
+        self._take_over = anyio.Event()
         self._waiters: dict[Any, _Waiter] = {}
         # fast_acquire: no event-loop turn per request while a slot is free.
         self._slots = anyio.Semaphore(max_concurrent, fast_acquire=True)
@@ -227,22 +245,13 @@ class Endpoint:
         """Read and serve until the conversation ends; return why it ended. Requests still
         being served when it ends are cancelled."""
         async with anyio.create_task_group() as tg:
+            self._tg = tg
             try:
-                while self.end is None:
-                    try:
-                        data = await self._receive.receive()
-                    except (
-                        anyio.EndOfStream,
-                        anyio.ClosedResourceError,
-                        anyio.BrokenResourceError,
-                    ):
-                        events = self.connection.receive_eof()
-                    else:
-                        events = self.connection.receive_data(data)
-                    for event in events:
-                        await self._on_event(event, tg)
-                        if self.end is not None:
-                            break
+                if self._eager and running_asyncio_loop() is not None:
+                    tg.start_soon(self._standby)
+                await self._read()
+                # The reading went on in another task (`_hand_on`): wait for the end there.
+                await self.ended.wait()
             finally:
                 if self.end is None:
                     self._finish(self.connection.close("reader stopped"))
@@ -250,7 +259,42 @@ class Endpoint:
         assert self.end is not None
         return self.end
 
-    async def _on_event(self, ev: Event, tg: TaskGroup) -> None:
+    async def _read(self) -> None:
+        """Be the reader until the conversation ends, or until a request this task serves has
+        to wait and the reading moves on to the standby (`_hand_on`)."""
+        me = self._reader = object()
+        pending = self._pending
+        while self.end is None:
+            if not pending:
+                try:
+                    data = await self._receive.receive()
+                except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    pending.extend(self.connection.receive_eof())
+                else:
+                    pending.extend(self.connection.receive_data(data))
+                continue
+            await self._on_event(pending.popleft())
+            if self._reader is not me:
+                return  # this task now belongs to the request it served; another one reads
+        pending.clear()
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()  # the end: requests still being served are cancelled
+
+    async def _standby(self) -> None:
+        """Wait to take the reading over from a task whose eagerly served request waits."""
+        await self._take_over.wait()
+        self._take_over = anyio.Event()  # before anything else runs: the next hand-on's
+        assert self._tg is not None
+        self._tg.start_soon(self._standby)
+        await self._read()
+
+    def _hand_on(self) -> None:
+        """Scheduled when a request starts being served eagerly; it runs only if the request
+        waits (otherwise it is cancelled first): from then on the standby reads."""
+        self._reader = object()
+        self._take_over.set()
+
+    async def _on_event(self, ev: Event) -> None:
         # Notifications first: a child's progress events are most of what a parent reads.
         if type(ev) is NotificationReceived:
             self.last_message_at = self._last_activity_at = time.monotonic()
@@ -277,7 +321,18 @@ class Endpoint:
                         self._budget_freed = anyio.Event()
                     await self._budget_freed.wait()
                 self._held += ev.size
-                tg.start_soon(self._serve_in_slot, ev)
+                loop = running_asyncio_loop() if self._eager else None
+                if loop is None:
+                    assert self._tg is not None
+                    self._tg.start_soon(self._serve_in_slot, ev)
+                    return
+                # Eagerly, in this task: a request that never waits costs no task of its own.
+                # If it does wait, `_hand_on` runs and the reading moves to the standby.
+                handle = loop.call_soon(self._hand_on)
+                try:
+                    await self._serve_in_slot(ev, handle)
+                finally:
+                    handle.cancel()
         else:
             await self._on_other(ev)
 
@@ -347,9 +402,11 @@ class Endpoint:
 
     # --- serving ----------------------------------------------------------------------------
 
-    async def _serve_in_slot(self, ev: RequestReceived) -> None:
+    async def _serve_in_slot(
+        self, ev: RequestReceived, hand_on: asyncio.Handle | None = None
+    ) -> None:
         try:
-            await self._serve(ev)
+            await self._serve(ev, hand_on)
         finally:
             self._held -= ev.size
             self._slots.release()
@@ -357,7 +414,9 @@ class Endpoint:
             if freed is not None:
                 freed.set()
 
-    async def _serve(self, ev: RequestReceived) -> None:
+    async def _serve(self, ev: RequestReceived, hand_on: asyncio.Handle | None = None) -> None:
+        """`hand_on`: the request is served eagerly; once it has its answer, the answer is
+        written by the reader, as an inline request's is (a full pipe holds the reader)."""
         error: tuple[int, str, Any] | None = None
         result: Any = None
         self._serving += 1
@@ -373,6 +432,8 @@ class Endpoint:
             # not read is the peer's stall, not this side's work.
             self._serving -= 1
             self._last_activity_at = time.monotonic()
+            if hand_on is not None:
+                hand_on.cancel()
         await self._answer(ev.id, ev.method, result=result, error=error)
 
     async def _refuse(self, ev: RequestRefused) -> None:
