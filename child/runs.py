@@ -83,6 +83,8 @@ class RunTable:
         self._workspace: tuple[str, int, int, Workspace] | None = None
         """The last workspace resolved: its path as given, the (device, inode) it named."""
         self.parent_capabilities = ClientCapabilities()
+        self._emit_lock = anyio.Lock(fast_acquire=True)
+        """Shared by the runs' contexts: a lock per run cost a run more than any event did."""
 
     def is_live(self, run_id: str) -> bool:
         return run_id in self._live
@@ -169,6 +171,7 @@ class RunTable:
             peer=self._peer,
             parent_capabilities=self.parent_capabilities,
             runtime_tools=self._tools,
+            emit_lock=self._emit_lock,
         )
         agent = self._agent_factory(params)
         outcome = await self._activate(params, ctx, live, lambda: agent.run(ctx), started=True)
