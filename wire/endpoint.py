@@ -15,9 +15,9 @@ fails at once with `ConnectionClosed` and `run()` returns why it ended (`StreamE
   a task of the endpoint's own task group, so a slow one never stalls the reader. An `eager`
   endpoint (the child) saves that task while it can: it starts serving such a request in the
   reader's own task, as Python 3.12's eager tasks would; a request that never waits is
-  answered without a task switch, and the first time one waits a loop callback scheduled
-  beforehand (`_hand_on`, cancelled if the request got its answer first) wakes a standby task
-  that reads on from the next event, while the request keeps the task it started in. At most
+  answered without a task switch, and the moment one first waits (`_FirstWait` sees it yield
+  to the event loop) a standby task is woken to read on from the next event, while the
+  request keeps the task it started in. At most
   `max_concurrent` requests, and at most `max_held_bytes` of them, are served at once: past
   that the reader stops reading, the peer's pipe fills and the peer waits (backpressure),
   rather than this side starting unbounded work or holding unbounded memory.
@@ -39,11 +39,10 @@ time spent waiting for the peer to take an answer (it does not read) is.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -76,7 +75,6 @@ from tether.protocol.connection import (
     StreamFaulted,
 )
 from tether.protocol.methods import MethodSpec
-from tether.wire.streams import running_asyncio_loop
 
 log = logging.getLogger("tether.wire")
 
@@ -247,7 +245,7 @@ class Endpoint:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
-                if self._eager and running_asyncio_loop() is not None:
+                if self._eager:
                     tg.start_soon(self._standby)
                 await self._read()
                 # The reading went on in another task (`_hand_on`): wait for the end there.
@@ -289,8 +287,7 @@ class Endpoint:
         await self._read()
 
     def _hand_on(self) -> None:
-        """Scheduled when a request starts being served eagerly; it runs only if the request
-        waits (otherwise it is cancelled first): from then on the standby reads."""
+        """An eagerly served request waits for the first time: from now on the standby reads."""
         self._reader = object()
         self._take_over.set()
 
@@ -321,18 +318,13 @@ class Endpoint:
                         self._budget_freed = anyio.Event()
                     await self._budget_freed.wait()
                 self._held += ev.size
-                loop = running_asyncio_loop() if self._eager else None
-                if loop is None:
+                if not self._eager:
                     assert self._tg is not None
                     self._tg.start_soon(self._serve_in_slot, ev)
                     return
                 # Eagerly, in this task: a request that never waits costs no task of its own.
-                # If it does wait, `_hand_on` runs and the reading moves to the standby.
-                handle = loop.call_soon(self._hand_on)
-                try:
-                    await self._serve_in_slot(ev, handle)
-                finally:
-                    handle.cancel()
+                # If it does wait, the reading moves to the standby (`_serve`).
+                await self._serve_in_slot(ev, eager=True)
         else:
             await self._on_other(ev)
 
@@ -402,11 +394,9 @@ class Endpoint:
 
     # --- serving ----------------------------------------------------------------------------
 
-    async def _serve_in_slot(
-        self, ev: RequestReceived, hand_on: asyncio.Handle | None = None
-    ) -> None:
+    async def _serve_in_slot(self, ev: RequestReceived, *, eager: bool = False) -> None:
         try:
-            await self._serve(ev, hand_on)
+            await self._serve(ev, eager=eager)
         finally:
             self._held -= ev.size
             self._slots.release()
@@ -414,15 +404,20 @@ class Endpoint:
             if freed is not None:
                 freed.set()
 
-    async def _serve(self, ev: RequestReceived, hand_on: asyncio.Handle | None = None) -> None:
-        """`hand_on`: the request is served eagerly; once it has its answer, the answer is
-        written by the reader, as an inline request's is (a full pipe holds the reader)."""
+    async def _serve(self, ev: RequestReceived, *, eager: bool = False) -> None:
+        """`eager`: served in the reader's task, which hands the reading on if the handler
+        waits; an answer found without waiting is written by the reader, as an inline
+        request's is (a full pipe holds the reader)."""
         error: tuple[int, str, Any] | None = None
         result: Any = None
         self._serving += 1
         try:
             self._gate(ev.method)
-            result = await self._on_request(ev.method, ev.params)
+            pending = self._on_request(ev.method, ev.params)
+            if eager:
+                result = await _FirstWait(pending, self._hand_on)
+            else:
+                result = await pending
         except WireError as exc:
             error = (exc.code, exc.message, exc.data)
         except Exception as exc:
@@ -432,8 +427,6 @@ class Endpoint:
             # not read is the peer's stall, not this side's work.
             self._serving -= 1
             self._last_activity_at = time.monotonic()
-            if hand_on is not None:
-                hand_on.cancel()
         await self._answer(ev.id, ev.method, result=result, error=error)
 
     async def _refuse(self, ev: RequestRefused) -> None:
@@ -502,6 +495,45 @@ class Endpoint:
         if self._serving:
             return 0.0
         return time.monotonic() - self._last_activity_at
+
+
+class _FirstWait:
+    """Await `pending` exactly as `await pending` would, calling `first_wait()` the first time
+    it yields to the event loop (the moment a task of its own would have been needed)."""
+
+    __slots__ = ("_first_wait", "_pending")
+
+    def __init__(self, pending: Awaitable[Any], first_wait: Callable[[], None]) -> None:
+        self._pending = pending
+        self._first_wait = first_wait
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        pending = self._pending
+        if not isinstance(pending, Coroutine):
+            self._first_wait()  # cannot be stepped by hand: assume it waits
+            return (yield from pending.__await__())
+        try:
+            step = pending.send(None)
+        except StopIteration as done:
+            return done.value
+        self._first_wait()
+        # From here on exactly what `yield from pending` does, the first step already taken.
+        while True:
+            try:
+                sent = yield step
+            except GeneratorExit:
+                pending.close()
+                raise
+            except BaseException as exc:
+                try:
+                    step = pending.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    step = pending.send(sent)
+                except StopIteration as done:
+                    return done.value
 
 
 def _preview(line: bytes, n: int = 60) -> str:

@@ -92,7 +92,7 @@ class FdReceiveStream(ByteReceiveStream):
         if self._pollable and not self._closed:
             watch = self._watch
             if watch is None or not watch.current():
-                loop = running_asyncio_loop()
+                loop = _running_asyncio_loop()
                 if loop is not None:
                     # A stream read under one loop and then another starts watching afresh.
                     watch = self._watch = _Watch(self._fd, loop, watch)
@@ -152,7 +152,7 @@ class FdReceiveStream(ByteReceiveStream):
         self.close()
 
 
-def running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
+def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
     """The running asyncio loop; `None` under another event loop (trio)."""
     import asyncio
 
@@ -189,7 +189,7 @@ class _Watch:
 
     def current(self) -> bool:
         """Whether this watch belongs to the running loop."""
-        return running_asyncio_loop() is self._loop
+        return _running_asyncio_loop() is self._loop
 
     def _abandon(self) -> None:
         if self._registered:
