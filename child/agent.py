@@ -146,7 +146,10 @@ class AgentContext:
         parent_capabilities: ClientCapabilities,
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
         runtime_tools: ToolRegistry | None = None,
+        emit_lock: anyio.Lock | None = None,
     ) -> None:
+        """`emit_lock`: one the run table shares among its runs (all their events go down one
+        pipe anyway, and it is held only while a write waits); a lock of its own otherwise."""
         self.params = params
         self._workspace = workspace
         self.tools = tools
@@ -160,7 +163,7 @@ class AgentContext:
         # Held while a seq is taken and its event written, so seq order is wire order even
         # when the heartbeat task and the loop emit at the same moment.
         # fast_acquire: no event-loop turn per event while nobody else holds it.
-        self._emit_lock = anyio.Lock(fast_acquire=True)
+        self._emit_lock = emit_lock if emit_lock is not None else anyio.Lock(fast_acquire=True)
 
     # --- what the run is ----------------------------------------------------------------------
 

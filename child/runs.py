@@ -12,10 +12,10 @@ not continuable is forgotten.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable
 
 import anyio
-import msgspec
 
 from tether.child.agent import (
     Agent,
@@ -47,8 +47,13 @@ class _Live:
 
     def __init__(self) -> None:
         self.scope = anyio.CancelScope()
-        self.done = anyio.Event()
+        self.done: anyio.Event | None = None
+        """Made only for whoever waits for the run's end (`cancel_all`): most runs have none."""
         self.reason = ""
+
+    def ended(self) -> None:
+        if self.done is not None:
+            self.done.set()
 
 
 class _Kept:
@@ -75,7 +80,11 @@ class RunTable:
         self._agent_factory = agent_factory
         self._live: dict[str, _Live] = {}
         self._kept: dict[str, _Kept] = {}
+        self._workspace: tuple[str, int, int, Workspace] | None = None
+        """The last workspace resolved: its path as given, the (device, inode) it named."""
         self.parent_capabilities = ClientCapabilities()
+        self._emit_lock = anyio.Lock(fast_acquire=True)
+        """Shared by the runs' contexts: a lock per run cost a run more than any event did."""
 
     def is_live(self, run_id: str) -> bool:
         return run_id in self._live
@@ -89,7 +98,7 @@ class RunTable:
             return await self._run(params, live)
         finally:
             del self._live[params.run_id]
-            live.done.set()
+            live.ended()
 
     async def message(self, run_id: str, message: str) -> RunResult:
         """Continue a kept run with the next user message: RUN_BUSY while an activation of it
@@ -117,12 +126,32 @@ class RunTable:
             )
         finally:
             del self._live[run_id]
-            live.done.set()
+            live.ended()
         return _result(kept.params, ctx.progress, outcome)
+
+    def _resolve(self, path: str) -> Workspace:
+        """The run's workspace. Runs of one child mostly name the same one: when the path
+        still names the directory it did last time, and the resolved root still names it too
+        (one `stat` each instead of a `realpath` walk), the last resolution stands."""
+        last = self._workspace
+        if last is not None and last[0] == path:
+            try:
+                st = os.stat(path)
+                if (st.st_dev, st.st_ino) == last[1:3]:
+                    workspace = last[3]
+                    root = os.stat(workspace.root) if path != workspace.root_text else st
+                    if (root.st_dev, root.st_ino) == last[1:3]:
+                        return workspace
+            except OSError:
+                pass  # resolved afresh below, which says what is wrong
+        workspace = Workspace(path)
+        st = os.stat(workspace.root_text)
+        self._workspace = (path, st.st_dev, st.st_ino, workspace)
+        return workspace
 
     async def _run(self, params: AgentRunParams, live: _Live) -> RunResult:
         try:
-            workspace = Workspace(params.workspace)
+            workspace = self._resolve(params.workspace)
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
             failed = Failed(
@@ -142,6 +171,7 @@ class RunTable:
             peer=self._peer,
             parent_capabilities=self.parent_capabilities,
             runtime_tools=self._tools,
+            emit_lock=self._emit_lock,
         )
         agent = self._agent_factory(params)
         outcome = await self._activate(params, ctx, live, lambda: agent.run(ctx), started=True)
@@ -211,44 +241,49 @@ class RunTable:
         waiting = list(self._live.values())
         for live in waiting:
             live.reason = live.reason or reason
+            if live.done is None:
+                live.done = anyio.Event()
             live.scope.cancel()
         for live in waiting:
+            assert live.done is not None
             await live.done.wait()
 
 
 def _result(params: AgentRunParams, progress: RunProgress, outcome: AgentOutcome) -> RunResult:
-    base = RunResult(
-        success=False,
-        status="error",
-        run_id=params.run_id,
-        summary=progress.last_text,
-        turn_count=progress.turn_count,
-        iteration_count=progress.iteration_count,
-        usage=progress.usage,
-    )
-    if isinstance(outcome, NeedsInput):
-        return msgspec.structs.replace(
-            base,
-            success=True,
-            status="needs_input",
-            summary=outcome.summary or progress.last_text,
-            message="the run asks its orchestrator a question",
-            question=outcome.question,
-        )
+    # One RunResult built per branch (no base copied with `replace`: a run pays for one).
     if isinstance(outcome, Finished):
-        return msgspec.structs.replace(
-            base,
+        return RunResult(
             success=True,
             status="completed",
+            run_id=params.run_id,
             summary=outcome.summary,
             message=outcome.message,
             artifacts=outcome.artifacts,
             skipped=outcome.skipped,
+            turn_count=progress.turn_count,
+            iteration_count=progress.iteration_count,
+            usage=progress.usage,
         )
-    return msgspec.structs.replace(
-        base,
+    if isinstance(outcome, NeedsInput):
+        return RunResult(
+            success=True,
+            status="needs_input",
+            run_id=params.run_id,
+            summary=outcome.summary or progress.last_text,
+            message="the run asks its orchestrator a question",
+            question=outcome.question,
+            turn_count=progress.turn_count,
+            iteration_count=progress.iteration_count,
+            usage=progress.usage,
+        )
+    return RunResult(
+        success=False,
         status="aborted" if outcome.kind == "cancelled" else "error",
+        run_id=params.run_id,
         summary=outcome.summary or progress.last_text,
         message=outcome.message,
         failure=Failure(kind=outcome.kind),
+        turn_count=progress.turn_count,
+        iteration_count=progress.iteration_count,
+        usage=progress.usage,
     )

@@ -91,6 +91,7 @@ async def serve_streams(
         internal_error=_internal,
         close_on_send_failure=True,
         answered=session.answered,
+        eager=True,  # a run that never waits is served without a task of its own
     )
     session.attach(endpoint)
 

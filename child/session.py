@@ -14,8 +14,12 @@ runs one event loop with three kinds of work:
 * short requests (initialize, ping, shutdown, anything unknown) and every notification are
   handled inline by the reader, one after another, so they take effect in the order sent:
   `exit` after `shutdown` sees the shutdown, a request right after `initialize` sees it done.
-* long requests (`agent/run`) each get a task, because their response is the run's result and
-  arrives only when the run ends; meanwhile the reader keeps serving `agent/cancel`, `ping`...
+* long requests (`agent/run`) are not served inline, because their response is the run's
+  result and arrives only when the run ends; meanwhile the reader must keep serving
+  `agent/cancel`, `ping`... The endpoint is `eager`: a run starts in the reader's task (its
+  set-up, its `started` event), and the first time it waits (a model turn) the reading moves
+  to a fresh task while the run keeps the one it started in; a run that never waits costs no
+  task at all.
 
 The state lives here, in `Session`, and moves one way:
 
@@ -81,7 +85,7 @@ EXIT_PROTOCOL = 2
 SHUTDOWN_GRACE_SECONDS = 5.0
 """How long `shutdown` waits for cancelled runs to answer before it answers itself."""
 LONG_RUNNING = frozenset({"agent/run", "agent/message"})
-"""Methods whose response waits for a run; they get a task so the reader keeps serving."""
+"""Methods whose response waits for a run: never inline, so the reader keeps serving."""
 _BEFORE_INITIALIZE = frozenset({"initialize", "exit"})
 DEFAULT_TOOL_NAMES = (
     "read_file",

@@ -104,6 +104,8 @@ class Workspace:
         if not os.path.isdir(real):
             raise NotADirectoryError(f"workspace {real} is not a directory")
         self.root = Path(real)
+        self.root_text = real
+        """`root` as a string."""
 
     def _absolute(self, path: str) -> Path:
         p = Path(path).expanduser()

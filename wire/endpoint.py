@@ -12,7 +12,12 @@ fails at once with `ConnectionClosed` and `run()` returns why it ended (`StreamE
 - A request from the peer is served by the request handler (typed params in, a result out; it
   raises `WireError` to answer with an error). Methods in `inline` are served by the reader
   itself, one after another, so they take effect in the order sent; every other request gets
-  a task of the endpoint's own task group, so a slow one never stalls the reader. At most
+  a task of the endpoint's own task group, so a slow one never stalls the reader. An `eager`
+  endpoint (the child) saves that task while it can: it starts serving such a request in the
+  reader's own task, as Python 3.12's eager tasks would; a request that never waits is
+  answered without a task switch, and the moment one first waits (`_FirstWait` sees it yield
+  to the event loop) a standby task is woken to read on from the next event, while the
+  request keeps the task it started in. At most
   `max_concurrent` requests, and at most `max_held_bytes` of them, are served at once: past
   that the reader stops reading, the peer's pipe fills and the peer waits (backpressure),
   rather than this side starting unbounded work or holding unbounded memory.
@@ -36,7 +41,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -137,11 +143,13 @@ class Endpoint:
         internal_error: InternalError = _internal,
         close_on_send_failure: bool = False,
         answered: Callable[[str], None] | None = None,
+        eager: bool = False,
     ) -> None:
         """`close_on_send_failure`: a peer that stops reading is gone (the child's view of its
         parent); otherwise only the write fails, and whatever the peer already sent is still
         read (the parent's view of a child that answered and exited). `answered(method)` is
-        called right after a request's answer is written."""
+        called right after a request's answer is written. `eager`: serve a request that is
+        not `inline` in the reader's own task until it first waits (see `_on_event`)."""
         self.connection = connection
         self._receive = receive
         self._send_stream = send
@@ -153,13 +161,23 @@ class Endpoint:
         self._internal_error = internal_error
         self._close_on_send_failure = close_on_send_failure
         self._answered = answered
+        self._eager = eager
+        self._tg: TaskGroup | None = None
+        """The task group of `run`: requests served in tasks, the standby reader."""
+        self._pending: deque[Event] = deque()
+        """Events read and not yet acted on (the reader may change tasks between two)."""
+        self._reader: object = None
+        """The reading task's token: a task that finds another one there stops reading."""
+        self._take_over = anyio.Event()
         self._waiters: dict[Any, _Waiter] = {}
         # fast_acquire: no event-loop turn per request while a slot is free.
         self._slots = anyio.Semaphore(max_concurrent, fast_acquire=True)
         self._max_held_bytes = max_held_bytes
         self._held = 0
         """Bytes of the peer's requests being served right now (their lines' sizes)."""
-        self._budget_freed = anyio.Event()
+        self._budget_freed: anyio.Event | None = None
+        """Made when the reader waits for held bytes to be freed (rarely: most requests are
+        small), set and dropped when some are."""
         self._serving = 0
         self.last_message_at = time.monotonic()
         """When the peer last sent a message."""
@@ -225,22 +243,13 @@ class Endpoint:
         """Read and serve until the conversation ends; return why it ended. Requests still
         being served when it ends are cancelled."""
         async with anyio.create_task_group() as tg:
+            self._tg = tg
             try:
-                while self.end is None:
-                    try:
-                        data = await self._receive.receive()
-                    except (
-                        anyio.EndOfStream,
-                        anyio.ClosedResourceError,
-                        anyio.BrokenResourceError,
-                    ):
-                        events = self.connection.receive_eof()
-                    else:
-                        events = self.connection.receive_data(data)
-                    for event in events:
-                        await self._on_event(event, tg)
-                        if self.end is not None:
-                            break
+                if self._eager:
+                    tg.start_soon(self._standby)
+                await self._read()
+                # The reading went on in another task (`_hand_on`): wait for the end there.
+                await self.ended.wait()
             finally:
                 if self.end is None:
                     self._finish(self.connection.close("reader stopped"))
@@ -248,7 +257,41 @@ class Endpoint:
         assert self.end is not None
         return self.end
 
-    async def _on_event(self, ev: Event, tg: TaskGroup) -> None:
+    async def _read(self) -> None:
+        """Be the reader until the conversation ends, or until a request this task serves has
+        to wait and the reading moves on to the standby (`_hand_on`)."""
+        me = self._reader = object()
+        pending = self._pending
+        while self.end is None:
+            if not pending:
+                try:
+                    data = await self._receive.receive()
+                except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    pending.extend(self.connection.receive_eof())
+                else:
+                    pending.extend(self.connection.receive_data(data))
+                continue
+            await self._on_event(pending.popleft())
+            if self._reader is not me:
+                return  # this task now belongs to the request it served; another one reads
+        pending.clear()
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()  # the end: requests still being served are cancelled
+
+    async def _standby(self) -> None:
+        """Wait to take the reading over from a task whose eagerly served request waits."""
+        await self._take_over.wait()
+        self._take_over = anyio.Event()  # before anything else runs: the next hand-on's
+        assert self._tg is not None
+        self._tg.start_soon(self._standby)
+        await self._read()
+
+    def _hand_on(self) -> None:
+        """An eagerly served request waits for the first time: from now on the standby reads."""
+        self._reader = object()
+        self._take_over.set()
+
+    async def _on_event(self, ev: Event) -> None:
         # Notifications first: a child's progress events are most of what a parent reads.
         if type(ev) is NotificationReceived:
             self.last_message_at = self._last_activity_at = time.monotonic()
@@ -271,9 +314,17 @@ class Endpoint:
                 # `max_concurrent` requests or `max_held_bytes` of them are being served.
                 await self._slots.acquire()
                 while self._held and self._held + ev.size > self._max_held_bytes:
+                    if self._budget_freed is None:
+                        self._budget_freed = anyio.Event()
                     await self._budget_freed.wait()
                 self._held += ev.size
-                tg.start_soon(self._serve_in_slot, ev)
+                if not self._eager:
+                    assert self._tg is not None
+                    self._tg.start_soon(self._serve_in_slot, ev)
+                    return
+                # Eagerly, in this task: a request that never waits costs no task of its own.
+                # If it does wait, the reading moves to the standby (`_serve`).
+                await self._serve_in_slot(ev, eager=True)
         else:
             await self._on_other(ev)
 
@@ -343,22 +394,30 @@ class Endpoint:
 
     # --- serving ----------------------------------------------------------------------------
 
-    async def _serve_in_slot(self, ev: RequestReceived) -> None:
+    async def _serve_in_slot(self, ev: RequestReceived, *, eager: bool = False) -> None:
         try:
-            await self._serve(ev)
+            await self._serve(ev, eager=eager)
         finally:
             self._held -= ev.size
             self._slots.release()
-            self._budget_freed.set()
-            self._budget_freed = anyio.Event()
+            freed, self._budget_freed = self._budget_freed, None
+            if freed is not None:
+                freed.set()
 
-    async def _serve(self, ev: RequestReceived) -> None:
+    async def _serve(self, ev: RequestReceived, *, eager: bool = False) -> None:
+        """`eager`: served in the reader's task, which hands the reading on if the handler
+        waits; an answer found without waiting is written by the reader, as an inline
+        request's is (a full pipe holds the reader)."""
         error: tuple[int, str, Any] | None = None
         result: Any = None
         self._serving += 1
         try:
             self._gate(ev.method)
-            result = await self._on_request(ev.method, ev.params)
+            pending = self._on_request(ev.method, ev.params)
+            if eager:
+                result = await _FirstWait(pending, self._hand_on)
+            else:
+                result = await pending
         except WireError as exc:
             error = (exc.code, exc.message, exc.data)
         except Exception as exc:
@@ -436,6 +495,45 @@ class Endpoint:
         if self._serving:
             return 0.0
         return time.monotonic() - self._last_activity_at
+
+
+class _FirstWait:
+    """Await `pending` exactly as `await pending` would, calling `first_wait()` the first time
+    it yields to the event loop (the moment a task of its own would have been needed)."""
+
+    __slots__ = ("_first_wait", "_pending")
+
+    def __init__(self, pending: Awaitable[Any], first_wait: Callable[[], None]) -> None:
+        self._pending = pending
+        self._first_wait = first_wait
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        pending = self._pending
+        if not isinstance(pending, Coroutine):
+            self._first_wait()  # cannot be stepped by hand: assume it waits
+            return (yield from pending.__await__())
+        try:
+            step = pending.send(None)
+        except StopIteration as done:
+            return done.value
+        self._first_wait()
+        # From here on exactly what `yield from pending` does, the first step already taken.
+        while True:
+            try:
+                sent = yield step
+            except GeneratorExit:
+                pending.close()
+                raise
+            except BaseException as exc:
+                try:
+                    step = pending.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    step = pending.send(sent)
+                except StopIteration as done:
+                    return done.value
 
 
 def _preview(line: bytes, n: int = 60) -> str:

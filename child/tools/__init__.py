@@ -32,18 +32,30 @@ from tether.child.tools.write_file import WriteFileTool
 from tether.protocol.messages import ToolSpec
 
 COMPLETE = "complete"
+_SELECTIONS_KEPT = 64
+"""Distinct `select` answers remembered (a child meets a handful of definitions)."""
 
 
 class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._selected: dict[tuple[tuple[str, ...] | None, bool, bool], dict[str, Tool]] = {}
+        """`select`'s answers so far (each run of a definition asks the same question)."""
         for tool in tools:
             self.register(tool)
+
+    @classmethod
+    def _of(cls, tools: dict[str, Tool]) -> ToolRegistry:
+        """A registry holding a copy of `tools` (already checked for duplicate names)."""
+        out = cls()
+        out._tools = dict(tools)
+        return out
 
     def register(self, tool: Tool) -> None:
         if tool.name in self._tools:
             raise ValueError(f"a tool named {tool.name!r} is already registered")
         self._tools[tool.name] = tool
+        self._selected.clear()
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -62,18 +74,25 @@ class ToolRegistry:
         the run is one. `complete` is always kept: without it a run could only end by budget.
         Unknown names are ignored; the parent's definition may list tools another child has.
         """
-        wanted = None if names is None else {*names, COMPLETE, *CONTINUABLE_TOOLS}
-        return ToolRegistry(
-            t
-            for t in self._tools.values()
-            if (wanted is None or t.name in wanted)
-            and not (read_only and t.mutates)
-            and (continuable or not getattr(t, "continuable_only", False))
-        )
+        key = (None if names is None else tuple(names), read_only, continuable)
+        chosen = self._selected.get(key)
+        if chosen is None:
+            if len(self._selected) >= _SELECTIONS_KEPT:
+                self._selected.clear()
+            wanted = None if names is None else {*names, COMPLETE, *CONTINUABLE_TOOLS}
+            chosen = self._selected[key] = {
+                t.name: t
+                for t in self._tools.values()
+                if (wanted is None or t.name in wanted)
+                and not (read_only and t.mutates)
+                and (continuable or not getattr(t, "continuable_only", False))
+            }
+        # A copy: a run that registers a tool of its own changes only its own set.
+        return ToolRegistry._of(chosen)
 
     def with_parent_tools(self, specs: Iterable[ToolSpec]) -> ToolRegistry:
         """This set plus the run's parent tools; a parent tool never shadows the child's own."""
-        out = ToolRegistry(self)
+        out = ToolRegistry._of(self._tools)
         for spec in specs:
             if spec.name not in out._tools:
                 out.register(ParentTool(spec))

@@ -3,6 +3,7 @@ idle clock. No processes: each side is an `Endpoint` on one end of two memory pi
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -77,6 +78,7 @@ async def pair(
     child_serves: Handler = _refuse,
     on_event: Callable[[str, Any], Awaitable[None]] = _ignore,
     max_concurrent: int = 32,
+    child_eager: bool = False,
 ) -> AsyncIterator[Pair]:
     async with two_pipes() as (to_child_w, to_child_r, to_parent_w, to_parent_r):
         parent = Endpoint(
@@ -96,6 +98,7 @@ async def pair(
             on_notification=_ignore,
             strict=False,
             close_on_send_failure=True,
+            eager=child_eager,
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(parent.run)
@@ -454,3 +457,86 @@ async def test_the_idle_clock_runs_while_an_answer_waits_for_a_peer_that_does_no
         tg.cancel_scope.cancel()
     for end in (to_child_w, to_child_r, to_parent_w, to_parent_r):
         await end.aclose()
+
+
+def run_params(run_id: str) -> m.AgentRunParams:
+    return m.AgentRunParams(run_id=run_id, prompt="go", workspace="/")
+
+
+DONE = m.RunResult(success=True, status="completed")
+
+
+@pytest.mark.parametrize("eager", [False, True])
+async def test_an_eager_side_serves_requests_that_never_wait_in_the_readers_own_task(
+    eager: bool,
+) -> None:
+    tasks: list[object] = []
+
+    async def child_serves(method: str, params: Any) -> Any:
+        tasks.append(asyncio.current_task())
+        return DONE
+
+    async with pair(child_serves=child_serves, child_eager=eager) as p:
+        for i in range(3):
+            assert await p.parent.request(AGENT_RUN, run_params(str(i))) == DONE
+    assert len(set(map(id, tasks))) == (1 if eager else 3)
+
+
+async def test_an_eager_request_that_waits_hands_the_reading_on_and_keeps_its_task() -> None:
+    go = anyio.Event()
+    served: list[str] = []
+
+    async def child_serves(method: str, params: Any) -> Any:
+        if method == "ping":
+            served.append("ping")
+            go.set()
+            return m.Empty()
+        before = asyncio.current_task()
+        await go.wait()  # only the ping behind it sets this: the reading must have moved on
+        assert asyncio.current_task() is before
+        served.append(params.run_id)
+        return DONE
+
+    async with pair(child_serves=child_serves, child_eager=True) as p:
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(p.parent.request, AGENT_RUN, run_params("a"))
+                tg.start_soon(p.parent.request, AGENT_RUN, run_params("b"))
+                await anyio.sleep(0.05)
+                await p.parent.request(PING, m.Empty())
+            # and the reading goes on: a request that never waits is answered again
+            go = anyio.Event()
+            go.set()
+            assert await p.parent.request(AGENT_RUN, run_params("c")) == DONE
+    assert served[0] == "ping" and sorted(served[1:3]) == ["a", "b"] and served[3] == "c"
+
+
+async def test_an_eager_request_still_waiting_when_the_conversation_ends_is_cancelled() -> None:
+    cancelled = anyio.Event()
+
+    async def child_serves(method: str, params: Any) -> Any:
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            cancelled.set()
+            raise
+
+    async with two_pipes() as (to_child_w, to_child_r, to_parent_w, _from_child):
+        child = Endpoint(
+            Connection("child"),
+            to_child_r,
+            to_parent_w,
+            on_request=child_serves,
+            on_notification=_ignore,
+            strict=False,
+            eager=True,
+        )
+        parent = Connection("parent")
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(child.run)
+                await to_child_w.send(parent.send_request(AGENT_RUN, run_params("r"))[1])
+                await anyio.sleep(0.05)
+                await to_child_w.aclose()  # EOF
+                await cancelled.wait()
+        assert child.end is not None
