@@ -28,6 +28,7 @@ import os
 import stat
 import struct
 import termios
+import threading
 from typing import TYPE_CHECKING
 
 import anyio
@@ -162,22 +163,32 @@ def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
+class _ReadBuffer(threading.local):
+    """The one buffer every watch of a thread's event loop reads into. A read and the copy of
+    what it got happen in one loop callback (`_Watch._ready`), so the watches of one loop
+    never use it at the same time; a buffer per watch would hold 256 KiB per pipe (a parent
+    with 256 children: 128 MiB for their stdout and stderr)."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray(READ_CHUNK)
+        self.view = memoryview(self.buf)
+
+
+_READ_BUFFER = _ReadBuffer()
+
+
 class _Watch:
     """A pipe fd registered with the asyncio loop for as long as it is read (see
     `FdReceiveStream`). The loop's callback reads one chunk: it goes to the task waiting in
     `receive()`, or is held (and reading paused) until one comes."""
 
-    __slots__ = ("_buf", "_end", "_fd", "_held", "_loop", "_registered", "_view", "_waiter")
+    __slots__ = ("_end", "_fd", "_held", "_loop", "_registered", "_waiter")
 
     def __init__(
         self, fd: int, loop: asyncio.AbstractEventLoop, before: _Watch | None = None
     ) -> None:
         self._fd = fd
         self._loop = loop
-        # One buffer for every read: `os.read(fd, READ_CHUNK)` would allocate (mmap) and free
-        # a fresh 256 KiB object per message, page faults included, to return a few bytes.
-        self._buf = bytearray(READ_CHUNK)
-        self._view = memoryview(self._buf)
         self._held = b""
         self._end: BaseException | None = None
         """`EndOfStream`, or the read error to raise, once the stream is over."""
@@ -221,15 +232,19 @@ class _Watch:
         if self._held:  # the last chunk is still to be taken (its receiver was cancelled)
             self._pause()
             return
+        # Into the thread's one buffer (`_ReadBuffer`): `os.read(fd, READ_CHUNK)` would
+        # allocate (mmap) and free a fresh 256 KiB object per message, page faults included,
+        # to return a few bytes.
+        shared = _READ_BUFFER
         try:
-            n = os.readv(self._fd, (self._buf,))
+            n = os.readv(self._fd, (shared.buf,))
         except BlockingIOError:
             return
         except OSError as exc:
             self._end = anyio.EndOfStream() if exc.errno in _GONE else exc
         else:
             if n:
-                self._held = self._view[:n].tobytes()
+                self._held = shared.view[:n].tobytes()
             else:
                 self._end = anyio.EndOfStream()
         waiter = self._waiter
@@ -246,7 +261,6 @@ class _Watch:
     def close(self) -> None:
         """The fd is about to be closed: stop watching it, wake a waiting `receive()`."""
         self._pause()
-        self._view.release()
         self._held = b""
         if self._end is None:
             self._end = anyio.EndOfStream()
