@@ -21,7 +21,7 @@ honest child never meets them: a turn past the budget is refused and the run is 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -274,23 +274,7 @@ class Broker:
         return [m for m in self.last_request if m.role != "system"]
 
     async def _call_parent_tool(self, params: ToolCallParams) -> ToolCallResult:
-        tool = self._parent_tools.get(params.name)
-        if tool is None or params.run_id != self.run_id:
-            # Only the tools the parent offered to this run: a sub-agent asking to delegate,
-            # or a child naming a tool it was never given, is refused, never served.
-            raise WireError(
-                ErrorCode.METHOD_NOT_FOUND,
-                f"no parent tool {params.name[:80]!r} is offered to this run",
-            )
-        self.brokered.parent_tool_calls += 1
-        try:
-            return await tool.call(params)
-        except Exception as exc:
-            log.error("run %s: parent tool %s failed", self.run_id, params.name, exc_info=exc)
-            return ToolCallResult(
-                content=f"{params.name} failed in the parent: {type(exc).__name__}",
-                is_error=True,
-            )
+        return await call_parent_tool(self._parent_tools, self.run_id, self.brokered, params)
 
     async def _approve_tool(self, params: ToolApproveParams) -> ToolApproveResult:
         self.brokered.approvals += 1
@@ -300,3 +284,27 @@ class Broker:
         if not isinstance(got, ToolApproveResult):
             got = await got
         return got
+
+
+async def call_parent_tool(
+    tools: Mapping[str, ParentTool], run_id: str, brokered: Brokered, params: ToolCallParams
+) -> ToolCallResult:
+    """A child's `tool/call`: only the tools the parent offered to this run are served (a
+    sub-agent asking to delegate, or a child naming a tool it was never given, is refused);
+    a tool that fails is an error result for the model, never an error on the wire. Shared by
+    the local broker and the placement's relay."""
+    tool = tools.get(params.name)
+    if tool is None or params.run_id != run_id:
+        raise WireError(
+            ErrorCode.METHOD_NOT_FOUND,
+            f"no parent tool {params.name[:80]!r} is offered to this run",
+        )
+    brokered.parent_tool_calls += 1
+    try:
+        return await tool.call(params)
+    except Exception as exc:
+        log.error("run %s: parent tool %s failed", run_id, params.name, exc_info=exc)
+        return ToolCallResult(
+            content=f"{params.name} failed in the parent: {type(exc).__name__}",
+            is_error=True,
+        )

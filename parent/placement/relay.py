@@ -29,7 +29,14 @@ from typing import Any
 
 import anyio
 
-from tether.parent.broker import ApprovePolicy, Brokered, ParentTool, RunModels, TurnHook
+from tether.parent.broker import (
+    ApprovePolicy,
+    Brokered,
+    ParentTool,
+    RunModels,
+    TurnHook,
+    call_parent_tool,
+)
 from tether.parent.placement.wire import Answer, Ask
 from tether.protocol import ErrorCode, RemoteError, WireError
 from tether.protocol.messages import (
@@ -207,20 +214,7 @@ class DriverBroker:
         return got
 
     async def _call(self, ctx: RunContext, run_id: str, params: ToolCallParams) -> ToolCallResult:
-        tool = ctx.tools.get(params.name)
-        if tool is None or params.run_id != run_id:
-            raise WireError(
-                ErrorCode.METHOD_NOT_FOUND,
-                f"no parent tool {params.name[:80]!r} is offered to this run",
-            )
-        ctx.brokered.parent_tool_calls += 1
-        try:
-            return await tool.call(params)
-        except Exception as exc:
-            log.error("run %s: parent tool %s failed", run_id, params.name, exc_info=exc)
-            return ToolCallResult(
-                content=f"{params.name} failed in the parent: {type(exc).__name__}", is_error=True
-            )
+        return await call_parent_tool(ctx.tools, run_id, ctx.brokered, params)
 
 
 def forwarding_error(answer: Answer) -> RemoteError | None:
