@@ -46,9 +46,15 @@ def _bash_then_complete(command: str) -> ScriptedModel:
     return ScriptedModel.from_json(json.dumps(turns))
 
 
-async def test_a_hostile_protocol_child_is_refused_every_attack(targets: Targets) -> None:
+# `pidns`: the sandbox is applied inside the launcher's PID namespace, by a second trampoline
+# (the outer one must not forbid the shim its namespace): it must hold there all the same.
+@pytest.mark.parametrize("launcher", ["local", "pidns"])
+async def test_a_hostile_protocol_child_is_refused_every_attack(
+    targets: Targets, launcher: str
+) -> None:
     ws = targets.workspace
-    async with Supervisor(config(read_paths=[str(targets.outside), str(CHILDREN)])) as sup:
+    cfg = config(read_paths=[str(targets.outside), str(CHILDREN)], launcher=launcher)
+    async with Supervisor(cfg) as sup:
         assert sup._keeper is not None
         targets.write(supervisor=os.getpid(), keeper=sup._keeper.pid)
         with anyio.fail_after(60):
@@ -63,6 +69,7 @@ async def test_a_hostile_protocol_child_is_refused_every_attack(targets: Targets
     assert result.containment != "none"
     assert result.isolation is not None and result.isolation.level == "sandbox"
     assert result.isolation.landlock_abi and result.isolation.landlock_abi >= 1
+    assert result.launcher == launcher
 
 
 @pytest.mark.parametrize("spawner", ["exec", "zygote"])

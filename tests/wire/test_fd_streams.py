@@ -161,6 +161,31 @@ async def test_what_arrives_while_nobody_receives_is_kept_for_the_next_receive()
         os.close(w)
 
 
+async def test_pipes_sharing_the_loops_read_buffer_each_keep_their_own_bytes() -> None:
+    # Every pipe of a loop reads into one buffer: what a pipe holds unreceived must be its
+    # own copy, untouched by the other pipes' reads that came after it.
+    pipes = [os.pipe() for _ in range(3)]
+    readers = [FdReceiveStream(r) for r, _ in pipes]
+    try:
+        with anyio.fail_after(5):
+            for reader, (_, w) in zip(readers, pipes, strict=True):
+                os.write(w, b"warm\n")
+                assert await reader.receive() == b"warm\n"  # each pipe is now watched
+            payloads = [bytes([ord("a") + i]) * 50_000 for i in range(3)]
+            for (_, w), payload in zip(pipes, payloads, strict=True):
+                os.write(w, payload)
+                await anyio.sleep(0.05)  # read into the shared buffer and held
+            for reader, payload in zip(readers, payloads, strict=True):
+                got = b""
+                while len(got) < len(payload):
+                    got += await reader.receive()
+                assert got == payload
+    finally:
+        for reader, (_, w) in zip(readers, pipes, strict=True):
+            reader.close()
+            os.close(w)
+
+
 async def test_a_receive_cancelled_while_waiting_loses_nothing() -> None:
     r, w = os.pipe()
     reader = FdReceiveStream(r)
