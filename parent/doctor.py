@@ -12,6 +12,7 @@ from typing import Any
 
 from tether.contain import landlock, seccomp
 from tether.contain.plan import DEFAULT_SANDBOX_ID
+from tether.parent import cgroup_join
 from tether.parent.host import ROOT, TIERS, Host, available, probe
 from tether.parent.isolation import FORCE_ABI_ENV, probe_host
 from tether.parent.keeper import KEEPER
@@ -177,6 +178,7 @@ def report(agents: str | None = None) -> dict[str, Any]:
         "cgroups": _cgroups(),
         "tiers": {t: available(h) for t, h in tiers.items()},
         "auto": {"tier": auto.tier, "why": why, "teardown": _teardown(auto)},
+        "cgroupJoin": cgroup_join.report(auto) if cg else {"joinMs": None},
         "bwrap": _bwrap(),
         "landlock": _landlock(),
         "isolation": _isolation(),
@@ -200,6 +202,11 @@ def render(r: dict[str, Any]) -> str:
         if info.get("why"):
             lines.append(f"    why: {info['why']}")
     lines.append("  process-group: always available (session/group + tree walk + tree marker)")
+    join = r["cgroupJoin"]
+    if join["joinMs"] is not None:
+        lines.append(f"  a child's cgroup join: {join['joinMs']:.2f} ms")
+        if join.get("advice"):
+            lines.append(f"    tip: {join['advice']}")
     b = r["bwrap"]
     lines.append(
         "bwrap: "
