@@ -89,6 +89,11 @@ class RunTable:
     def is_live(self, run_id: str) -> bool:
         return run_id in self._live
 
+    @property
+    def live(self) -> int:
+        """How many runs have not produced their result yet."""
+        return len(self._live)
+
     async def run(self, params: AgentRunParams) -> RunResult:
         """Run to the end and return the result; a run id already in use is RUN_BUSY."""
         if params.run_id in self._live or params.run_id in self._kept:

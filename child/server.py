@@ -108,10 +108,21 @@ async def serve_streams(
         tg.start_soon(read)
         await session.stopped.wait()
         if arm_backstop:
+            if session.settled and not (isinstance(send, FdSendStream) and send.writing):
+                _end_now()
             _arm_backstop(session.exit_code or 0)
         endpoint.close("the child is stopping")
         tg.cancel_scope.cancel()
     return session.exit_code or 0
+
+
+def _end_now() -> None:
+    """End the process at once, status 0: `exit` (or EOF) came after a completed shutdown and
+    nothing is being written. Unwinding the task group and the event loop first cost ≈ 1 ms
+    and bought nothing: every answer is out, and the process's state dies with it."""
+    logging.shutdown()  # flushes the log handlers (stderr)
+    sys.stderr.flush()
+    os._exit(EXIT_OK)
 
 
 def _arm_backstop(code: int) -> None:

@@ -160,6 +160,16 @@ class Session:
 
             threading.Thread(target=load, name="tether-warm-up", daemon=True).start()
 
+    @property
+    def settled(self) -> bool:
+        """Stopped after a completed `shutdown`, every run answered: nothing the process could
+        still do is of use to the parent, so it may end without unwinding (`server.serve`)."""
+        return (
+            self.exit_code == EXIT_OK
+            and self.shutting_down
+            and (self._runs is None or self._runs.live == 0)
+        )
+
     def stop(self, code: int) -> None:
         if self.exit_code is None:
             self.exit_code = code

@@ -12,6 +12,7 @@ records what went wrong.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import resource
@@ -297,7 +298,10 @@ def wants_zygote(cfg: ChildConfig) -> bool:
     return cfg.spawner == "auto" and zygote_unfit(cfg) is None
 
 
+@functools.cache
 def version() -> str:
+    """tether's installed version, read once: the metadata lookup parses the package's
+    METADATA file (≈ 1 ms), and every handshake names the version."""
     try:
         from importlib.metadata import version as installed
 

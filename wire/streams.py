@@ -291,6 +291,11 @@ class FdSendStream(ByteSendStream):
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def writing(self) -> bool:
+        """A writer is in the middle of a message (part of it is out, the rest must follow)."""
+        return self._lock.locked()
+
     async def send(self, item: bytes) -> None:
         """Write every byte of `item`, never interleaved with another writer's message.
 

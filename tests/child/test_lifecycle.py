@@ -96,3 +96,26 @@ def test_a_reply_to_an_unknown_request_id_is_ignored_and_the_child_keeps_serving
         child.reply(424242, {"anything": True})
         child.reply_error(None, -32700, "the parent could not parse something")
         assert child.call("ping")["result"] == {}
+
+
+def test_end_of_input_after_shutdown_ends_the_child_with_status_0_and_nothing_more_said() -> None:
+    with ChildProcess() as child:
+        child.initialize()
+        assert child.call("shutdown")["result"] is None
+        child.close_stdin()
+        assert child.wait_exit() == 0
+        assert os.read(child._out, 1 << 16) == b"" and not child._buf
+
+
+def test_a_session_is_settled_only_once_stopped_after_a_completed_shutdown() -> None:
+    from tether.child.session import EXIT_OK, Session
+
+    session = Session(None)
+    assert not session.settled
+    session.shutting_down = True
+    assert not session.settled  # not stopped yet
+    session.stop(EXIT_OK)
+    assert session.settled
+    abrupt = Session(None)
+    abrupt.stop(EXIT_OK)  # end of input without a shutdown: runs may still be answering
+    assert not abrupt.settled
