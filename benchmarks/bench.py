@@ -40,6 +40,7 @@ import psutil
 
 from benchmarks.providers import providers_group
 from benchmarks.report import SOAK_HEADING, Figure, Results, render, section, with_section
+from tether.parent import cgroup_join
 from tether.parent.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_key
 from tether.parent.env import build_child_env
 from tether.parent.events import ChildEvent, Event
@@ -398,8 +399,12 @@ async def _spawn_rounds(
     sandbox: bool,
 ) -> None:
     ws = workspace if sandbox else None
+    the_host = host()
     for rnd in range(p.spawns + 1):  # round 0 warms the page cache and is dropped
         floor_spawn_round(s)
+        join = cgroup_join.measure(the_host, samples=1)
+        if join is not None:
+            s["context.cgroup_join"].append(join)
         for key, argv, by, sbx in (
             ("tether", TETHER_CHILD, None, None),
             ("tether.zygote", TETHER_CHILD, zygote, None),
@@ -532,6 +537,20 @@ def _spawn_figures(res: Results, p: Plan, s: Samples) -> None:
             note=f"{sum(polite):.0f} of {len(polite)} ended at the `shutdown` rung",
         )
     )
+    if s["context.cgroup_join"]:
+        res.add(
+            Figure(
+                "context.cgroup_join",
+                "a fresh process joins a fresh cgroup (every hierarchy a child joins)",
+                "ms",
+                s["context.cgroup_join"],
+                "`tether.parent.cgroup_join.measure`: a `python -I -S` child writes its pid to "
+                "each `cgroup.procs` of a new cgroup on the tier in use and times the writes; "
+                "part of every spawn above (trampoline or forked child). Without the cgroup2 "
+                "mount option `favordynmods` the first write waits for an RCU grace period",
+                floor="tether.zygote_spawn_ready",
+            )
+        )
     res.add(
         Figure(
             "context.spawn_ready_minimal",

@@ -262,7 +262,19 @@ def machine() -> dict[str, str]:
             f"{name} {_version(name)}" for name in ("anyio", "msgspec", "psutil", "jsonrpcserver")
         ),
         "containment tier": host().tier,
+        "cgroup2 mount": _cgroup2_mount(),
     }
+
+
+def _cgroup2_mount() -> str:
+    from tether.parent.cgroup_join import cgroup2_mount
+
+    got = cgroup2_mount()
+    if got is None:
+        return "none"
+    where, options = got
+    favoured = "favordynmods" in options
+    return f"{where} ({'with' if favoured else 'without'} favordynmods)"
 
 
 def _version(name: str) -> str:

@@ -374,3 +374,22 @@ async def test_a_child_whose_environment_does_not_fit_the_zygote_is_started_by_e
     assert result.success, result
     assert [s.spawner for s in started] == ["exec"]
     assert started[0].fallback is not None and "environment" in started[0].fallback
+
+
+def test_the_zygote_rehearses_a_whole_scripted_run_and_leaves_no_thread_fd_or_directory() -> None:
+    # In a fresh interpreter: the rehearsal joins every other thread, as the zygote needs.
+    probe = (
+        "import os, sys, tempfile, threading\n"
+        "from tether.child import zygote\n"
+        "before = set(os.listdir('/proc/self/fd'))\n"
+        "tmp = set(os.listdir(tempfile.gettempdir()))\n"
+        "ok = zygote._rehearse()\n"
+        "after = set(os.listdir('/proc/self/fd'))\n"
+        "left = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith('tether-zygote-')}\n"
+        "print(ok, threading.active_count(), sorted(after - before), sorted(left - tmp))\n"
+    )
+    got = subprocess.run(
+        [sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=60
+    )
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split(maxsplit=1) == ["True", "1 [] []\n"], got.stdout + got.stderr
