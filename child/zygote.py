@@ -8,13 +8,30 @@ FD is one end of a `SOCK_SEQPACKET` unix socket pair; one message per datagram, 
     parent → zygote  {"op": "spawn", "env": {...}, "rlimits": {NAME: [soft, hard]},
                       "cgroupProcs": [path, ...], "cwd": DIR, "argv": [extra, ...]}
                      with three fds (SCM_RIGHTS): the child's stdin, stdout, stderr
-    zygote → parent  {"pid": PID} or {"error": TEXT}
+    zygote → parent  {"pid": PID, "standby": BOOL} or {"error": TEXT}
     parent → zygote  {"op": "reap", "pid": PID}
     zygote → parent  {"pid": PID, "returncode": RC, "utime": S, "stime": S, "maxrss": KB}
                      or {"error": TEXT}
+    parent → zygote  {"op": "standby"}
+    zygote → parent  {"pid": PID or null, "parked": BOOL, "lost": N}
 
 End of input (the supervisor closed its end, or died) ends the zygote; children still running
 then die of their PR_SET_PDEATHSIG.
+
+The standby. A fork on request puts the fork itself (≈ 1 ms for the zygote's page tables) and
+the child's first touch of every shared page it writes (reference counts: a copy of each page,
+≈ 1.5 ms on the way to `initialize` and as much again in the first run) on the spawn's path.
+So once the zygote has had no request for STANDBY_AFTER seconds (argv[2]; "off": never) it
+forks one child ahead, the standby, which knows nothing of any request yet: it puts /dev/null
+on fds 0-2 and closes every other fd but its end of a private socket pair, arms its death
+signal against the zygote, rehearses a session (`_rehearse`, copying the pages a session
+writes), says `parked` and waits. A spawn request that finds it parked is handed to it whole
+(the same JSON and the three fds, over that socket pair) and answered with its pid at once;
+from there it runs exactly the sequence of a child forked on request (`_become_child`:
+environment, working directory, cgroups, session, death signal, rlimits, signals, sandbox),
+so nothing of a request is decided before the request exists. A request that finds no parked
+standby is forked as before. A standby that dies while waiting is reaped here (it was never a
+child the supervisor knew); after MAX_LOST such deaths in a row no more are forked.
 
 The zygote is single-threaded and runs no event loop (a fork copies only the calling thread, so
 a lock held by another thread would stay locked in the child forever). It never reaps on its
@@ -42,6 +59,7 @@ import functools
 import gc
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -63,10 +81,15 @@ import tether.contain.seccomp  # noqa: F401 - the sandbox of every forked child
 from tether.child import entry, fdguard
 from tether.contain.plan import Plan
 from tether.contain.privileges import set_dumpable
-from tether.contain.sequence import contain
+from tether.contain.sequence import arm_death_signal, contain
 
 SETUP_FAILED = 126
 MAX_MESSAGE = 1 << 20
+STANDBY_AFTER = 0.025
+"""Seconds without a request after which a standby is forked (argv[2] overrides it)."""
+MAX_LOST = 3
+"""Standbys that may die while waiting, in a row, before the zygote stops forking them."""
+PARKED = b"parked"
 PAD_ENV = "TETHER_ZYGOTE_ENV_AREA"
 """A variable the supervisor pads the zygote's environment with: its block is what a child's
 `/proc/PID/environ` shows once rewritten, so it must be large enough for any child's."""
@@ -144,11 +167,103 @@ def _reap(pid: int) -> dict[str, Any]:
     }
 
 
-def serve(sock: socket.socket) -> None:
+class _Standby:
+    """The zygote's view of its standby: its pid and the zygote's end of their socket pair."""
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid = pid
+        self.sock = sock
+        self.parked = False
+
+
+def _fork_standby(me: int) -> _Standby | None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        pid = os.fork()
+    except OSError:
+        ours.close()
+        theirs.close()
+        return None
+    if pid == 0:
+        _stand_by(theirs, me)  # never returns
+    theirs.close()
+    ours.setblocking(False)
+    return _Standby(pid, ours)
+
+
+def _stand_by(sock: socket.socket, zygote: int) -> None:
+    """The standby: get ready for a request nobody has made yet, wait, then become the child
+    the request asks for. Never returns."""
+    try:
+        keep = sock.fileno()
+        null = os.open(os.devnull, os.O_RDWR)
+        for target in (0, 1, 2):
+            os.dup2(null, target)
+        # Nothing of the zygote's stays open here: not its control socket, not its stdio.
+        os.closerange(3, keep)
+        os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+        arm_death_signal(zygote)
+        _rehearse()
+        sock.send(PARKED)
+        data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
+        if not data:
+            os._exit(0)  # the zygote let it go
+        request = json.loads(data)
+    except BaseException:
+        os._exit(SETUP_FAILED)
+    if len(fds) != 3:
+        os._exit(SETUP_FAILED)
+    _become_child(request, fds, zygote)
+
+
+def _lose(standby: _Standby) -> None:
+    """Take a standby down and reap it (it was never handed to the supervisor)."""
+    with contextlib.suppress(OSError):
+        os.kill(standby.pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(standby.pid, 0)
+    standby.sock.close()
+
+
+def _hear_standby(standby: _Standby) -> bool:
+    """Take what the standby said (`parked`, or end of stream when it died); whether it is
+    still there."""
+    while True:
+        try:
+            said = standby.sock.recv(64)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        if said != PARKED:
+            return False
+        standby.parked = True
+
+
+def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> None:
     me = os.getpid()
     start, end = _environ_area()
     sock.send(json.dumps({"ready": me, "envBytes": end - start}).encode())
+    standby: _Standby | None = None
+    lost = 0
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
     while True:
+        wait = None
+        if standby is None and standby_after is not None and lost < MAX_LOST:
+            wait = int(standby_after * 1000)
+        ready = {fd for fd, _ in poller.poll(wait)}
+        if not ready:
+            standby = _fork_standby(me)
+            if standby is not None:
+                poller.register(standby.sock, select.POLLIN)
+            continue
+        if standby is not None and standby.sock.fileno() in ready and not _hear_standby(standby):
+            poller.unregister(standby.sock)
+            _lose(standby)
+            standby, lost = None, lost + 1
+        if sock.fileno() not in ready:
+            continue
         try:
             data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
         except (ConnectionError, OSError):
@@ -168,24 +283,59 @@ def serve(sock: socket.socket) -> None:
             if len(fds) != 3:
                 reply = {"error": f"a spawn needs 3 fds, got {len(fds)}"}
             else:
-                try:
-                    pid = os.fork()
-                except OSError as exc:
-                    reply = {"error": f"fork failed: {exc.strerror or exc}"}
+                if standby is not None and not standby.parked:
+                    _hear_standby(standby)  # it may have parked since the last poll
+                handed = None
+                if standby is not None and standby.parked:
+                    poller.unregister(standby.sock)
+                    handed = _hand_over(standby, data, fds)
+                    lost = 0 if handed is not None else lost + 1  # gone: fork as if none
+                    standby = None
+                if handed is not None:
+                    reply = {"pid": handed, "standby": True}
                 else:
-                    if pid == 0:
-                        _become_child(request, fds, me)
-                    reply = {"pid": pid}
+                    reply = _fork_child(request, fds, me)
             for fd in fds:
                 os.close(fd)
         elif op == "reap":
             reply = _reap(int(request["pid"]))
+        elif op == "standby":
+            if standby is not None and not _hear_standby(standby):
+                poller.unregister(standby.sock)
+                _lose(standby)
+                standby, lost = None, lost + 1
+            reply = {
+                "pid": standby.pid if standby is not None else None,
+                "parked": standby is not None and standby.parked,
+                "lost": lost,
+            }
         else:
             reply = {"error": f"unknown op {op!r}"}
         try:
             sock.send(json.dumps(reply).encode())
         except OSError:
             return
+
+
+def _hand_over(standby: _Standby, data: bytes, fds: list[int]) -> int | None:
+    """Give the request to the parked standby; its pid, or `None` if it was gone (reaped)."""
+    try:
+        socket.send_fds(standby.sock, [data], fds)
+    except OSError:
+        _lose(standby)
+        return None
+    standby.sock.close()
+    return standby.pid
+
+
+def _fork_child(request: dict[str, Any], fds: list[int], me: int) -> dict[str, Any]:
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        return {"error": f"fork failed: {exc.strerror or exc}"}
+    if pid == 0:
+        _become_child(request, fds, me)
+    return {"pid": pid, "standby": False}
 
 
 def _warm() -> None:
@@ -325,7 +475,8 @@ def main() -> None:
     _warm()
     gc.collect()
     gc.freeze()  # keep the imported objects' pages shared with the children
-    serve(sock)
+    after = sys.argv[2] if len(sys.argv) > 2 else str(STANDBY_AFTER)
+    serve(sock, None if after == "off" else float(after))
 
 
 if __name__ == "__main__":

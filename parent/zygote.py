@@ -16,7 +16,10 @@ child runs the trampoline's sequence (`tether.contain.sequence`) itself before a
 runs, sandbox included. Calls are synchronous round trips on the
 event loop's thread (like `Popen`, which also waits for its child's exec): a fork of the zygote
 takes about a millisecond, every call has a deadline, and a zygote that dies answers at once
-(end of stream), so the call fails with that reason.
+(end of stream), so the call fails with that reason. After `STANDBY_AFTER` seconds without a
+request the zygote forks a standby ahead of time, and the next spawn is handed to it instead
+of forked (`forks` counts both): the fork and the pages a session writes are then paid before
+the request, and the child it becomes runs the same sequence from the request on.
 
 A zygote-forked child is not the supervisor's child, so `ZygoteProcess` differs from
 `ChildProcess` only where that matters: exit is seen through `pidfd_open(pid)` (which works for
@@ -53,6 +56,9 @@ READY_SECONDS = 15.0
 REPLY_SECONDS = 5.0
 """How long one spawn or reap may take to be answered."""
 MAX_MESSAGE = 1 << 20
+STANDBY_AFTER: float | None = 0.025
+"""Seconds without a request after which the zygote forks its standby (`None`: never); see
+`tether/child/zygote.py`."""
 ZYGOTE_LOST = "the zygote that forked this child died, taking the child with it"
 
 
@@ -81,6 +87,10 @@ class Zygote:
         """Room in a child's environment block (the zygote reports it when ready)."""
         self.broken: str | None = None
         """Why this zygote can no longer be used; `None` while it can."""
+        self.standby_after: float | None = None
+        """The zygote's idle delay before it forks its standby (`None`: it never does)."""
+        self.forks = {"standby": 0, "fresh": 0}
+        """Children handed to a parked standby, and children forked on request."""
 
     @property
     def pid(self) -> int:
@@ -93,8 +103,10 @@ class Zygote:
     # --- start --------------------------------------------------------------------------------
 
     @classmethod
-    def launch(cls, env: dict[str, str]) -> Zygote:
-        """Start the zygote process (it is not ready until `ready()`); raises `SpawnError`."""
+    def launch(cls, env: dict[str, str], standby_after: float | None = None) -> Zygote:
+        """Start the zygote process (it is not ready until `ready()`); raises `SpawnError`.
+        `standby_after`: see `STANDBY_AFTER` (the module's value when not given)."""
+        after = STANDBY_AFTER if standby_after is None else standby_after
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = dict(env)
         env[TREE_ENV] = new_tree_marker()
@@ -102,7 +114,14 @@ class Zygote:
         try:
             proc = ChildProcess.spawn(
                 SpawnSpec(
-                    [sys.executable, "-I", "-m", ZYGOTE_MODULE, str(theirs.fileno())],
+                    [
+                        sys.executable,
+                        "-I",
+                        "-m",
+                        ZYGOTE_MODULE,
+                        str(theirs.fileno()),
+                        "off" if after is None else repr(after),
+                    ],
                     env,
                     pass_fds=(theirs.fileno(),),
                 )
@@ -113,12 +132,19 @@ class Zygote:
         finally:
             theirs.close()
         ours.settimeout(REPLY_SECONDS)
-        return cls(proc, ours)
+        zygote = cls(proc, ours)
+        zygote.standby_after = after
+        return zygote
 
     @classmethod
-    async def start(cls, env: dict[str, str], ready_seconds: float = READY_SECONDS) -> Zygote:
+    async def start(
+        cls,
+        env: dict[str, str],
+        ready_seconds: float = READY_SECONDS,
+        standby_after: float | None = None,
+    ) -> Zygote:
         """Start a zygote and wait (without blocking the event loop) until it is ready."""
-        zygote = cls.launch(env)
+        zygote = cls.launch(env, standby_after)
         try:
             with anyio.move_on_after(ready_seconds):
                 await anyio.wait_readable(zygote._sock.fileno())
@@ -202,7 +228,27 @@ class Zygote:
             reply = self._ask(request, list(pipes.child))
             if "pid" not in reply:
                 raise SpawnError(f"the zygote could not fork: {reply.get('error', reply)}")
+        self.forks["standby" if reply.get("standby") else "fresh"] += 1
         return ZygoteProcess(self, int(reply["pid"]), *pipes.ours)
+
+    def standby(self) -> dict[str, Any]:
+        """The zygote's standby: `{"pid": PID or None, "parked": bool, "lost": N}`. Each ask is
+        a request, and a request puts off the standby's fork by `standby_after`."""
+        return self._ask({"op": "standby"})
+
+    async def parked(self, within: float = 10.0) -> int | None:
+        """Wait until the zygote's standby is parked and return its pid; `None` if the zygote
+        forks none, or none parked `within` seconds."""
+        if self.standby_after is None:
+            return None
+        every = max(0.05, 3 * self.standby_after)  # slower than the delay each ask restarts
+        with anyio.move_on_after(within):
+            while True:
+                await anyio.sleep(every)
+                got = self.standby()
+                if got["parked"]:
+                    return int(got["pid"])
+        return None
 
     def reap(self, pid: int) -> ExitStatus | None:
         """Have the zygote reap its exited child `pid`; `None` if the status is lost."""

@@ -27,6 +27,7 @@ from sandbox_targets import (
     not_refused,
 )
 
+from tether.parent import zygote as zygote_module
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.supervisor import Supervisor
 
@@ -72,18 +73,25 @@ async def test_a_hostile_protocol_child_is_refused_every_attack(
     assert result.launcher == launcher
 
 
-@pytest.mark.parametrize("spawner", ["exec", "zygote"])
+@pytest.mark.parametrize("spawner", ["exec", "zygote", "zygote standby"])
 async def test_a_hostile_model_driving_bash_is_refused_every_attack_and_cannot_forge_a_result(
-    targets: Targets, spawner: str
+    targets: Targets, spawner: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws = targets.workspace
     model = _bash_then_complete(f"{PY} attacks.py targets.json > report.json 2>&1")
-    cfg = config(read_paths=[str(targets.outside)], spawner=spawner)
+    cfg = config(read_paths=[str(targets.outside)], spawner=spawner.split()[0])
+    if spawner == "zygote":
+        monkeypatch.setattr(zygote_module, "STANDBY_AFTER", None)  # forked on request
     async with Supervisor(cfg) as sup:
         assert sup._keeper is not None
-        if spawner == "zygote":
-            await sup._zygote_ready()
-        others = [sup.zygote_pid] if sup.zygote_pid else []
+        others: list[int] = []
+        if spawner != "exec":
+            zygote = await sup._zygote_ready()
+            others.append(zygote.pid)
+        if spawner == "zygote standby":
+            # The run is handed to the standby parked here; it attacks the zygote all the same.
+            standby = await zygote.parked()
+            assert standby is not None
         targets.write(supervisor=os.getpid(), keeper=sup._keeper.pid, others=others, wire=True)
         with anyio.fail_after(60):
             result = await sup.run("attack", agent="tester", workspace=ws, model=model)
@@ -98,6 +106,12 @@ async def test_a_hostile_model_driving_bash_is_refused_every_attack_and_cannot_f
     assert targets.heard() == []
     assert targets.victim_untouched()
     assert keeper_alive
+    if spawner != "exec":
+        assert zygote.forks == (
+            {"standby": 1, "fresh": 0}
+            if spawner == "zygote standby"
+            else {"standby": 0, "fresh": 1}
+        )
 
 
 async def test_bash_output_marks_sandbox_denials_as_such(targets: Targets) -> None:

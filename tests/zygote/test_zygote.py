@@ -1,6 +1,7 @@
 """`ChildConfig(spawner="zygote")`: children forked from a pre-imported runtime get every
 guarantee a cold spawn gives (environment, limits, cgroup, session, signals, exit status,
-teardown), and nothing outlives the supervisor."""
+teardown), and nothing outlives the supervisor. Every test runs twice: with every child forked
+on request, and with every child handed to the zygote's parked standby."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import anyio
 import psutil
 import pytest
 
+from tether.parent import zygote as zygote_module
 from tether.parent.env import build_child_env
 from tether.parent.events import ChildEvent, Event, RunStarted
 from tether.parent.isolation import private_env, probe_host
@@ -26,9 +28,37 @@ from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process import SpawnError
 from tether.parent.supervisor import ChildConfig, PoolSpec, RunHandle, Supervisor
 from tether.parent.tree import TREE_ENV
-from tether.parent.zygote import Zygote
+from tether.parent.zygote import Zygote, ZygoteProcess
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True, params=["forked on request", "handed to the standby"])
+def how_children_start(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Pin how each zygote child of the test starts: forked when the request comes (no
+    standby), or handed to a standby that was parked before the request (each spawn waits
+    for it and checks that it was used)."""
+    if request.param == "forked on request":
+        monkeypatch.setattr(zygote_module, "STANDBY_AFTER", None)
+        return str(request.param)
+    spawn = Zygote.spawn
+
+    def spawn_by_standby(self: Zygote, spec: Any) -> ZygoteProcess:
+        deadline = time.monotonic() + DEADLINE
+        # Blocking, on the event loop's thread: spawns are synchronous calls anyway. Asked no
+        # faster than the delay each ask puts off the standby's fork by.
+        assert self.standby_after is not None
+        while not self.standby()["parked"]:
+            assert time.monotonic() < deadline, "the zygote's standby never parked"
+            time.sleep(3 * self.standby_after)
+        before = self.forks["standby"]
+        proc = spawn(self, spec)
+        assert self.forks["standby"] == before + 1, "the child was not handed to the standby"
+        return proc
+
+    monkeypatch.setattr(Zygote, "spawn", spawn_by_standby)
+    return str(request.param)
+
 
 HERE = Path(__file__).parent
 ACT = f"{HERE / 'agents.py'}:act"

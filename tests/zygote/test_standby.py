@@ -1,0 +1,162 @@
+"""The zygote's standby: a child forked ahead of any request, which holds nothing of the
+zygote's, is handed the next spawn whole, and never outlives or leaks from the zygote.
+
+(Every guarantee of a zygote child is also proven for a child handed to the standby: see the
+`how_children_start` fixture of `test_zygote.py` and the attack test of `tests/sandbox`.)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+
+from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.zygote import Zygote
+
+pytestmark = pytest.mark.anyio
+
+HERE = Path(__file__).parent
+ACT = f"{HERE / 'agents.py'}:act"
+ZYGOTE = ChildConfig(spawner="zygote")
+DEADLINE = 10.0
+
+
+async def _zygote(sup: Supervisor) -> Zygote:
+    zygote = await sup._zygote_ready()
+    return zygote
+
+
+async def _parked(zygote: Zygote) -> int:
+    pid = await zygote.parked(within=DEADLINE)
+    assert pid is not None, "the standby never parked"
+    return pid
+
+
+def _gone_or_zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def _reaped(pid: int) -> bool:
+    """Whether `pid` is gone entirely (not even a zombie) within the deadline."""
+    with anyio.move_on_after(DEADLINE):
+        while psutil.pid_exists(pid):
+            await anyio.sleep(0.02)
+        return True
+    return False
+
+
+async def test_a_parked_standby_holds_nothing_of_the_zygote_but_dev_null_and_its_own_socket() -> (
+    None
+):
+    async with Supervisor(ZYGOTE) as sup:
+        zygote = await _zygote(sup)
+        pid = await _parked(zygote)
+        proc = psutil.Process(pid)
+        assert proc.ppid() == zygote.pid
+        fds = {int(n): os.readlink(f"/proc/{pid}/fd/{n}") for n in os.listdir(f"/proc/{pid}/fd")}
+        assert {fds[n] for n in (0, 1, 2)} == {"/dev/null"}
+        rest = [target for n, target in fds.items() if n > 2]
+        assert len(rest) == 1 and rest[0].startswith("socket:"), fds
+        assert proc.num_threads() == 1, "the standby is single-threaded while it waits"
+        assert os.getpgid(pid) == os.getpgid(zygote.pid), "no session of its own before a request"
+
+
+async def test_a_spawn_after_a_pause_is_handed_to_the_standby_and_runs_to_its_result() -> None:
+    async with Supervisor(ZYGOTE) as sup:
+        zygote = await _zygote(sup)
+        standby = await _parked(zygote)
+        with anyio.fail_after(DEADLINE):
+            result = await sup.run("finish", agent=ACT, workspace=HERE)
+        assert result.success, result
+        assert result.summary == f"pid {standby}"
+        assert zygote.forks == {"standby": 1, "fresh": 0}
+        # Once the zygote is idle again it parks a new standby.
+        assert await _parked(zygote) != standby
+
+
+async def test_spawns_that_come_back_to_back_are_forked_on_request_and_all_succeed() -> None:
+    async with Supervisor(ZYGOTE) as sup:
+        zygote = await _zygote(sup)
+        await _parked(zygote)
+        results = []
+
+        async def one() -> None:
+            results.append(await sup.run("finish", agent=ACT, workspace=HERE))
+
+        with anyio.fail_after(DEADLINE):
+            async with anyio.create_task_group() as tg:
+                for _ in range(4):
+                    tg.start_soon(one)
+        assert len(results) == 4 and all(r.success for r in results), results
+        assert zygote.forks["standby"] == 1 and zygote.forks["fresh"] == 3
+        assert len({r.summary for r in results}) == 4, "four different children"
+
+
+async def test_a_standby_killed_while_parked_is_reaped_and_the_next_spawn_is_forked() -> None:
+    async with Supervisor(ZYGOTE) as sup:
+        zygote = await _zygote(sup)
+        standby = await _parked(zygote)
+        os.kill(standby, signal.SIGKILL)
+        assert await _reaped(standby), "the zygote reaps a standby that died while parked"
+        assert zygote.standby()["lost"] == 1
+        with anyio.fail_after(DEADLINE):
+            result = await sup.run("finish", agent=ACT, workspace=HERE)
+        assert result.success, result
+        assert result.summary != f"pid {standby}"
+        assert sum(zygote.forks.values()) == 1
+
+
+async def test_after_three_standbys_died_the_zygote_forks_no_more_and_still_forks_children() -> (
+    None
+):
+    async with Supervisor(ZYGOTE) as sup:
+        zygote = await _zygote(sup)
+        lost: list[int] = []
+        while len(lost) < 3:
+            pid = await _parked(zygote)
+            os.kill(pid, signal.SIGKILL)
+            assert await _reaped(pid)
+            lost.append(pid)
+        await anyio.sleep(10 * (zygote.standby_after or 0.0) + 0.2)
+        got = zygote.standby()
+        assert got == {"pid": None, "parked": False, "lost": 3}, got
+        with anyio.fail_after(DEADLINE):
+            result = await sup.run("finish", agent=ACT, workspace=HERE)
+        assert result.success, result
+        assert zygote.forks == {"standby": 0, "fresh": 1}
+
+
+async def test_closing_the_supervisor_takes_a_parked_standby_down_with_the_zygote() -> None:
+    async with Supervisor(ZYGOTE) as sup:
+        zygote = await _zygote(sup)
+        standby = await _parked(zygote)
+    deadline = time.monotonic() + DEADLINE
+    while not _gone_or_zombie(standby):
+        assert time.monotonic() < deadline, "the standby outlived its zygote"
+        await anyio.sleep(0.02)
+
+
+async def test_a_standby_dies_with_its_zygote_when_the_zygote_is_killed_outright() -> None:
+    async with Supervisor(ZYGOTE) as sup:
+        zygote = await _zygote(sup)
+        # Caught as soon as it is forked (most often while it still rehearses).
+        deadline = time.monotonic() + DEADLINE
+        standby = None
+        while standby is None:
+            assert time.monotonic() < deadline, "no standby was forked"
+            await anyio.sleep(0.001)
+            kids = psutil.Process(zygote.pid).children()
+            standby = kids[0].pid if kids else None
+        os.kill(zygote.pid, signal.SIGKILL)
+        while not _gone_or_zombie(standby):
+            assert time.monotonic() < deadline, "the standby outlived its zygote"
+            await anyio.sleep(0.005)
