@@ -10,10 +10,10 @@ of the policy: the system paths every sandboxed child may read.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 LEVELS = ("sandbox", "process")

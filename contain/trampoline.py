@@ -1,7 +1,7 @@
 """Trusted trampoline: the first code that runs in a new child process, before it execs.
 
-Run as `python -I -S trampoline.py CONFIG_JSON -- ARGV...`. It imports only the standard
-library and its sibling modules of `tether.contain` (no site, so nothing the child's
+Run as `python -I -S trampoline.py CONFIG -- ARGV...` (CONFIG: `argv.py`). It imports only
+the standard library and its sibling modules of `tether.contain` (no site, so nothing the child's
 environment or site-packages holds can influence it), runs the contained-exec sequence
 (`sequence.py`: cgroups, death signal, rlimits, signals, and the sandbox the plan asks for),
 then execs the command. If exec or the sandbox fails, it exits 127 with a marker line the
@@ -13,7 +13,6 @@ single thread (Landlock and seccomp are per thread), and gives any language's ch
 setup.
 """
 
-import json
 import os
 import sys
 
@@ -24,13 +23,14 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+from tether.contain import argv as config_word  # noqa: E402
 from tether.contain.plan import Plan  # noqa: E402
 from tether.contain.sequence import EXEC_FAILED, SandboxError, contain  # noqa: E402
 
 
 def main(argv: list[str]) -> None:
     sep = argv.index("--")
-    config = json.loads(argv[1])
+    config = config_word.decode(argv[1])
     command = argv[sep + 1 :]
     try:
         contain(

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
@@ -42,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tether.contain import argv as config_word
 from tether.contain import landlock, seccomp
 from tether.contain.plan import (
     DEFAULT_SANDBOX_ID,
@@ -183,10 +183,20 @@ def _trial(abi: int, root: bool) -> str | None:
             host=HostIsolation(root=root, landlock_abi=abi, why_not=None),
             interpreter=False,
         )
-        config = {"pdeathsig": 0, "ppid": os.getpid(), "plan": setup.plan.to_json()}
+        word = config_word.encode(
+            {"pdeathsig": 0, "ppid": os.getpid(), "plan": setup.plan.to_json()}
+        )
         try:
             got = subprocess.run(
-                [sys.executable, "-I", "-S", str(TRAMPOLINE), json.dumps(config), "--", true],
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    str(TRAMPOLINE),
+                    word,
+                    "--",
+                    true,
+                ],
                 env={"PATH": "/usr/bin:/bin", **setup.env},
                 capture_output=True,
                 timeout=TRIAL_SECONDS,
@@ -524,7 +534,7 @@ def isolation_setup(
     if inside:
         from tether.parent.process import TRAMPOLINE
 
-        config = json.dumps({"plan": setup.plan.to_json()})
+        config = config_word.encode({"plan": setup.plan.to_json()})
         argv = [sys.executable, "-I", "-S", str(TRAMPOLINE), config, "--", *command]
         return Spawnable(argv, None, setup)
     plan = setup.plan.to_json() if setup.plan.sandboxed else None

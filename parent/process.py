@@ -11,7 +11,6 @@ pidfd, so a recycled pid can never be signalled by mistake.
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import signal
@@ -23,6 +22,7 @@ from pathlib import Path
 import anyio
 
 import tether.contain
+from tether.contain import argv as config_word
 from tether.contain.sequence import EXEC_FAILED
 from tether.parent.pipes import stdio_pipes
 from tether.wire.streams import FdReceiveStream, FdSendStream
@@ -119,7 +119,15 @@ class ChildProcess:
             "cgroup_procs": spec.cgroup_procs,
             "plan": spec.plan,
         }
-        argv = [sys.executable, "-I", "-S", str(TRAMPOLINE), json.dumps(config), "--", *spec.argv]
+        argv = [
+            sys.executable,
+            "-I",
+            "-S",
+            str(TRAMPOLINE),
+            config_word.encode(config),
+            "--",
+            *spec.argv,
+        ]
         try:
             with stdio_pipes() as pipes:
                 stdin, stdout, stderr = pipes.child

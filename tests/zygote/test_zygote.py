@@ -406,20 +406,26 @@ async def test_a_child_whose_environment_does_not_fit_the_zygote_is_started_by_e
     assert started[0].fallback is not None and "environment" in started[0].fallback
 
 
-def test_the_zygote_rehearses_a_whole_scripted_run_and_leaves_no_thread_fd_or_directory() -> None:
-    # In a fresh interpreter: the rehearsal joins every other thread, as the zygote needs.
+def test_the_zygote_rehearses_a_whole_scripted_run_and_leaves_no_thread_fd_or_directory(
+    tmp_path: Path,
+) -> None:
+    # In a fresh interpreter: the rehearsal joins every other thread, as the zygote needs. Its
+    # temporary workspace goes to a TMPDIR of the test's own.
     probe = (
-        "import os, sys, tempfile, threading\n"
+        "import os, threading\n"
         "from tether.child import zygote\n"
         "before = set(os.listdir('/proc/self/fd'))\n"
-        "tmp = set(os.listdir(tempfile.gettempdir()))\n"
         "ok = zygote._rehearse()\n"
         "after = set(os.listdir('/proc/self/fd'))\n"
-        "left = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith('tether-zygote-')}\n"
-        "print(ok, threading.active_count(), sorted(after - before), sorted(left - tmp))\n"
+        "print(ok, threading.active_count(), sorted(after - before))\n"
     )
     got = subprocess.run(
-        [sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=60
+        [sys.executable, "-I", "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     assert got.returncode == 0, got.stderr
-    assert got.stdout.split(maxsplit=1) == ["True", "1 [] []\n"], got.stdout + got.stderr
+    assert got.stdout.split(maxsplit=1) == ["True", "1 []\n"], got.stdout + got.stderr
+    assert list(tmp_path.iterdir()) == [], "the rehearsal's workspace was removed"
