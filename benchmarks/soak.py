@@ -46,6 +46,7 @@ from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.supervisor import Supervisor
 from tether.parent.tree import TREE_ENV, marker_prefix
+from tether.parent.zygote import standby_pids
 from tether.protocol.messages import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,6 +165,7 @@ def leaked_processes(sup: Supervisor) -> list[int]:
         helpers.add(sup._keeper.pid)
     if sup.zygote_pid is not None:
         helpers.add(sup.zygote_pid)
+        helpers.update(standby_pids(sup.zygote_pid))  # the zygote's child parked ahead
     if sup.pool is not None:
         helpers.update(sup.pool.ready_pids)
     me = psutil.Process()

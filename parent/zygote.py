@@ -42,6 +42,7 @@ import sys
 from typing import Any
 
 import anyio
+import psutil
 
 from tether.parent.pipes import stdio_pipes
 from tether.parent.process import ChildProcess, ExitStatus, SpawnError, SpawnSpec
@@ -71,6 +72,25 @@ def supported() -> str | None:
     except OSError as exc:
         return f"the zygote needs pidfd_open: {exc.strerror or exc}"
     return None
+
+
+def standby_pids(zygote_pid: int) -> list[int]:
+    """The zygote's standby, seen from outside (leak checks): a child of the zygote still in
+    the zygote's session. A child handed a request calls `setsid()` before any child code
+    runs; the standby never has."""
+    try:
+        sid = os.getsid(zygote_pid)
+        kids = psutil.Process(zygote_pid).children()
+    except (OSError, psutil.Error):
+        return []
+    found = []
+    for kid in kids:
+        try:
+            if os.getsid(kid.pid) == sid:
+                found.append(kid.pid)
+        except OSError:
+            continue
+    return found
 
 
 def _block_bytes(env: dict[str, str]) -> int:

@@ -27,6 +27,8 @@ import psutil
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from tether.parent.zygote import standby_pids
+
 WAIT = 30.0
 """Generous: the machine may be busy."""
 SLOW = "PLEASE-TAKE-YOUR-TIME"
@@ -184,7 +186,8 @@ def tree(pid: int) -> list[psutil.Process]:
 
 def sub_agents(pid: int) -> list[int]:
     """The server's sub-agent children (the child runtime, however it was started): not the
-    supervisor's zygote, a direct child of the server whose children share its command line."""
+    supervisor's zygote, a direct child of the server whose children share its command line,
+    nor the zygote's standby (its child still in its session, not yet handed a run)."""
     found = []
     for p in tree(pid)[1:]:
         try:
@@ -192,6 +195,8 @@ def sub_agents(pid: int) -> list[int]:
             if "tether.child" not in cmdline:
                 continue
             if "tether.child.zygote" in cmdline and p.ppid() == pid:
+                continue
+            if p.pid in standby_pids(p.ppid()):
                 continue
             found.append(p.pid)
         except psutil.NoSuchProcess:
