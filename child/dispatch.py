@@ -28,6 +28,13 @@ import nothing of that, so we load jsonrpcserver's own package directory under a
 whose `__init__` is never run and import just those modules from it. The real `jsonrpcserver`
 stays untouched in `sys.modules`: a hosted agent that imports it gets the whole library as
 usual (and when it is already imported, we use it).
+
+Even that core, with oslash (whose package imports all of its monads for one `Either`), is
+≈ 14 ms of a cold child's start. So it loads off the handshake's path: `initialize` (DIRECT)
+is served by calling its handler, as jsonrpcserver would (the method looked up, the typed
+params passed, the same error mapping), and the core is loaded by the session's warm-up
+thread once that answer is on the wire (`preload`), or by the first request that needs it,
+whichever comes first. The zygote preloads it once for all its children.
 """
 
 from __future__ import annotations
@@ -37,11 +44,10 @@ import importlib.util
 import inspect
 import logging
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import ModuleType
 from typing import Any
-
-from oslash.either import Left
 
 from tether.child.errors import INTERNAL_MESSAGE, to_wire_error
 from tether.protocol import ErrorCode, WireError
@@ -72,9 +78,38 @@ def _core() -> tuple[ModuleType, ModuleType]:
     )
 
 
-_dispatcher, _result = _core()
-_dispatch_pure: Callable[..., Any] = _dispatcher.dispatch_to_response_pure
-Success: Callable[[Any], Any] = _result.Success
+DIRECT = frozenset({"initialize"})
+"""Served without jsonrpcserver, so the handshake never waits for its import."""
+
+
+class _Core:
+    """jsonrpcserver's pure dispatcher, its `Success` and oslash's `Left`, once loaded."""
+
+    dispatch_pure: Callable[..., Any]
+    success: Callable[[Any], Any]
+    left: type
+
+
+_loaded: _Core | None = None
+_loading = threading.Lock()
+
+
+def preload() -> _Core:
+    """Load jsonrpcserver's dispatcher now (thread-safe; a no-op once done)."""
+    global _loaded
+    if _loaded is None:
+        with _loading:
+            if _loaded is None:
+                from oslash.either import Left
+
+                dispatcher, result = _core()
+                core = _Core()
+                core.dispatch_pure = dispatcher.dispatch_to_response_pure
+                core.success = result.Success
+                core.left = Left
+                _loaded = core
+    return _loaded
+
 
 log = logging.getLogger("tether.child")
 
@@ -92,9 +127,16 @@ class Dispatcher:
     def __init__(self, handlers: Mapping[str, Handler]) -> None:
         """`handlers` map a method name to an async callable taking the typed params."""
         self._methods = {name: _adapt(h) for name, h in handlers.items()}
+        self._direct = {name: h for name, h in handlers.items() if name in DIRECT}
 
     async def request(self, method: str, params: Any) -> Any:
         """Serve one request: its result, or `WireError` to answer with."""
+        direct = self._direct.get(method)
+        if direct is not None:
+            try:
+                return await direct(params)
+            except Exception as exc:
+                raise to_wire_error(exc, method) from None
         return await self._dispatch(method, params, is_request=True)
 
     async def notification(self, method: str, params: Any) -> None:
@@ -108,8 +150,9 @@ class Dispatcher:
         prepared: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": [params]}
         if is_request:
             prepared["id"] = 0  # jsonrpcserver needs one; the endpoint answers the real id
+        core = _loaded or preload()
         started: list[Coroutine[Any, Any, Any]] = []
-        response = _dispatch_pure(
+        response = core.dispatch_pure(
             request=prepared,  # "deserialized" by the identity: it is decoded already
             deserializer=_as_is,
             validator=_as_is,
@@ -117,7 +160,7 @@ class Dispatcher:
             context=started,
             post_process=_as_is,
         )
-        if isinstance(response, Left):
+        if isinstance(response, core.left):
             for coro in started:
                 coro.close()
             _refuse(response, method)
@@ -139,7 +182,7 @@ def _as_is(value: Any) -> Any:
 def _adapt(handler: Handler) -> Callable[..., Any]:
     def method(context: list[Coroutine[Any, Any, Any]], params: Any) -> Any:
         context.append(handler(params))  # type: ignore[arg-type]
-        return Success(None)
+        return (_loaded or preload()).success(None)
 
     method.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
     return method

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from tether.child import dispatch
 from tether.child.errors import not_initialized
 from tether.protocol import PROTOCOL_VERSION, SUPPORTED_VERSIONS, ErrorCode, WireError
 from tether.protocol.messages import (
@@ -150,15 +151,17 @@ class Session:
         return self._runs
 
     def warm_up(self) -> None:
-        """Import the agent machinery in a background thread (after `initialize` is answered,
-        so the handshake never waits for it and the first run rarely does)."""
-        if self._runs is None:
+        """Import jsonrpcserver's dispatcher and the agent machinery in a background thread
+        (after `initialize` is answered, so the handshake never waits for them and the first
+        request or run rarely does)."""
 
-            def load() -> None:
+        def load() -> None:
+            dispatch.preload()
+            if self._runs is None:
                 for name in AGENT_MODULES:
                     importlib.import_module(name)
 
-            threading.Thread(target=load, name="tether-warm-up", daemon=True).start()
+        threading.Thread(target=load, name="tether-warm-up", daemon=True).start()
 
     @property
     def settled(self) -> bool:

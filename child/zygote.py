@@ -77,7 +77,7 @@ import tether.child.tools
 import tether.child.workspace
 import tether.contain.landlock
 import tether.contain.mounts
-import tether.contain.seccomp  # noqa: F401 - the sandbox of every forked child
+import tether.contain.seccomp  # the sandbox of every forked child
 from tether.child import entry, fdguard
 from tether.contain.plan import Plan
 from tether.contain.privileges import set_dumpable
@@ -344,6 +344,7 @@ def _warm() -> None:
     set-up) and a whole rehearsed session (`_rehearse`). The version `initialize` reports is
     a constant already (`tether.child.session.SERVER_VERSION`)."""
     entry._agent_spec([])
+    tether.child.dispatch.preload()  # children never load jsonrpcserver's dispatcher again
     _rehearse()
 
 

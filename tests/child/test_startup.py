@@ -50,3 +50,32 @@ def test_a_hosted_agent_that_imports_jsonrpcserver_gets_the_whole_library() -> N
 
 def test_the_version_the_child_announces_is_the_installed_distributions() -> None:
     assert metadata.version("tether") == SERVER_VERSION
+
+
+def test_initialize_is_served_before_jsonrpcservers_dispatcher_is_loaded_and_ping_loads_it() -> (
+    None
+):
+    code = """
+import sys, anyio
+import tether.child.server
+from tether.child.dispatch import Dispatcher
+
+CORE = ("oslash", "tether.child._jsonrpcserver.dispatcher")
+assert not [m for m in CORE if m in sys.modules], "loaded on the handshake's import path"
+
+async def hello(params):
+    return {"hello": params}
+
+async def main():
+    d = Dispatcher({"initialize": hello, "ping": hello})
+    assert await d.request("initialize", 1) == {"hello": 1}
+    assert not [m for m in CORE if m in sys.modules], "loaded to serve initialize"
+    assert await d.request("ping", 2) == {"hello": 2}
+    assert all(m in sys.modules for m in CORE)
+
+anyio.run(main)
+"""
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
