@@ -135,6 +135,7 @@ class LineFramer:
         elif len(big) - self._held < self._room // 4:
             grown = bytearray(max(2 * len(big), self._held + self._room))
             grown[: self._held] = memoryview(big)[: self._held]
+            _give(big)
             big = self._big = grown
         return memoryview(big)[self._held :]
 
@@ -179,7 +180,7 @@ class LineFramer:
         if not self._started:
             self._started = True
             if bytes(big[: len(_CONTENT_LENGTH)]).lower() == _CONTENT_LENGTH:
-                out.append(WrongFraming(head=bytes(big[:64])))
+                out.append(WrongFraming(head=bytes(big[: min(64, length)])))
                 _give(big)
                 return
         self._lent = big
@@ -221,6 +222,7 @@ class LineFramer:
             if len(big) < need:
                 grown = bytearray(max(2 * len(big), need))
                 grown[: self._held] = memoryview(big)[: self._held]
+                _give(big)
                 big = self._big = grown
             big[self._held : need] = data
             events = self.filled(len(data))
