@@ -110,7 +110,7 @@ class FdReceiveStream(ByteReceiveStream):
                     watch = None
             if watch is not None:
                 return await watch.receive_into(view)
-        data = await self.receive(len(view))
+        data = await self._receive(len(view))
         view[: len(data)] = data
         return len(data)
 
@@ -118,6 +118,9 @@ class FdReceiveStream(ByteReceiveStream):
         """The next chunk; raises `anyio.EndOfStream` at the end (or once closed here)."""
         if self._grow and BUDGET.grown(self._fd):
             BUDGET.shrink(self._fd)  # the long line is over
+        return await self._receive(max_bytes)
+
+    async def _receive(self, max_bytes: int) -> bytes:
         if self._pollable and not self._closed:
             watch = self._watch
             if watch is None or not watch.current():

@@ -7,6 +7,7 @@ import fcntl
 import os
 import threading
 import time
+from pathlib import Path
 
 import anyio
 import pytest
@@ -282,3 +283,21 @@ async def test_bytes_read_into_a_buffer_for_a_receiver_cancelled_as_they_came_ar
     finally:
         reader.close()
         os.close(w)
+
+
+async def test_a_file_is_read_into_a_buffer_too(tmp_path: Path) -> None:
+    path = tmp_path / "replay"
+    path.write_bytes(b"x" * 100 + b"\n")
+    reader = FdReceiveStream(os.open(path, os.O_RDONLY), grow=True)  # not a pipe: never grown
+    into = memoryview(bytearray(64))
+    try:
+        with anyio.fail_after(5):
+            got = b""
+            while len(got) < 101:
+                n = await reader.receive_into(into)
+                got += bytes(into[:n])
+            with pytest.raises(anyio.EndOfStream):
+                await reader.receive_into(into)
+    finally:
+        reader.close()
+    assert got == b"x" * 100 + b"\n"
