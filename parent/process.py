@@ -100,8 +100,8 @@ class ChildProcess:
         self.pidfd = _pidfd_open(self.pid)
         self.lost: str | None = None
         """Why the exit status is unknown, when it is and the reason is known."""
-        self.stdin = FdSendStream(stdin)
-        self.stdout = FdReceiveStream(stdout)
+        self.stdin = FdSendStream(stdin, grow=True)
+        self.stdout = FdReceiveStream(stdout, grow=True)
         self.stderr = FdReceiveStream(stderr)
         self.status: ExitStatus | None = None
         self._pidfd_waiter = False

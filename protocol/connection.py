@@ -55,7 +55,7 @@ from tether.protocol.codec import (
     encode_request,
     encode_response,
 )
-from tether.protocol.depth import exceeds_depth
+from tether.protocol.depth import exceeds_depth, view_exceeds_depth
 from tether.protocol.errors import ErrorCode, LocalProtocolError
 from tether.protocol.framing import DEFAULT_MAX_MESSAGE_BYTES
 from tether.protocol.methods import METHODS, MethodSpec, decode_params, decode_result
@@ -306,11 +306,46 @@ class Connection:
     def receive_data(self, data: bytes) -> list[Event]:
         if self.closed is not None:
             return []
+        framer = self._decoder.framer
+        try:
+            return self._events(framer.feed(data))
+        finally:
+            framer.recycle()
+
+    def receive_buffer(self) -> memoryview | None:
+        """Where to read next while a long line is coming (then `receive_into(n)`), or `None`:
+        read a chunk and `receive_data` it. The line is built in one reused buffer and decoded
+        in place, never joined from chunks or copied."""
+        if self.closed is not None:
+            return None
+        return self._decoder.framer.receive_buffer()
+
+    def receive_into(self, n: int) -> list[Event]:
+        """`n` bytes were read into the view `receive_buffer()` gave."""
+        if self.closed is not None:
+            return []
+        framer = self._decoder.framer
+        try:
+            return self._events(framer.filled(n))
+        finally:
+            framer.recycle()
+
+    def _events(self, frames: list[Any]) -> list[Event]:
         out: list[Event] = []
         depth = self._decoder.max_depth
-        for frame in self._decoder.framer.feed(data):
-            if type(frame) is bytes and not exceeds_depth(frame, depth):
-                event = self._one_pass(frame)
+        for frame in frames:
+            if type(frame) is memoryview:
+                # A long line, a view of the framer's reused buffer: nothing decoded from it
+                # may keep referring to it (a `Raw` would), so only the one typed pass reads
+                # it in place; every other path gets a copy.
+                if not view_exceeds_depth(frame, depth):
+                    event = self._one_pass(frame, bytes(frame[:256]))
+                    if event is not None:
+                        out.append(event)
+                        continue
+                frame = bytes(frame)
+            elif type(frame) is bytes and not exceeds_depth(frame, depth):
+                event = self._one_pass(frame, frame)
                 if event is not None:
                     out.append(event)
                     continue
@@ -321,18 +356,18 @@ class Connection:
                 out.append(self._event(msg))
         return out
 
-    def _one_pass(self, line: bytes) -> Event | None:
+    def _one_pass(self, line: bytes | memoryview, head: bytes) -> Event | None:
         """The event of a plain message read in one typed pass (`onepass.py`), or `None` for
-        the two-step path, which judges everything else."""
-        if line[:1] != b"{":
+        the two-step path, which judges everything else. `head`: the line's first bytes."""
+        if head[:1] != b"{":
             return None
-        got = self._incoming.decode(line) if b'"method"' in line[:_HEAD] else None
+        got = self._incoming.decode(line) if b'"method"' in head[:_HEAD] else None
         if got is not None:
             name, rid, params = got
             if rid is UNSET:
                 return NotificationReceived(name, params)
             return RequestReceived(rid, name, params, len(line))
-        rid = peek_id(line)
+        rid = peek_id(head)
         method = self._pending.get(rid) if rid is not UNSET else None
         if method is None or not self._typed_results:
             return None

@@ -79,19 +79,28 @@ def exceeds_depth(line: bytes, limit: int = DEFAULT_MAX_MESSAGE_DEPTH) -> bool:
     return _bracket_depth(_outside_strings(marks), limit) > limit
 
 
-def _few_openings(line: bytes, limit: int) -> bool:
+def view_exceeds_depth(line: memoryview, limit: int = DEFAULT_MAX_MESSAGE_DEPTH) -> bool:
+    """`exceeds_depth` for a view of the start of a `bytearray` (a framer's long line): counted
+    in place with `find`, copied only when it has more openings than the limit."""
+    base = line.obj
+    if isinstance(base, bytearray) and _few_openings(base, limit, len(line)):
+        return False
+    return exceeds_depth(bytes(line), limit)
+
+
+def _few_openings(line: bytes | bytearray, limit: int, end: int | None = None) -> bool:
     """Whether `line` has at most `limit` opening brackets, strings included (so it is within
     the limit): step 1's test without the `translate` pass. `bytes.find` skips the bytes between
     two brackets at memchr speed, ≈ 20 times faster than `translate` on a large line of text,
     and the count stops once it passes the limit."""
     seen = 0
     for bracket in (b"[", b"{"):
-        at = line.find(bracket)
+        at = line.find(bracket, 0, end)
         while at >= 0:
             seen += 1
             if seen > limit:
                 return False
-            at = line.find(bracket, at + 1)
+            at = line.find(bracket, at + 1, end)
     return True
 
 

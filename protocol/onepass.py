@@ -83,7 +83,7 @@ class IncomingDecoder:
             Union[types]  # noqa: UP007 (a runtime union of runtime-made types)
         )
 
-    def decode(self, line: bytes) -> tuple[str, Any, Any] | None:
+    def decode(self, line: bytes | memoryview) -> tuple[str, Any, Any] | None:
         """`(method, id, params)` of a plain request (`id` is `UNSET` for a notification), or
         `None`: take the two-step path."""
         try:
@@ -112,7 +112,7 @@ class IncomingDecoder:
 _reply_decoders: dict[str, msgspec.json.Decoder[Any]] = {}
 
 
-def decode_reply(line: bytes, rid: Any, method: str) -> tuple[bool, Any]:
+def decode_reply(line: bytes | memoryview, rid: Any, method: str) -> tuple[bool, Any]:
     """`(True, typed result)` when `line` is a plain success reply to request `rid` of
     `method`; `(False, None)`: take the two-step path."""
     dec = _reply_decoders.get(method)

@@ -152,6 +152,9 @@ class Endpoint:
         not `inline` in the reader's own task until it first waits (see `_on_event`)."""
         self.connection = connection
         self._receive = receive
+        self._receive_into: Callable[[memoryview], Awaitable[int]] | None = getattr(
+            receive, "receive_into", None
+        )
         self._send_stream = send
         self._on_request = on_request
         self._on_notification = on_notification
@@ -264,12 +267,21 @@ class Endpoint:
         pending = self._pending
         while self.end is None:
             if not pending:
+                # A long line is read straight into the connection's buffer for it.
+                into = self.connection.receive_buffer() if self._receive_into else None
                 try:
-                    data = await self._receive.receive()
+                    if into is not None:
+                        assert self._receive_into is not None
+                        n = await self._receive_into(into)
+                    else:
+                        data = await self._receive.receive()
                 except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
                     pending.extend(self.connection.receive_eof())
                 else:
-                    pending.extend(self.connection.receive_data(data))
+                    if into is not None:
+                        pending.extend(self.connection.receive_into(n))
+                    else:
+                        pending.extend(self.connection.receive_data(data))
                 continue
             await self._on_event(pending.popleft())
             if self._reader is not me:

@@ -36,12 +36,16 @@ import anyio.to_thread
 from anyio.abc import ByteReceiveStream, ByteSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from tether.wire.pipesize import BUDGET
+
 if TYPE_CHECKING:
     # Imported where it runs: importing this module must not load asyncio (and with it ssl)
     # in a process that only builds a command line.
     import asyncio
 
 READ_CHUNK = 256 * 1024
+LARGE_WRITE = 64 * 1024
+"""A message at least this long grows the pipe first (a stream made with `grow=True`)."""
 FINISH_SECONDS = 2.0
 _GONE = (errno.EBADF, errno.EIO, errno.ECONNRESET)
 """Read errors that mean the stream is over (the writer's end is gone or this one closed)."""
@@ -74,22 +78,49 @@ class FdReceiveStream(ByteReceiveStream):
     until the next `receive()`: reading pauses until then, so a busy reader still leaves the
     peer's pipe to fill (backpressure)."""
 
-    __slots__ = ("_closed", "_fd", "_pollable", "_watch")
+    __slots__ = ("_closed", "_fd", "_grow", "_pollable", "_watch")
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, *, grow: bool = False) -> None:
+        """`grow`: grow the pipe while a long line is read (`receive_into`), within the
+        process's budget (`pipesize`)."""
         self._fd = fd
         self._pollable = pollable(fd)
         if self._pollable:
             os.set_blocking(fd, False)
         self._closed = False
+        self._grow = grow and self._pollable
         self._watch: _Watch | None = None
 
     @property
     def fd(self) -> int:
         return self._fd
 
+    async def receive_into(self, view: memoryview) -> int:
+        """Read straight into `view` (a long line's buffer); the bytes read, at least one.
+        Raises `anyio.EndOfStream` at the end (or once closed here)."""
+        if self._grow and not self._closed:
+            BUDGET.grow(self._fd)
+        if self._pollable and not self._closed:
+            watch = self._watch
+            if watch is None or not watch.current():
+                loop = _running_asyncio_loop()
+                if loop is not None:
+                    watch = self._watch = _Watch(self._fd, loop, watch)
+                else:
+                    watch = None
+            if watch is not None:
+                return await watch.receive_into(view)
+        data = await self._receive(len(view))
+        view[: len(data)] = data
+        return len(data)
+
     async def receive(self, max_bytes: int = READ_CHUNK) -> bytes:
         """The next chunk; raises `anyio.EndOfStream` at the end (or once closed here)."""
+        if self._grow and BUDGET.grown(self._fd):
+            BUDGET.shrink(self._fd)  # the long line is over
+        return await self._receive(max_bytes)
+
+    async def _receive(self, max_bytes: int) -> bytes:
         if self._pollable and not self._closed:
             watch = self._watch
             if watch is None or not watch.current():
@@ -147,6 +178,8 @@ class FdReceiveStream(ByteReceiveStream):
                 self._watch.close()
             elif self._pollable:
                 anyio.notify_closing(self._fd)
+            if self._grow:
+                BUDGET.forget(self._fd)
             os.close(self._fd)
 
     async def aclose(self) -> None:
@@ -182,7 +215,7 @@ class _Watch:
     `FdReceiveStream`). The loop's callback reads one chunk: it goes to the task waiting in
     `receive()`, or is held (and reading paused) until one comes."""
 
-    __slots__ = ("_end", "_fd", "_held", "_loop", "_registered", "_waiter")
+    __slots__ = ("_end", "_fd", "_got", "_held", "_into", "_loop", "_registered", "_waiter")
 
     def __init__(
         self, fd: int, loop: asyncio.AbstractEventLoop, before: _Watch | None = None
@@ -194,6 +227,9 @@ class _Watch:
         """`EndOfStream`, or the read error to raise, once the stream is over."""
         self._waiter: asyncio.Future[None] | None = None
         self._registered = False
+        self._into: memoryview | None = None
+        """Where `_ready` reads to while `receive_into` waits (instead of the shared buffer)."""
+        self._got = 0
         if before is not None:  # the same fd, watched under an earlier loop
             before._abandon()
             self._held, self._end = before._held, before._end
@@ -228,9 +264,53 @@ class _Watch:
         self._held = self._held[max_bytes:]
         return data
 
+    async def receive_into(self, view: memoryview) -> int:
+        while not self._held:
+            if self._end is not None:
+                raise self._end
+            if not self._registered:
+                self._loop.add_reader(self._fd, self._ready)
+                self._registered = True
+            waiter = self._waiter = self._loop.create_future()
+            self._into = view
+            self._got = 0
+            try:
+                await waiter
+            except BaseException:
+                if self._got:  # read, then cancelled: keep the bytes for the next receive
+                    self._held = view[: self._got].tobytes()
+                raise
+            finally:
+                self._waiter = None
+                self._into = None
+            if self._got:
+                return self._got
+        n = min(len(view), len(self._held))
+        view[:n] = self._held[:n]
+        self._held = self._held[n:]
+        return n
+
     def _ready(self) -> None:
         if self._held:  # the last chunk is still to be taken (its receiver was cancelled)
             self._pause()
+            return
+        into = self._into
+        if into is not None:
+            self._into = None
+            try:
+                self._got = os.readv(self._fd, (into,))
+            except BlockingIOError:
+                self._into = into
+                return
+            except OSError as exc:
+                self._end = anyio.EndOfStream() if exc.errno in _GONE else exc
+            else:
+                if not self._got:
+                    self._end = anyio.EndOfStream()
+            self._pause()  # the line's next read asks again
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
             return
         # Into the thread's one buffer (`_ReadBuffer`): `os.read(fd, READ_CHUNK)` would
         # allocate (mmap) and free a fresh 256 KiB object per message, page faults included,
@@ -271,14 +351,19 @@ class _Watch:
 class FdSendStream(ByteSendStream):
     """Writes whole messages to a pipe (or any fd); see the module docstring."""
 
-    __slots__ = ("_closed", "_fd", "_finish_seconds", "_lock", "_pollable")
+    __slots__ = ("_closed", "_fd", "_finish_seconds", "_grow", "_lock", "_pollable")
 
-    def __init__(self, fd: int, *, finish_seconds: float | None = FINISH_SECONDS) -> None:
+    def __init__(
+        self, fd: int, *, finish_seconds: float | None = FINISH_SECONDS, grow: bool = False
+    ) -> None:
+        """`grow`: grow the pipe before writing a large message, within the process's budget
+        (`pipesize`), so that one write moves it; shrunk back at a later small one."""
         self._fd = fd
         self._pollable = pollable(fd)
         if self._pollable:
             os.set_blocking(fd, False)
         self._closed = False
+        self._grow = grow and self._pollable
         self._finish_seconds = finish_seconds
         # No checkpoint when uncontended: one event-loop turn less per message.
         self._lock = anyio.Lock(fast_acquire=True)
@@ -304,6 +389,11 @@ class FdSendStream(ByteSendStream):
         `anyio.ClosedResourceError` once this end was closed.
         """
         sent = 0
+        if self._grow and not self._closed:
+            if len(item) >= LARGE_WRITE:
+                BUDGET.grow(self._fd)
+            elif BUDGET.grown(self._fd):
+                BUDGET.shrink(self._fd)  # large messages are over (fails while undrained)
         if self._pollable and not self._closed and not self._lock.locked():
             # Nobody is in the middle of a message: try the whole line at once, without the
             # lock (no await between the check and the write, so no other writer can start).
@@ -378,6 +468,8 @@ class FdSendStream(ByteSendStream):
             self._closed = True
             if self._pollable:
                 anyio.notify_closing(self._fd)
+            if self._grow:
+                BUDGET.forget(self._fd)
             os.close(self._fd)
 
     async def aclose(self) -> None:

@@ -143,7 +143,7 @@ def reply_lines(draw: st.DrawFn) -> tuple[str, bytes]:
 
 
 def _two_step(conn: Connection) -> Connection:
-    conn._one_pass = lambda line: None  # type: ignore[method-assign]
+    conn._one_pass = lambda line, head: None  # type: ignore[method-assign]
     return conn
 
 

@@ -7,6 +7,7 @@ import fcntl
 import os
 import threading
 import time
+from pathlib import Path
 
 import anyio
 import pytest
@@ -234,3 +235,69 @@ def test_a_reader_used_under_one_event_loop_and_then_another_reads_on() -> None:
     finally:
         reader.close()
         os.close(w)
+
+
+async def test_a_read_into_a_buffer_cancelled_while_waiting_loses_nothing() -> None:
+    r, w = os.pipe()
+    reader = FdReceiveStream(r)
+    into = memoryview(bytearray(64))
+    try:
+        with anyio.fail_after(5):
+            with anyio.move_on_after(0.05):
+                await reader.receive_into(into)
+            os.write(w, b"after\n")
+            n = await reader.receive_into(into)
+            assert bytes(into[:n]) == b"after\n"
+    finally:
+        reader.close()
+        os.close(w)
+
+
+async def test_bytes_read_into_a_buffer_for_a_receiver_cancelled_as_they_came_are_not_lost() -> (
+    None
+):
+    r, w = os.pipe()
+    reader = FdReceiveStream(r)
+    into = memoryview(bytearray(64))
+    got = []
+    try:
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                scope = anyio.CancelScope()
+
+                async def receive() -> None:
+                    with scope:
+                        n = await reader.receive_into(into)
+                        got.append(bytes(into[:n]))
+
+                tg.start_soon(receive)
+                await anyio.sleep(0.05)  # it waits, registered with the loop
+                os.write(w, b"kept\n")
+                reader._watch._ready()  # type: ignore[union-attr]  # the loop's read, by hand
+                scope.cancel()  # before the receiver resumed: the bytes are in `into` only
+            if not got:  # the cancellation won: the bytes wait for the next receive
+                got.append(await reader.receive())
+            assert got == [b"kept\n"]
+            os.write(w, b"next\n")
+            assert await reader.receive() == b"next\n"
+    finally:
+        reader.close()
+        os.close(w)
+
+
+async def test_a_file_is_read_into_a_buffer_too(tmp_path: Path) -> None:
+    path = tmp_path / "replay"
+    path.write_bytes(b"x" * 100 + b"\n")
+    reader = FdReceiveStream(os.open(path, os.O_RDONLY), grow=True)  # not a pipe: never grown
+    into = memoryview(bytearray(64))
+    try:
+        with anyio.fail_after(5):
+            got = b""
+            while len(got) < 101:
+                n = await reader.receive_into(into)
+                got += bytes(into[:n])
+            with pytest.raises(anyio.EndOfStream):
+                await reader.receive_into(into)
+    finally:
+        reader.close()
+    assert got == b"x" * 100 + b"\n"
