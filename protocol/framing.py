@@ -199,7 +199,7 @@ class LineFramer:
             self._lent = None
             _give(lent)
 
-    def _judge(self, line: bytes, out: list[BufferEvent]) -> None:
+    def _judge(self, line: bytes, out: list[FrameEvent] | list[BufferEvent]) -> None:
         if line.endswith(b"\r"):
             line = line[:-1]
         if not self._started and line.strip():
@@ -264,16 +264,7 @@ class LineFramer:
                 self._held = 0
             else:
                 line = data[start:nl]
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            if not self._started and line.strip():
-                self._started = True
-                if line.lstrip()[: len(_CONTENT_LENGTH)].lower() == _CONTENT_LENGTH:
-                    out.append(WrongFraming(head=line[:64]))
-                    start = nl + 1
-                    continue
-            if line.strip():
-                out.append(line)
+            self._judge(line, out)
             start = nl + 1
         return out
 

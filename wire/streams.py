@@ -100,16 +100,9 @@ class FdReceiveStream(ByteReceiveStream):
         Raises `anyio.EndOfStream` at the end (or once closed here)."""
         if self._grow and not self._closed:
             BUDGET.grow(self._fd)
-        if self._pollable and not self._closed:
-            watch = self._watch
-            if watch is None or not watch.current():
-                loop = _running_asyncio_loop()
-                if loop is not None:
-                    watch = self._watch = _Watch(self._fd, loop, watch)
-                else:
-                    watch = None
-            if watch is not None:
-                return await watch.receive_into(view)
+        watch = self._current_watch()
+        if watch is not None:
+            return await watch.receive_into(view)
         data = await self._receive(len(view))
         view[: len(data)] = data
         return len(data)
@@ -120,18 +113,24 @@ class FdReceiveStream(ByteReceiveStream):
             BUDGET.shrink(self._fd)  # the long line is over
         return await self._receive(max_bytes)
 
+    def _current_watch(self) -> _Watch | None:
+        """The watch of the running asyncio loop, or `None` (not pollable, closed, another
+        event loop): then read without one."""
+        if not self._pollable or self._closed:
+            return None
+        watch = self._watch
+        if watch is None or not watch.current():
+            loop = _running_asyncio_loop()
+            if loop is None:
+                return None
+            # A stream read under one loop and then another starts watching afresh.
+            watch = self._watch = _Watch(self._fd, loop, watch)
+        return watch
+
     async def _receive(self, max_bytes: int) -> bytes:
-        if self._pollable and not self._closed:
-            watch = self._watch
-            if watch is None or not watch.current():
-                loop = _running_asyncio_loop()
-                if loop is not None:
-                    # A stream read under one loop and then another starts watching afresh.
-                    watch = self._watch = _Watch(self._fd, loop, watch)
-                else:
-                    watch = None
-            if watch is not None:
-                return await watch.receive(max_bytes)
+        watch = self._current_watch()
+        if watch is not None:
+            return await watch.receive(max_bytes)
         while not self._closed:
             try:
                 if not self._pollable:
