@@ -247,14 +247,20 @@ class _Watch:
     def held(self) -> int:
         return len(self._held)
 
+    def _arm(self) -> asyncio.Future[None]:
+        """Nothing is held: raise the stream's end if it came, else watch the fd and return
+        the future `_ready` completes."""
+        if self._end is not None:
+            raise self._end
+        if not self._registered:
+            self._loop.add_reader(self._fd, self._ready)
+            self._registered = True
+        waiter = self._waiter = self._loop.create_future()
+        return waiter
+
     async def receive(self, max_bytes: int) -> bytes:
         while not self._held:
-            if self._end is not None:
-                raise self._end
-            if not self._registered:
-                self._loop.add_reader(self._fd, self._ready)
-                self._registered = True
-            waiter = self._waiter = self._loop.create_future()
+            waiter = self._arm()
             try:
                 await waiter
             finally:
@@ -265,12 +271,7 @@ class _Watch:
 
     async def receive_into(self, view: memoryview) -> int:
         while not self._held:
-            if self._end is not None:
-                raise self._end
-            if not self._registered:
-                self._loop.add_reader(self._fd, self._ready)
-                self._registered = True
-            waiter = self._waiter = self._loop.create_future()
+            waiter = self._arm()
             self._into = view
             self._got = 0
             try:

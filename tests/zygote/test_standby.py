@@ -27,11 +27,6 @@ ZYGOTE = ChildConfig(spawner="zygote")
 DEADLINE = 10.0
 
 
-async def _zygote(sup: Supervisor) -> Zygote:
-    zygote = await sup._zygote_ready()
-    return zygote
-
-
 async def _parked(zygote: Zygote) -> int:
     pid = await zygote.parked(within=DEADLINE)
     assert pid is not None, "the standby never parked"
@@ -58,7 +53,7 @@ async def test_a_parked_standby_holds_nothing_of_the_zygote_but_dev_null_and_its
     None
 ):
     async with Supervisor(ZYGOTE) as sup:
-        zygote = await _zygote(sup)
+        zygote = await sup._zygote_ready()
         pid = await _parked(zygote)
         proc = psutil.Process(pid)
         assert proc.ppid() == zygote.pid
@@ -72,7 +67,7 @@ async def test_a_parked_standby_holds_nothing_of_the_zygote_but_dev_null_and_its
 
 async def test_a_spawn_after_a_pause_is_handed_to_the_standby_and_runs_to_its_result() -> None:
     async with Supervisor(ZYGOTE) as sup:
-        zygote = await _zygote(sup)
+        zygote = await sup._zygote_ready()
         standby = await _parked(zygote)
         with anyio.fail_after(DEADLINE):
             result = await sup.run("finish", agent=ACT, workspace=HERE)
@@ -85,7 +80,7 @@ async def test_a_spawn_after_a_pause_is_handed_to_the_standby_and_runs_to_its_re
 
 async def test_spawns_that_come_back_to_back_are_forked_on_request_and_all_succeed() -> None:
     async with Supervisor(ZYGOTE) as sup:
-        zygote = await _zygote(sup)
+        zygote = await sup._zygote_ready()
         await _parked(zygote)
         results = []
 
@@ -103,7 +98,7 @@ async def test_spawns_that_come_back_to_back_are_forked_on_request_and_all_succe
 
 async def test_a_standby_killed_while_parked_is_reaped_and_the_next_spawn_is_forked() -> None:
     async with Supervisor(ZYGOTE) as sup:
-        zygote = await _zygote(sup)
+        zygote = await sup._zygote_ready()
         standby = await _parked(zygote)
         os.kill(standby, signal.SIGKILL)
         assert await _reaped(standby), "the zygote reaps a standby that died while parked"
@@ -119,7 +114,7 @@ async def test_after_three_standbys_died_the_zygote_forks_no_more_and_still_fork
     None
 ):
     async with Supervisor(ZYGOTE) as sup:
-        zygote = await _zygote(sup)
+        zygote = await sup._zygote_ready()
         lost: list[int] = []
         while len(lost) < 3:
             pid = await _parked(zygote)
@@ -137,7 +132,7 @@ async def test_after_three_standbys_died_the_zygote_forks_no_more_and_still_fork
 
 async def test_closing_the_supervisor_takes_a_parked_standby_down_with_the_zygote() -> None:
     async with Supervisor(ZYGOTE) as sup:
-        zygote = await _zygote(sup)
+        zygote = await sup._zygote_ready()
         standby = await _parked(zygote)
     deadline = time.monotonic() + DEADLINE
     while not _gone_or_zombie(standby):
@@ -147,7 +142,7 @@ async def test_closing_the_supervisor_takes_a_parked_standby_down_with_the_zygot
 
 async def test_a_standby_dies_with_its_zygote_when_the_zygote_is_killed_outright() -> None:
     async with Supervisor(ZYGOTE) as sup:
-        zygote = await _zygote(sup)
+        zygote = await sup._zygote_ready()
         # Caught as soon as it is forked (most often while it still rehearses).
         deadline = time.monotonic() + DEADLINE
         standby = None
