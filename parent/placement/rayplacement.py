@@ -311,7 +311,11 @@ class RayPlacement:
         with anyio.CancelScope(shield=True):
             self._closing = True
             for run in list(self._runs):
-                run.abort()
+                # A run on a live node is taken down by its host's `shutdown`, which reports
+                # its rung: an abort sent ahead of it could end the run before the host knows
+                # it is closing, and the run would be missing from the host's report.
+                if run._host is None or run._host.lost is not None:
+                    run.abort()
             async with anyio.create_task_group() as tg:
                 for host in self.hosts.values():
                     if host.lost is None:
