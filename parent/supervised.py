@@ -70,7 +70,7 @@ from tether.parent.tree import signal_procs, tree_procs
 from tether.protocol import ConnectionClosed, ErrorCode, RemoteError, WireError
 from tether.protocol.connection import Connection
 from tether.protocol.messages import Rung
-from tether.wire import Endpoint
+from tether.wire import Endpoint, StreamEnd
 
 EXIT_DRAIN_SECONDS = 0.5
 """After the child exits, how long its unread output may take to be read before the stream is
@@ -396,6 +396,10 @@ class SupervisedChild(SupervisedProcess):
             on_notification=self._route_notification,
             strict=True,
             internal_error=_internal,
+            # A model turn answered without waiting (a scripted model) costs no task; one that
+            # waits, or an answer the child does not read, hands the reading on (endpoint.py).
+            eager=True,
+            on_end=self._note_end,
         )
         self.session = ChildSession(self.endpoint)
         self.ready = False
@@ -424,7 +428,10 @@ class SupervisedChild(SupervisedProcess):
         super()._start_jobs(tg)
 
     async def _read(self) -> None:
-        end = await self.endpoint.run()
+        await self.endpoint.run()
+
+    def _note_end(self, end: StreamEnd) -> None:
+        # At the end itself: whoever wakes on it (the run, the ladder) sees why.
         if end.oversize:
             self.observed.oversize = end.oversize
         elif end.fault:

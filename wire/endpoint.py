@@ -13,11 +13,12 @@ fails at once with `ConnectionClosed` and `run()` returns why it ended (`StreamE
   raises `WireError` to answer with an error). Methods in `inline` are served by the reader
   itself, one after another, so they take effect in the order sent; every other request gets
   a task of the endpoint's own task group, so a slow one never stalls the reader. An `eager`
-  endpoint (the child) saves that task while it can: it starts serving such a request in the
-  reader's own task, as Python 3.12's eager tasks would; a request that never waits is
-  answered without a task switch, and the moment one first waits (`_FirstWait` sees it yield
-  to the event loop) a standby task is woken to read on from the next event, while the
-  request keeps the task it started in. At most
+  endpoint (both of tether's) saves that task while it can: it starts serving such a request
+  in the reader's own task, as Python 3.12's eager tasks would; a request that never waits is
+  answered without a task switch, and the moment its handler or its answer's write first
+  waits (`_FirstWait` sees it yield to the event loop) a standby task is woken to read on from
+  the next event, while the request keeps the task it started in. So a peer that stops
+  reading holds the request whose answer it does not take, never the reader. At most
   `max_concurrent` requests, and at most `max_held_bytes` of them, are served at once: past
   that the reader stops reading, the peer's pipe fills and the peer waits (backpressure),
   rather than this side starting unbounded work or holding unbounded memory.
@@ -144,12 +145,15 @@ class Endpoint:
         close_on_send_failure: bool = False,
         answered: Callable[[str], None] | None = None,
         eager: bool = False,
+        on_end: Callable[[StreamEnd], None] | None = None,
     ) -> None:
         """`close_on_send_failure`: a peer that stops reading is gone (the child's view of its
         parent); otherwise only the write fails, and whatever the peer already sent is still
         read (the parent's view of a child that answered and exited). `answered(method)` is
         called right after a request's answer is written. `eager`: serve a request that is
-        not `inline` in the reader's own task until it first waits (see `_on_event`)."""
+        not `inline` in the reader's own task until it first waits (see `_on_event`).
+        `on_end(end)` is called once, the moment the conversation ends, before any waiter
+        wakes (`run()` returns later: requests still being served are cancelled first)."""
         self.connection = connection
         self._receive = receive
         self._receive_into: Callable[[memoryview], Awaitable[int]] | None = getattr(
@@ -165,6 +169,7 @@ class Endpoint:
         self._close_on_send_failure = close_on_send_failure
         self._answered = answered
         self._eager = eager
+        self._on_end = on_end
         self._tg: TaskGroup | None = None
         """The task group of `run`: requests served in tasks, the standby reader."""
         self._pending: deque[Event] = deque()
@@ -335,7 +340,7 @@ class Endpoint:
                     self._tg.start_soon(self._serve_in_slot, ev)
                     return
                 # Eagerly, in this task: a request that never waits costs no task of its own.
-                # If it does wait, the reading moves to the standby (`_serve`).
+                # If it or its answer's write waits, the reading moves to the standby.
                 await self._serve_in_slot(ev, eager=True)
         else:
             await self._on_other(ev)
@@ -407,8 +412,14 @@ class Endpoint:
     # --- serving ----------------------------------------------------------------------------
 
     async def _serve_in_slot(self, ev: RequestReceived, *, eager: bool = False) -> None:
+        """`eager`: served in the reader's task, which hands the reading on the first time
+        the handler or the answer's write waits: a peer that does not read (its pipe full)
+        holds the request, never the reader."""
         try:
-            await self._serve(ev, eager=eager)
+            if eager:
+                await _FirstWait(self._serve(ev), self._hand_on)
+            else:
+                await self._serve(ev)
         finally:
             self._held -= ev.size
             self._slots.release()
@@ -416,20 +427,13 @@ class Endpoint:
             if freed is not None:
                 freed.set()
 
-    async def _serve(self, ev: RequestReceived, *, eager: bool = False) -> None:
-        """`eager`: served in the reader's task, which hands the reading on if the handler
-        waits; an answer found without waiting is written by the reader, as an inline
-        request's is (a full pipe holds the reader)."""
+    async def _serve(self, ev: RequestReceived) -> None:
         error: tuple[int, str, Any] | None = None
         result: Any = None
         self._serving += 1
         try:
             self._gate(ev.method)
-            pending = self._on_request(ev.method, ev.params)
-            if eager:
-                result = await _FirstWait(pending, self._hand_on)
-            else:
-                result = await pending
+            result = await self._on_request(ev.method, ev.params)
         except WireError as exc:
             error = (exc.code, exc.message, exc.data)
         except Exception as exc:
@@ -490,6 +494,8 @@ class Endpoint:
         if self.end is not None:
             return
         self.end = StreamEnd(closed.reason, fault, oversize, closed.truncated)
+        if self._on_end is not None:
+            self._on_end(self.end)
         why = ConnectionClosed(self._why(self.end))
         for waiter in self._waiters.values():
             if not waiter.done.is_set():

@@ -540,3 +540,40 @@ async def test_an_eager_request_still_waiting_when_the_conversation_ends_is_canc
                 await to_child_w.aclose()  # EOF
                 await cancelled.wait()
         assert child.end is not None
+
+
+async def test_an_eager_side_whose_answer_the_peer_does_not_take_reads_on() -> None:
+    """The parent serves eagerly; a child that sends requests and never reads fills the pipe
+    with their answers. The answer that cannot be written holds its request, not the reader:
+    what the child says next still arrives."""
+    heard: list[int] = []
+    got_event = anyio.Event()
+
+    async def on_event(method: str, params: Any) -> None:
+        heard.append(params.seq)
+        got_event.set()
+
+    async def parent_serves(method: str, params: Any) -> Any:
+        return turn("x" * 100)
+
+    async with two_pipes(max_chunks=1) as (to_child_w, _to_child_r, to_parent_w, to_parent_r):
+        parent = Endpoint(
+            Connection("parent"),
+            to_parent_r,
+            to_child_w,
+            on_request=parent_serves,
+            on_notification=on_event,
+            strict=True,
+            eager=True,
+        )
+        child = Connection("child")
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(parent.run)
+                for _ in range(4):  # one answer fits the pipe; the rest wait to be written
+                    await to_parent_w.send(child.send_request(MODEL_COMPLETE, ask())[1])
+                event = m.AgentEventParams(run_id="r", seq=7, kind="step")
+                await to_parent_w.send(child.send_notification(AGENT_EVENT, event))
+                await got_event.wait()
+                tg.cancel_scope.cancel()
+    assert heard == [7]
