@@ -329,7 +329,12 @@ class Endpoint:
             else:
                 # Backpressure: a peer that floods requests waits, its pipe full, once
                 # `max_concurrent` requests or `max_held_bytes` of them are being served.
-                await self._slots.acquire()
+                try:
+                    # A free slot is taken without anyio's cancellation check (a walk of this
+                    # task's cancel scopes): the reader is only ever cancelled at its reads.
+                    self._slots.acquire_nowait()
+                except anyio.WouldBlock:
+                    await self._slots.acquire()
                 while self._held and self._held + ev.size > self._max_held_bytes:
                     if self._budget_freed is None:
                         self._budget_freed = anyio.Event()
