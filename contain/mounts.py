@@ -240,13 +240,20 @@ def private_namespace(
     plan: Layout,
     *,
     idmap: tuple[int, int, int, int] | None,
+    userns: int | None = None,
     workspace_read_only: bool = False,
 ) -> Applied:
     """Enter a private mount namespace laid out as `plan` (see the module docstring).
     `idmap` is (owner uid, sandbox uid, owner gid, sandbox gid) for the workspace, or `None`
-    to bind it unmapped; `workspace_read_only` mounts the workspace read-only too (a write
-    grant on a private /tmp would otherwise reach a workspace under it). Raises `OSError`."""
-    userns = idmap_userns(*idmap) if idmap is not None and plan.workspace else None
+    to bind it unmapped; `userns`: an fd of a user namespace with exactly that mapping, made
+    ahead (the zygote keeps one per mapping; the caller still owns the fd), else one is made
+    here; `workspace_read_only` mounts the workspace read-only too (a write grant on a private
+    /tmp would otherwise reach a workspace under it). Raises `OSError`."""
+    made = None
+    if idmap is not None and plan.workspace and userns is None:
+        userns = made = idmap_userns(*idmap)
+    elif idmap is None or not plan.workspace:
+        userns = None
     try:
         unshare(CLONE_NEWNS)
         mount("none", "/", None, MS_REC | MS_SLAVE)
@@ -282,5 +289,5 @@ def private_namespace(
             os.close(ws_fd)
         return done
     finally:
-        if userns is not None:
-            os.close(userns)
+        if made is not None:
+            os.close(made)

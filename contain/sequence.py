@@ -99,9 +99,28 @@ def contain(
     rlimits: Mapping[str, Sequence[int]] | None = None,
     for_exec: bool = True,
     plan: Plan | None = None,
+    userns: int | None = None,
 ) -> None:
     """Steps 0-5 (see the module docstring). `ppid`: arm the death signal against this
-    parent; `None`: no death signal. Raises `OSError` or `SandboxError`."""
+    parent; `None`: no death signal. `userns`: an fd of a user namespace with the plan's
+    `workspace_idmap`, made ahead; closed here whatever happens, so the child never holds it.
+    Raises `OSError` or `SandboxError`."""
+    try:
+        _contain(cgroup_procs, setsid, ppid, rlimits, for_exec, plan, userns)
+    finally:
+        if userns is not None:
+            os.close(userns)
+
+
+def _contain(
+    cgroup_procs: Sequence[str],
+    setsid: bool,
+    ppid: int | None,
+    rlimits: Mapping[str, Sequence[int]] | None,
+    for_exec: bool,
+    plan: Plan | None,
+    userns: int | None,
+) -> None:
     join_cgroups(cgroup_procs)
     if setsid:
         os.setsid()
@@ -113,7 +132,7 @@ def contain(
     else:
         signals_for_python()
     if plan is not None and plan.sandboxed:
-        enter_sandbox(plan)
+        enter_sandbox(plan, userns=userns)
         if ppid is not None:
             # A change of credentials clears the death signal: arm it again, and check again
             # that the parent did not die in between.
@@ -128,17 +147,29 @@ def _private_dirs(plan: Plan) -> None:
             os.chown(path, plan.uid, plan.gid)
 
 
-def enter_sandbox(plan: Plan) -> None:
-    """Step 5: confine this process as `plan` says; raises `SandboxError`."""
+def workspace_idmap(plan: Plan) -> tuple[int, int, int, int] | None:
+    """(owner uid, sandbox uid, owner gid, sandbox gid): how the plan's private mounts map the
+    workspace, so that the sandbox uid owns what the workspace's owner owns; `None` when the
+    workspace is bound unmapped (or there are no private mounts)."""
+    if not (plan.sandboxed and plan.private_mounts and plan.workspace):
+        return None
+    if plan.owner is None or plan.uid is None or plan.gid is None:
+        return None
+    return (plan.owner[0], plan.uid, plan.owner[1], plan.gid)
+
+
+def enter_sandbox(plan: Plan, *, userns: int | None = None) -> None:
+    """Step 5: confine this process as `plan` says; raises `SandboxError`. `userns`: see
+    `contain` (the caller closes it)."""
     try:
-        _enter(plan)
+        _enter(plan, userns)
     except SandboxError:
         raise
     except OSError as exc:
         raise SandboxError(f"the sandbox could not be set up: {exc}") from exc
 
 
-def _enter(plan: Plan) -> None:
+def _enter(plan: Plan, userns: int | None) -> None:
     # Imported here: a child at the process level never pays for them.
     from tether.contain import landlock, mounts, seccomp
 
@@ -152,10 +183,12 @@ def _enter(plan: Plan) -> None:
             plan.workspace,
             lambda d: mounts.can_traverse(d, uid, [gid]),
         )
-        idmap = None
-        if plan.owner is not None and plan.uid is not None and plan.gid is not None:
-            idmap = (plan.owner[0], plan.uid, plan.owner[1], plan.gid)
-        mounts.private_namespace(lay, idmap=idmap, workspace_read_only=plan.workspace_read_only)
+        mounts.private_namespace(
+            lay,
+            idmap=workspace_idmap(plan),
+            userns=userns,
+            workspace_read_only=plan.workspace_read_only,
+        )
         _private_dirs(plan)
     elif plan.home:
         os.makedirs(plan.home, mode=0o700, exist_ok=True)

@@ -15,7 +15,8 @@ import anyio
 import pytest
 from sandbox_targets import PY, config, needs_root, needs_sandbox
 
-from tether.parent.events import Event
+from tether.parent import zygote as zygote_module
+from tether.parent.events import Event, RunStarted
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import RunResult
@@ -26,6 +27,16 @@ SPAWNERS = pytest.mark.parametrize("spawner", ["exec", "zygote"])
 
 async def bash(workspace: Path, command: str, spawner: str = "exec") -> tuple[RunResult, str]:
     """Run one bash command through a scripted model in the sandbox; its result and output."""
+    async with Supervisor(config(spawner=spawner, isolation="sandbox")) as sup:
+        with anyio.fail_after(120):
+            return await run_bash(sup, workspace, command)
+
+
+async def run_bash(
+    sup: Supervisor, workspace: Path, command: str, child_fds: list[str] | None = None
+) -> tuple[RunResult, str]:
+    """`bash` in a supervisor of the caller's. `child_fds`: filled with what the child's
+    own fds point to, read from outside while it runs the command."""
     turns = {
         "turns": [
             {"text": "", "toolCalls": [{"name": "bash", "arguments": {"command": command}}]},
@@ -34,20 +45,25 @@ async def bash(workspace: Path, command: str, spawner: str = "exec") -> tuple[Ru
     }
     outputs: list[str] = []
 
+    pids: list[int] = []
+
     def keep(ev: Event) -> None:
         data: dict[str, Any] = getattr(ev, "data", {})
-        if getattr(ev, "kind", "") == "tool_result" and data.get("name") == "bash":
+        if isinstance(ev, RunStarted):
+            pids.append(ev.pid)
+        elif getattr(ev, "kind", "") == "tool_call" and child_fds is not None:
+            where = f"/proc/{pids[0]}/fd"
+            child_fds.extend(os.readlink(f"{where}/{n}") for n in os.listdir(where))
+        elif getattr(ev, "kind", "") == "tool_result" and data.get("name") == "bash":
             outputs.append(str(data["content"]))
 
-    async with Supervisor(config(spawner=spawner, isolation="sandbox")) as sup:
-        with anyio.fail_after(120):
-            result = await sup.run(
-                "work",
-                agent="tester",
-                workspace=workspace,
-                model=ScriptedModel.from_json(json.dumps(turns)),
-                on_event=keep,
-            )
+    result = await sup.run(
+        "work",
+        agent="tester",
+        workspace=workspace,
+        model=ScriptedModel.from_json(json.dumps(turns)),
+        on_event=keep,
+    )
     assert result.isolation is not None and result.isolation.level == "sandbox"
     assert outputs, result
     return result, outputs[0]
@@ -125,12 +141,9 @@ async def test_a_subprocess_tree_is_torn_down_at_the_end(tmp_path: Path, spawner
     assert result.success
 
 
-@needs_root
-@pytest.mark.parametrize("owner", [0, 1000], ids=["root-owned", "user-owned"])
-async def test_a_workspace_stays_usable_and_new_files_belong_to_its_owner(
-    tmp_path: Path, owner: int
-) -> None:
-    ws = tmp_path / "ws"
+def owned_workspace(root: Path, owner: int) -> Path:
+    """A workspace only `owner` may enter, with one file of another user's in it."""
+    ws = root / f"ws-{owner}"
     (ws / "src").mkdir(parents=True)
     (ws / "src" / "old.txt").write_text("old\n")
     (ws / "others.txt").write_text("someone else's\n")
@@ -138,18 +151,24 @@ async def test_a_workspace_stays_usable_and_new_files_belong_to_its_owner(
         os.chown(path, owner, owner)
     ws.chmod(0o700)  # only the owner may enter: the idmapping makes the child that owner
     os.chown(ws / "others.txt", 4242, 4242)
-    command = " && ".join(
-        [
-            "mkdir -p made/deep",
-            "echo new > made/deep/new.txt",
-            "echo more >> src/old.txt",
-            "chmod 600 src/old.txt",
-            "stat -c '%u %a' src/old.txt",
-            "stat -c '%u' others.txt",
-            "id -u",
-        ]
-    )
-    _, out = await bash(ws, command)
+    return ws
+
+
+OWNER_WORK = " && ".join(
+    [
+        "mkdir -p made/deep",
+        "echo new > made/deep/new.txt",
+        "echo more >> src/old.txt",
+        "chmod 600 src/old.txt",
+        "stat -c '%u %a' src/old.txt",
+        "stat -c '%u' others.txt",
+        "id -u",
+    ]
+)
+
+
+def assert_owned(ws: Path, owner: int, out: str) -> None:
+    """What `OWNER_WORK` printed and left behind in `owned_workspace(owner)`."""
     assert out.startswith("exit status 0"), out
     lines = out.splitlines()
     me = lines[-1]
@@ -161,6 +180,47 @@ async def test_a_workspace_stays_usable_and_new_files_belong_to_its_owner(
     assert (ws / "src" / "old.txt").read_text() == "old\nmore\n"
     assert (ws / "src" / "old.txt").stat().st_mode & 0o777 == 0o600
     assert int(me) != owner and int(me) != 0
+
+
+@needs_root
+@SPAWNERS
+@pytest.mark.parametrize("owner", [0, 1000], ids=["root-owned", "user-owned"])
+async def test_a_workspace_stays_usable_and_new_files_belong_to_its_owner(
+    tmp_path: Path, owner: int, spawner: str
+) -> None:
+    ws = owned_workspace(tmp_path, owner)
+    _, out = await bash(ws, OWNER_WORK, spawner)
+    assert_owned(ws, owner, out)
+
+
+@needs_root
+@pytest.mark.parametrize("standby", [False, True], ids=["forked on request", "standby"])
+async def test_one_zygote_maps_each_workspace_to_its_own_owner_and_keeps_one_namespace_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, standby: bool
+) -> None:
+    """The zygote makes the user namespace of an idmapped workspace once per mapping and hands
+    it to each child that needs it (forked on request, or handed to the parked standby); the
+    child closes it before its own code runs."""
+    if not standby:
+        monkeypatch.setattr(zygote_module, "STANDBY_AFTER", None)
+    owners = [0, 1000, 0, 1000]
+    async with Supervisor(config(spawner="zygote", isolation="sandbox")) as sup:
+        zygote = await sup._zygote_ready()
+        for i, owner in enumerate(owners):
+            ws = owned_workspace(tmp_path / str(i), owner)
+            if standby:
+                assert await zygote.parked(within=10.0) is not None
+            child_fds: list[str] = []
+            with anyio.fail_after(120):
+                _, out = await run_bash(sup, ws, OWNER_WORK, child_fds)
+            assert_owned(ws, owner, out)
+            assert child_fds and not [fd for fd in child_fds if fd.startswith("user:[")]
+        assert zygote.forks == (
+            {"standby": 4, "fresh": 0} if standby else {"standby": 0, "fresh": 4}
+        )
+        fds = os.listdir(f"/proc/{zygote.pid}/fd")
+        links = [os.readlink(f"/proc/{zygote.pid}/fd/{n}") for n in fds]
+    assert len([link for link in links if link.startswith("user:[")]) == 2, links
 
 
 async def test_the_run_names_its_level_and_landlock_abi(tmp_path: Path) -> None:
