@@ -36,6 +36,28 @@ import anyio
 from tether.parent.host import PREFIX, Host
 
 
+def cgroupfs_mount_points() -> list[str]:
+    """Where a cgroup filesystem (v1 or v2) is mounted in this process's mount namespace; the
+    mount points are unescaped as /proc/self/mountinfo escapes them (`\\040` is a space)."""
+    points: list[str] = []
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                fields, _, rest = line.partition(" - ")
+                parts = fields.split()
+                if len(parts) > 4 and rest.split(" ", 1)[0] in ("cgroup", "cgroup2"):
+                    points.append(_unescape_mount(parts[4]))
+    except OSError:
+        pass
+    return points
+
+
+def _unescape_mount(path: str) -> str:
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        path = path.replace(code, char)
+    return path
+
+
 @dataclass
 class ChildCgroup:
     """The cgroups of one child (one directory per v1 controller, or one on v2)."""

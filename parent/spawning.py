@@ -22,7 +22,7 @@ from typing import Literal, overload
 
 import anyio
 
-from tether.parent.cgroups import ChildCgroup
+from tether.parent.cgroups import ChildCgroup, cgroupfs_mount_points
 from tether.parent.config import DEFAULT_COMMAND, ChildConfig
 from tether.parent.env import build_child_env
 from tether.parent.host import Host
@@ -213,6 +213,7 @@ def spawn_child(
             ring_bytes=cfg.stderr_ring_bytes,
         )
     child.observed.limits = limits
+    child.sealed_in_cgroup = sealed_in_cgroup(cgroup, setup.outer_plan, launcher)
     child.cleanup = setup.setup.cleanup
     return child
 
@@ -245,6 +246,47 @@ async def handshake(child: SupervisedChild, cfg: ChildConfig) -> bool:
         return False
     child.ready = True
     return True
+
+
+def sealed_in_cgroup(
+    cgroup: ChildCgroup | None,
+    plan: Mapping[str, object] | None,
+    launcher: Launcher | None,
+    mounts: Callable[[], list[str]] = cgroupfs_mount_points,
+) -> bool:
+    """Whether nothing of a child's tree can leave its cgroup, so that its v2 cgroup saying
+    `populated 0` proves the whole tree is gone (`SupervisedProcess.sealed_in_cgroup`).
+
+    So: the cgroup has a v2 directory; the child runs on this host (no launcher but the local
+    one) under a sandbox that our trampoline or the zygote applied before its first
+    instruction (`plan`, the outer plan); that sandbox has Landlock (no write outside the paths
+    it grants, so no `cgroup.procs` anywhere) and seccomp (`clone3` refused, so no
+    `CLONE_INTO_CGROUP`); and no path it grants for writing is, or holds, a cgroup filesystem.
+    `mounts`: the cgroup filesystems' mount points (this host's, by default)."""
+    if cgroup is None or not cgroup.announces_empty or not plan:
+        return False
+    if launcher is not None and not isinstance(launcher, Local):
+        return False
+    if plan.get("level") != "sandbox" or not plan.get("seccomp"):
+        return False
+    abi = plan.get("abi")
+    if not isinstance(abi, int) or abi < 1:
+        return False
+    writes = [plan.get("workspace"), *_paths(plan.get("writes")), plan.get("home")]
+    granted = [os.path.normpath(str(p)) for p in writes if p]
+    for point in mounts():
+        for path in granted:
+            if _within(point, path) or _within(path, point):
+                return False
+    return True
+
+
+def _paths(value: object) -> list[object]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or root == "/" or path.startswith(root.rstrip("/") + "/")
 
 
 def missing_command(command: Sequence[str], env: Mapping[str, str], what: str = "") -> str | None:

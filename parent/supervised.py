@@ -45,6 +45,14 @@ child, daemons that left its session) is SIGKILLed and the sweep repeats until n
 tree is alive or the kill grace runs out (a v2 cgroup is killed whole and waited on until it
 says it is empty); then the pipes are closed. A grandchild that holds
 the child's stdout never delays any of this, because exit is seen through the pidfd, not EOF.
+
+The sweep finds what is left of the tree by its cgroup's membership and, because a process can
+leave a cgroup (write its pid into another one's `cgroup.procs`), by scans of all of /proc for
+the child's session, process group and tree marker. A child that is `sealed_in_cgroup` cannot
+leave: its sandbox, applied before its first instruction, allows no write outside its
+workspace and temp directories (cgroupfs included) and refuses `clone3` (no
+`CLONE_INTO_CGROUP`); for it, a v2 cgroup that says `populated 0` is the whole answer and the
+scans, linear in the host's process count, are skipped.
 """
 
 from __future__ import annotations
@@ -134,6 +142,9 @@ class SupervisedProcess:
         """The shutdown rung ran out of grace before the child answered `shutdown`."""
         self.cleanup: Callable[[], None] | None = None
         """Runs at the end of `dispose()` (a sandbox's private directory is removed)."""
+        self.sealed_in_cgroup = False
+        """Nothing of the child's tree can leave its cgroup, which announces when it is empty
+        (see the module docstring); set by `spawn_child`."""
 
     @property
     def pid(self) -> int:
@@ -317,7 +328,9 @@ class SupervisedProcess:
         self.proc.signal_group(sig)
         if sig == signal.SIGTERM:
             self.proc.signal_group(signal.SIGCONT)
-        procs = tree_procs(self.pid, self.marker, thorough=True, members=self._members())
+        procs = tree_procs(
+            self.pid, self.marker, thorough=not self.sealed_in_cgroup, members=self._members()
+        )
         # The child itself is signalled through its pidfd, the rest by verified psutil handles.
         self.proc.send_signal(sig)
         if sig == signal.SIGTERM:
@@ -330,12 +343,17 @@ class SupervisedProcess:
         delay = 0.002
         cgroup = self.cgroup
         while True:
-            if cgroup is not None and cgroup.announces_empty and cgroup.populated():
-                # A v2 cgroup says when it is empty: kill what is left in it and wait for
-                # that, instead of reading its membership again and again.
-                cgroup.kill()
-                with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
-                    await cgroup.wait_empty()
+            if cgroup is not None and cgroup.announces_empty:
+                populated = cgroup.populated()
+                if populated:
+                    # A v2 cgroup says when it is empty: kill what is left in it and wait for
+                    # that, instead of reading its membership again and again.
+                    cgroup.kill()
+                    with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+                        await cgroup.wait_empty()
+                    populated = cgroup.populated()
+                if populated is False and self.sealed_in_cgroup and not self._alive():
+                    return []  # nothing of the tree can be anywhere else
             members = self._members()
             # Once the child has exited (it is a zombie until `reap`), its children have been
             # reparented: the walk by parentage would find nothing, so it is skipped.

@@ -200,22 +200,27 @@ def setxattr(path: str) -> None:
 
 
 def leave_cgroup() -> str:
-    """Write our pid into the root cgroup of each hierarchy we are in."""
+    """Write our pid into the root cgroup of each hierarchy we are in, and into the parent of
+    our own cgroup there (the supervisor's delegated subtree, which a same-user child could
+    write to but for the sandbox)."""
     with open("/proc/self/cgroup") as f:
         lines = f.read().splitlines()
     moved = []
     last: OSError | None = None
     for line in lines:
-        _, controllers, _ = line.split(":", 2)
+        _, controllers, path = line.split(":", 2)
         name = controllers.split(",")[0].replace("name=", "") if controllers else ""
+        parent = os.path.dirname(path.rstrip("/")).lstrip("/")
         for base in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
-            procs = os.path.join(base, name, "cgroup.procs") if name else f"{base}/cgroup.procs"
-            try:
-                with open(procs, "w") as f:
-                    f.write(str(os.getpid()))
-                moved.append(procs)
-            except OSError as exc:
-                last = exc
+            root = os.path.join(base, name) if name else base
+            for where in {root, os.path.join(root, parent)}:
+                procs = os.path.join(where, "cgroup.procs")
+                try:
+                    with open(procs, "w") as f:
+                        f.write(str(os.getpid()))
+                    moved.append(procs)
+                except OSError as exc:
+                    last = exc
     if moved:
         return f"moved into {moved}"
     raise last or OSError(errno.ENOENT, "no cgroup file")

@@ -17,9 +17,12 @@ from typing import Any
 
 import pytest
 
+from tether.parent.events import Event, RunStarted
 from tether.parent.isolation import probe_host
 from tether.parent.limits import DisposePolicy
-from tether.parent.supervisor import ChildConfig
+from tether.parent.models.scripted import ScriptedModel
+from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.protocol.messages import RunResult
 
 HERE = Path(__file__).parent
 ATTACKS = HERE / "attacks.py"
@@ -204,3 +207,46 @@ def make_targets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ta
 
 
 PY = sys.executable
+
+
+async def run_bash(
+    sup: Supervisor,
+    workspace: Path,
+    command: str,
+    child_fds: list[str] | None = None,
+    *,
+    level: str = "sandbox",
+) -> tuple[RunResult, str]:
+    """`bash` in a supervisor of the caller's, whose runs are at isolation `level`.
+    `child_fds`: filled with what the child's own fds point to, read from outside while it
+    runs the command."""
+    turns = {
+        "turns": [
+            {"text": "", "toolCalls": [{"name": "bash", "arguments": {"command": command}}]},
+            {"text": "ok", "toolCalls": [{"name": "complete", "arguments": {"summary": "ok"}}]},
+        ]
+    }
+    outputs: list[str] = []
+
+    pids: list[int] = []
+
+    def keep(ev: Event) -> None:
+        data: dict[str, Any] = getattr(ev, "data", {})
+        if isinstance(ev, RunStarted):
+            pids.append(ev.pid)
+        elif getattr(ev, "kind", "") == "tool_call" and child_fds is not None:
+            where = f"/proc/{pids[0]}/fd"
+            child_fds.extend(os.readlink(f"{where}/{n}") for n in os.listdir(where))
+        elif getattr(ev, "kind", "") == "tool_result" and data.get("name") == "bash":
+            outputs.append(str(data["content"]))
+
+    result = await sup.run(
+        "work",
+        agent="tester",
+        workspace=workspace,
+        model=ScriptedModel.from_json(json.dumps(turns)),
+        on_event=keep,
+    )
+    assert result.isolation is not None and result.isolation.level == level
+    assert outputs, result
+    return result, outputs[0]

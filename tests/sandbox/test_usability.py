@@ -6,18 +6,14 @@ landing on disk owned by the workspace's owner."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
-from sandbox_targets import PY, config, needs_root, needs_sandbox
+from sandbox_targets import PY, config, needs_root, needs_sandbox, run_bash
 
 from tether.parent import zygote as zygote_module
-from tether.parent.events import Event, RunStarted
-from tether.parent.models.scripted import ScriptedModel
 from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import RunResult
 
@@ -30,43 +26,6 @@ async def bash(workspace: Path, command: str, spawner: str = "exec") -> tuple[Ru
     async with Supervisor(config(spawner=spawner, isolation="sandbox")) as sup:
         with anyio.fail_after(120):
             return await run_bash(sup, workspace, command)
-
-
-async def run_bash(
-    sup: Supervisor, workspace: Path, command: str, child_fds: list[str] | None = None
-) -> tuple[RunResult, str]:
-    """`bash` in a supervisor of the caller's. `child_fds`: filled with what the child's
-    own fds point to, read from outside while it runs the command."""
-    turns = {
-        "turns": [
-            {"text": "", "toolCalls": [{"name": "bash", "arguments": {"command": command}}]},
-            {"text": "ok", "toolCalls": [{"name": "complete", "arguments": {"summary": "ok"}}]},
-        ]
-    }
-    outputs: list[str] = []
-
-    pids: list[int] = []
-
-    def keep(ev: Event) -> None:
-        data: dict[str, Any] = getattr(ev, "data", {})
-        if isinstance(ev, RunStarted):
-            pids.append(ev.pid)
-        elif getattr(ev, "kind", "") == "tool_call" and child_fds is not None:
-            where = f"/proc/{pids[0]}/fd"
-            child_fds.extend(os.readlink(f"{where}/{n}") for n in os.listdir(where))
-        elif getattr(ev, "kind", "") == "tool_result" and data.get("name") == "bash":
-            outputs.append(str(data["content"]))
-
-    result = await sup.run(
-        "work",
-        agent="tester",
-        workspace=workspace,
-        model=ScriptedModel.from_json(json.dumps(turns)),
-        on_event=keep,
-    )
-    assert result.isolation is not None and result.isolation.level == "sandbox"
-    assert outputs, result
-    return result, outputs[0]
 
 
 PYTHON_WORK = """
