@@ -21,7 +21,7 @@ from tether.protocol import (
 from tether.protocol import messages as m
 from tether.protocol.connection import Connection
 from tether.protocol.methods import AGENT_EVENT, AGENT_RUN, MODEL_COMPLETE, PING
-from tether.wire import Endpoint, MemoryReceiveStream, MemorySendStream, memory_pipe
+from tether.wire import Endpoint, MemoryReceiveStream, MemorySendStream, StreamEnd, memory_pipe
 
 pytestmark = pytest.mark.anyio
 
@@ -577,3 +577,38 @@ async def test_an_eager_side_whose_answer_the_peer_does_not_take_reads_on() -> N
                 await got_event.wait()
                 tg.cancel_scope.cancel()
     assert heard == [7]
+
+
+async def test_the_end_is_reported_once_and_before_any_waiting_request_wakes() -> None:
+    """`on_end` sees why the conversation ended (here: half a line, then the output closes)
+    before a request waiting for an answer learns that it failed."""
+    seen: list[str] = []
+
+    def on_end(end: StreamEnd) -> None:
+        seen.append(f"end: truncated={end.truncated}")
+
+    async with two_pipes() as (to_child_w, _to_child_r, to_parent_w, to_parent_r):
+        parent = Endpoint(
+            Connection("parent"),
+            to_parent_r,
+            to_child_w,
+            on_request=_refuse,
+            on_notification=_ignore,
+            strict=True,
+            eager=True,
+            on_end=on_end,
+        )
+
+        async def waiting() -> None:
+            with pytest.raises(ConnectionClosed):
+                await parent.request(PING, m.Empty())
+            seen.append("request failed")
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(parent.run)
+                tg.start_soon(waiting)
+                await anyio.sleep(0.05)
+                await to_parent_w.send(b'{"jsonrpc":"2.0","id":1,"res')
+                await to_parent_w.aclose()
+    assert seen == ["end: truncated=True", "request failed"]
