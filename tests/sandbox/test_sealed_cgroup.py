@@ -105,6 +105,15 @@ DAEMON = "setsid sh -c 'sleep 300 & echo $! > daemon.pid' && sleep 0.2 && cat da
 """A grandchild that leaves the session and outlives the child."""
 
 
+async def run_daemon(sup: Supervisor, workspace: Path, level: str) -> None:
+    """A run whose child leaves `DAEMON` behind; the daemon must be gone once it is over."""
+    with anyio.fail_after(120):
+        result, out = await run_bash(sup, workspace, DAEMON, level=level)
+    assert result.success, result.message
+    daemon = int(out.splitlines()[-1])
+    assert not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == "zombie"
+
+
 @needs_sandbox
 @SPAWNERS
 async def test_a_sandboxed_childs_dispose_trusts_its_empty_cgroup_and_still_kills_its_daemon(
@@ -114,12 +123,8 @@ async def test_a_sandboxed_childs_dispose_trusts_its_empty_cgroup_and_still_kill
     async with Supervisor(config(spawner=spawner, isolation="sandbox")) as sup:
         if sup.host.tier not in ("hybrid", "cgroup2"):
             pytest.skip(f"the {sup.host.tier} tier gives a child no v2 cgroup to trust")
-        with anyio.fail_after(120):
-            result, out = await run_bash(sup, tmp_path, DAEMON)
-    assert result.success, result.message
-    daemon = int(out.splitlines()[-1])
-    assert not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == "zombie"
-    assert result.failure is None and True not in scans, scans
+        await run_daemon(sup, tmp_path, "sandbox")
+    assert True not in scans, scans
 
 
 @SPAWNERS
@@ -128,9 +133,5 @@ async def test_a_process_level_childs_dispose_still_scans_proc(
 ) -> None:
     scans = _scans(monkeypatch)
     async with Supervisor(config(spawner=spawner, isolation="process")) as sup:
-        with anyio.fail_after(120):
-            result, out = await run_bash(sup, tmp_path, DAEMON, level="process")
-    assert result.success, result.message
-    daemon = int(out.splitlines()[-1])
-    assert not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == "zombie"
+        await run_daemon(sup, tmp_path, "process")
     assert True in scans, scans

@@ -542,6 +542,27 @@ async def test_an_eager_request_still_waiting_when_the_conversation_ends_is_canc
         assert child.end is not None
 
 
+def lone_parent(
+    receive: MemoryReceiveStream,
+    send: MemorySendStream,
+    *,
+    serves: Handler = _refuse,
+    notices: Callable[[str, Any], Awaitable[None]] = _ignore,
+    on_end: Callable[[StreamEnd], None] | None = None,
+) -> Endpoint:
+    """A strict, eager parent endpoint (as the supervisor's) whose peer the test drives raw."""
+    return Endpoint(
+        Connection("parent"),
+        receive,
+        send,
+        on_request=serves,
+        on_notification=notices,
+        strict=True,
+        eager=True,
+        on_end=on_end,
+    )
+
+
 async def test_an_eager_side_whose_answer_the_peer_does_not_take_reads_on() -> None:
     """The parent serves eagerly; a child that sends requests and never reads fills the pipe
     with their answers. The answer that cannot be written holds its request, not the reader:
@@ -557,15 +578,7 @@ async def test_an_eager_side_whose_answer_the_peer_does_not_take_reads_on() -> N
         return turn("x" * 100)
 
     async with two_pipes(max_chunks=1) as (to_child_w, _to_child_r, to_parent_w, to_parent_r):
-        parent = Endpoint(
-            Connection("parent"),
-            to_parent_r,
-            to_child_w,
-            on_request=parent_serves,
-            on_notification=on_event,
-            strict=True,
-            eager=True,
-        )
+        parent = lone_parent(to_parent_r, to_child_w, serves=parent_serves, notices=on_event)
         child = Connection("child")
         with anyio.fail_after(5):
             async with anyio.create_task_group() as tg:
@@ -588,16 +601,7 @@ async def test_the_end_is_reported_once_and_before_any_waiting_request_wakes() -
         seen.append(f"end: truncated={end.truncated}")
 
     async with two_pipes() as (to_child_w, _to_child_r, to_parent_w, to_parent_r):
-        parent = Endpoint(
-            Connection("parent"),
-            to_parent_r,
-            to_child_w,
-            on_request=_refuse,
-            on_notification=_ignore,
-            strict=True,
-            eager=True,
-            on_end=on_end,
-        )
+        parent = lone_parent(to_parent_r, to_child_w, on_end=on_end)
 
         async def waiting() -> None:
             with pytest.raises(ConnectionClosed):
