@@ -74,7 +74,7 @@ from tether.parent.limits import DisposePolicy
 from tether.parent.process import EXEC_FAILED_MARKER, ChildProcess
 from tether.parent.ring import ByteRing
 from tether.parent.session import ChildSession
-from tether.parent.tree import signal_procs, tree_procs
+from tether.parent.tree import fresh_snapshot, signal_procs, tree_procs
 from tether.protocol import ConnectionClosed, ErrorCode, RemoteError, WireError
 from tether.protocol.connection import Connection
 from tether.protocol.messages import Rung
@@ -354,15 +354,15 @@ class SupervisedProcess:
                     populated = cgroup.populated()
                 if populated is False and self.sealed_in_cgroup and not self._alive():
                     return []  # nothing of the tree can be anywhere else
+            # One pass over /proc, shared with the other children's sweeps that ask in the
+            # same turn of the event loop (a fleet disposed at once), begun after this asks.
+            snap = await fresh_snapshot()
             members = self._members()
             # Once the child has exited (it is a zombie until `reap`), its children have been
             # reparented: the walk by parentage would find nothing, so it is skipped.
             gone = not self._alive()
-            left = [
-                p
-                for p in tree_procs(self.pid, self.marker, members=members, root_exited=gone)
-                if p.pid != self.pid
-            ]
+            found = tree_procs(self.pid, self.marker, members=members, root_exited=gone, snap=snap)
+            left = [p for p in found if p.pid != self.pid]
             if not left:
                 return []
             if self.cgroup is not None:

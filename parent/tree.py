@@ -21,8 +21,11 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import threading
 from collections.abc import Iterable
 
+import anyio
+import anyio.lowlevel
 import psutil
 
 TREE_ENV = "TETHER_TREE"
@@ -41,9 +44,30 @@ def new_tree_marker() -> str:
     return f"{marker_prefix()}{os.urandom(3).hex()}-{next(_tree_ids)}"
 
 
-def _marked(marker: str) -> set[int]:
-    needle = f"{TREE_ENV}={marker}\0".encode()
-    found: set[int] = set()
+class ProcSnapshot:
+    """Every process's session, process group and tree markers, read in one pass over /proc.
+
+    A marker counts wherever `TETHER_TREE=<marker>` ends at a NUL or at the end of a process's
+    environment block, as the kernel shows it in /proc/PID/environ."""
+
+    __slots__ = ("groups", "marked")
+
+    def __init__(self) -> None:
+        self.groups: dict[int, tuple[int, int]] = {}
+        """pid → (session id, process group id)."""
+        self.marked: dict[str, set[int]] = {}
+        """tree marker → the pids whose environment carries it."""
+
+    def in_session_or_group(self, leader: int) -> set[int]:
+        return {pid for pid, (sid, pgid) in self.groups.items() if leader in (sid, pgid)}
+
+
+_NEEDLE = f"{TREE_ENV}=".encode()
+
+
+def snapshot() -> ProcSnapshot:
+    """Read every process's session, group and markers now (this process's own excepted)."""
+    snap = ProcSnapshot()
     me = os.getpid()
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -52,27 +76,53 @@ def _marked(marker: str) -> set[int]:
         if pid == me:
             continue
         try:
+            snap.groups[pid] = (os.getsid(pid), os.getpgid(pid))
+        except OSError:
+            pass
+        try:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = f.read()
         except OSError:
             continue
-        if needle in env or env.endswith(needle[:-1]):
-            found.add(pid)
-    return found
+        at = env.find(_NEEDLE)
+        while at >= 0:
+            start = at + len(_NEEDLE)
+            end = env.find(b"\0", start)
+            value = env[start:] if end < 0 else env[start:end]
+            snap.marked.setdefault(value.decode("utf-8", "replace"), set()).add(pid)
+            at = env.find(_NEEDLE, start)
+    return snap
 
 
-def _same_session_or_group(leader: int) -> set[int]:
-    found: set[int] = set()
-    me = os.getpid()
-    for pid in psutil.pids():
-        if pid == me:
-            continue
-        try:
-            if os.getsid(pid) == leader or os.getpgid(pid) == leader:
-                found.add(pid)
-        except OSError:
-            continue
-    return found
+class _Pending:
+    __slots__ = ("done", "snap")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.snap: ProcSnapshot | None = None
+
+
+_shared = threading.local()
+
+
+async def fresh_snapshot() -> ProcSnapshot:
+    """A snapshot of /proc begun after this call. Callers that ask in the same turn of the
+    event loop share one pass: a fleet of children disposed at once (each sweep must read /proc
+    after its own child is gone) pays a few passes, not one per child — each is linear in the
+    host's processes, so one per child is quadratic in the fleet."""
+    pending: _Pending | None = getattr(_shared, "pending", None)
+    if pending is not None:
+        await pending.done.wait()
+        return pending.snap if pending.snap is not None else snapshot()
+    pending = _shared.pending = _Pending()
+    try:
+        await anyio.lowlevel.checkpoint()  # whoever else asks in this turn joins
+        # Synchronous: nobody can join once it has begun.
+        pending.snap = snapshot()
+    finally:
+        _shared.pending = None
+        pending.done.set()
+    return pending.snap
 
 
 def tree_procs(
@@ -82,12 +132,14 @@ def tree_procs(
     thorough: bool = True,
     members: Iterable[int] = (),
     root_exited: bool = False,
+    snap: ProcSnapshot | None = None,
 ) -> list[psutil.Process]:
     """The live (non-zombie) processes of `root`'s tree, root included while it lives.
 
-    `thorough` adds the session/group and environment-marker scans over all of /proc. The
-    returned psutil objects remember each process's start time, so signalling them later can
-    never hit a recycled pid.
+    `thorough` adds the session/group and environment-marker scans over all of /proc (from
+    `snap` when given: one taken after the caller's reason to look, see `fresh_snapshot`).
+    The returned psutil objects remember each process's start time, so signalling them later
+    can never hit a recycled pid.
 
     `root_exited` says the caller has seen the whole root process exit (`waitid`, not just a
     zombie leader thread): the kernel reparented all its children when it did, so the walk by
@@ -104,9 +156,10 @@ def tree_procs(
             pass
     pids.update(members)  # the child's cgroup, when it has one: complete membership
     if thorough:
-        pids |= _same_session_or_group(root)
+        snap = snap or snapshot()
+        pids |= snap.in_session_or_group(root)
         if marker:
-            pids |= _marked(marker)
+            pids |= snap.marked.get(marker, set())
     alive: list[psutil.Process] = []
     for pid in pids:
         try:

@@ -1,0 +1,113 @@
+"""One pass over /proc finds a tree's processes by session, process group and tree marker
+(`tree.snapshot`), and the sweeps of children disposed at once share such passes
+(`tree.fresh_snapshot`): every caller gets a pass begun after it asked."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import anyio
+import pytest
+
+from tether.parent import tree
+from tether.parent.tree import TREE_ENV, fresh_snapshot, snapshot, tree_procs
+
+pytestmark = pytest.mark.anyio
+
+SLEEPER = [sys.executable, "-I", "-c", "import time; time.sleep(60)"]
+
+
+@pytest.fixture
+def marked() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A process in a session of its own whose environment carries a tree marker."""
+    marker = f"{os.getpid()}-snap-{os.urandom(3).hex()}-1"
+    env = {"PATH": "/usr/bin:/bin", TREE_ENV: marker, "AFTER": "x"}
+    proc = subprocess.Popen(SLEEPER, env=env, start_new_session=True)
+    try:
+        yield proc, marker
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_one_pass_finds_a_process_by_its_session_group_and_marker(
+    marked: tuple[subprocess.Popen[bytes], str],
+) -> None:
+    proc, marker = marked
+    snap = snapshot()
+    assert proc.pid in snap.in_session_or_group(proc.pid)
+    assert snap.marked[marker] == {proc.pid}
+    assert os.getpid() not in snap.groups  # never the supervisor itself
+
+
+def test_a_marker_matches_whole_never_as_the_prefix_of_another(
+    marked: tuple[subprocess.Popen[bytes], str],
+) -> None:
+    proc, marker = marked
+    snap = snapshot()
+    assert proc.pid not in snap.marked.get(marker[:-1], set())  # "...-1" is not "...-"
+    assert proc.pid not in snap.marked.get(marker + "0", set())  # nor "...-10"
+
+
+def test_the_tree_of_a_process_that_left_its_parent_is_found_through_a_snapshot(
+    marked: tuple[subprocess.Popen[bytes], str],
+) -> None:
+    proc, marker = marked
+    # As a sweep sees it: the root is gone (a pid that is no process), its leftovers are not.
+    found = tree_procs(2**22 + 1, marker, root_exited=True, snap=snapshot())
+    assert [p.pid for p in found] == [proc.pid]
+
+
+async def test_sweeps_that_ask_in_the_same_turn_share_one_pass_and_later_ones_get_a_new_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    passes: list[tree.ProcSnapshot] = []
+    real = tree.snapshot
+
+    def counted() -> tree.ProcSnapshot:
+        passes.append(real())
+        return passes[-1]
+
+    monkeypatch.setattr(tree, "snapshot", counted)
+    got: list[tree.ProcSnapshot] = []
+
+    async def sweep() -> None:
+        got.append(await fresh_snapshot())
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(8):
+            tg.start_soon(sweep)
+    assert len(passes) == 1 and all(snap is passes[0] for snap in got)
+    later = await fresh_snapshot()
+    assert len(passes) == 2 and later is passes[1]
+
+
+async def test_a_sweep_cancelled_before_its_pass_leaves_the_others_a_pass_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    passes: list[tree.ProcSnapshot] = []
+    real = tree.snapshot
+
+    def counted() -> tree.ProcSnapshot:
+        passes.append(real())
+        return passes[-1]
+
+    monkeypatch.setattr(tree, "snapshot", counted)
+    got: list[tree.ProcSnapshot] = []
+
+    async def first() -> None:
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await fresh_snapshot()  # cancelled at its checkpoint, before any pass
+
+    async def joiner() -> None:
+        got.append(await fresh_snapshot())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first)
+        tg.start_soon(joiner)
+    assert len(got) == 1 and got[0] in passes
+    assert getattr(tree._shared, "pending", None) is None  # nothing left for the next caller
