@@ -114,24 +114,19 @@ async def run_daemon(sup: Supervisor, workspace: Path, level: str) -> None:
     assert not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == "zombie"
 
 
-@needs_sandbox
 @SPAWNERS
-async def test_a_sandboxed_childs_dispose_trusts_its_empty_cgroup_and_still_kills_its_daemon(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spawner: str
+@pytest.mark.parametrize(
+    ("isolation", "scanned"),
+    [pytest.param("sandbox", False, marks=needs_sandbox), ("process", True)],
+    ids=["sandboxed: the empty cgroup is trusted", "process level: /proc is scanned"],
+)
+async def test_a_childs_dispose_scans_proc_only_when_its_tree_could_have_left_its_cgroup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spawner: str, isolation: str, scanned: bool
 ) -> None:
+    """Either way the daemon the child left behind is gone when the run is over."""
     scans = _scans(monkeypatch)
-    async with Supervisor(config(spawner=spawner, isolation="sandbox")) as sup:
-        if sup.host.tier not in ("hybrid", "cgroup2"):
+    async with Supervisor(config(spawner=spawner, isolation=isolation)) as sup:
+        if not scanned and sup.host.tier not in ("hybrid", "cgroup2"):
             pytest.skip(f"the {sup.host.tier} tier gives a child no v2 cgroup to trust")
-        await run_daemon(sup, tmp_path, "sandbox")
-    assert True not in scans, scans
-
-
-@SPAWNERS
-async def test_a_process_level_childs_dispose_still_scans_proc(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spawner: str
-) -> None:
-    scans = _scans(monkeypatch)
-    async with Supervisor(config(spawner=spawner, isolation="process")) as sup:
-        await run_daemon(sup, tmp_path, "process")
-    assert True in scans, scans
+        await run_daemon(sup, tmp_path, isolation)
+    assert (True in scans) == scanned, scans

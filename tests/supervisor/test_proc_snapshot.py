@@ -61,17 +61,23 @@ def test_the_tree_of_a_process_that_left_its_parent_is_found_through_a_snapshot(
     assert [p.pid for p in found] == [proc.pid]
 
 
-async def test_sweeps_that_ask_in_the_same_turn_share_one_pass_and_later_ones_get_a_new_one(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    passes: list[tree.ProcSnapshot] = []
+@pytest.fixture
+def passes(monkeypatch: pytest.MonkeyPatch) -> list[tree.ProcSnapshot]:
+    """Every pass over /proc made from here on, in order."""
+    made: list[tree.ProcSnapshot] = []
     real = tree.snapshot
 
     def counted() -> tree.ProcSnapshot:
-        passes.append(real())
-        return passes[-1]
+        made.append(real())
+        return made[-1]
 
     monkeypatch.setattr(tree, "snapshot", counted)
+    return made
+
+
+async def test_sweeps_that_ask_in_the_same_turn_share_one_pass_and_later_ones_get_a_new_one(
+    passes: list[tree.ProcSnapshot],
+) -> None:
     got: list[tree.ProcSnapshot] = []
 
     async def sweep() -> None:
@@ -86,16 +92,8 @@ async def test_sweeps_that_ask_in_the_same_turn_share_one_pass_and_later_ones_ge
 
 
 async def test_a_sweep_cancelled_before_its_pass_leaves_the_others_a_pass_of_their_own(
-    monkeypatch: pytest.MonkeyPatch,
+    passes: list[tree.ProcSnapshot],
 ) -> None:
-    passes: list[tree.ProcSnapshot] = []
-    real = tree.snapshot
-
-    def counted() -> tree.ProcSnapshot:
-        passes.append(real())
-        return passes[-1]
-
-    monkeypatch.setattr(tree, "snapshot", counted)
     got: list[tree.ProcSnapshot] = []
 
     async def first() -> None:
