@@ -133,11 +133,18 @@ class LineFramer:
                 at += len(part)
             self._parts.clear()
         elif len(big) - self._held < self._room // 4:
-            grown = bytearray(max(2 * len(big), self._held + self._room))
-            grown[: self._held] = memoryview(big)[: self._held]
-            _give(big)
-            big = self._big = grown
+            big = self._grow_big(self._held + self._room)
         return memoryview(big)[self._held :]
+
+    def _grow_big(self, need: int) -> bytearray:
+        """Move the long line into a buffer of at least `need` bytes (doubling)."""
+        big = self._big
+        assert big is not None
+        grown = bytearray(max(2 * len(big), need))
+        grown[: self._held] = memoryview(big)[: self._held]
+        _give(big)
+        self._big = grown
+        return grown
 
     def filled(self, n: int) -> list[BufferEvent]:
         """`n` bytes were read into the view `receive_buffer()` gave: the events they make."""
@@ -220,10 +227,7 @@ class LineFramer:
             big = self._big
             need = self._held + len(data)
             if len(big) < need:
-                grown = bytearray(max(2 * len(big), need))
-                grown[: self._held] = memoryview(big)[: self._held]
-                _give(big)
-                big = self._big = grown
+                big = self._grow_big(need)
             big[self._held : need] = data
             events = self.filled(len(data))
             self.recycle()

@@ -14,6 +14,7 @@ silent, and nothing depends on it but speed.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 
@@ -78,7 +79,7 @@ class Budget:
         try:
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, entry[0])
         except OSError as exc:
-            if exc.errno == 16:  # EBUSY: it holds more than that; try again later
+            if exc.errno == errno.EBUSY:  # it holds more than that: try again later
                 return False
             # The fd is not that pipe any more (closed): its pages are not ours to count.
         self._forget(fd)
