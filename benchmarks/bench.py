@@ -364,6 +364,16 @@ def floor_spawn_round(s: Samples) -> None:
         proc.wait()
         s["floor.eof_exit"].append(ms(time.perf_counter_ns() - t1))
 
+    t0 = time.perf_counter_ns()
+    with popen(child_script("floor_bare.py", *REQUIRED_LIBRARIES)) as proc:
+        _readline(_fds(proc)[1])
+        s["context.libs_spawn_line"].append(ms(time.perf_counter_ns() - t0))
+
+
+REQUIRED_LIBRARIES = ("anyio", "msgspec", "asyncio", "anyio._backends._asyncio")
+"""What any child on tether's required stack imports before its first line: its async code is
+anyio on asyncio, every wire type msgspec."""
+
 
 PROCESS = ChildConfig(isolation="process", spawner="exec")
 SANDBOX = ChildConfig(isolation="sandbox", spawner="exec")
@@ -471,6 +481,19 @@ def _spawn_figures(res: Results, p: Plan, s: Samples) -> None:
             s["floor.eof_exit"],
             "the same child, blocked in `sys.stdin.buffer.read()` for 20 ms; from closing its "
             "stdin to `wait()` returning (interpreter shutdown included)",
+        )
+    )
+    res.add(
+        Figure(
+            "context.libs_spawn_line",
+            "`python -I` child importing anyio + msgspec + asyncio's backend, spawn to its first "
+            "line",
+            "ms",
+            s["context.libs_spawn_line"],
+            "`floor_bare.py` importing the libraries tether's child is built on (anyio, msgspec, "
+            "asyncio, anyio's asyncio backend) before its first line; no tether code, no "
+            "trampoline: the lower bound of a cold start on this stack",
+            floor="floor.spawn_line",
         )
     )
     res.add(
@@ -1146,7 +1169,7 @@ async def memory_group(res: Results, p: Plan) -> None:
         ("floor", ()),
         ("context.anyio", ("anyio", "msgspec")),
         ("context.jsonrpc", ("anyio", "msgspec", "jsonrpcserver")),
-        ("context.asyncio", ("anyio", "msgspec", "asyncio", "anyio._backends._asyncio")),
+        ("context.asyncio", REQUIRED_LIBRARIES),
     )
     for _ in range(p.rss):
         for key, mods in bare:

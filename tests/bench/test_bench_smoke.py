@@ -44,6 +44,7 @@ FIGURES = {
     "floor.uss_bare",
     "floor.crash_exit",
     "tether.spawn_ready",
+    "context.libs_spawn_line",
     "tether.ping",
     "tether.transfer_p2c",
     "tether.transfer_c2p",
@@ -155,6 +156,11 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
         assert row.rstrip().endswith(("| met |", "| **missed** |")), row
     for needle in TARGETS:
         assert needle in targets, needle
+    # the cold start's two targets show what the required libraries alone cost, beside them
+    bounded = [row for row in rows if "cold exec spawn" in row or "RSS" in row]
+    assert len(bounded) == 2
+    for row in bounded:
+        assert "importing anyio + msgspec + asyncio alone: " in row, row
 
 
 @pytest.mark.timeout(120)
