@@ -393,11 +393,13 @@ def render(res: Results, started: dt.datetime, seconds: float, load: Sequence[fl
     add("| target | measured (medians) | ratio | |")
     add("|---|---|---|---|")
     missed = set()
+    unmeasured = set()
     for t in TARGETS:
         try:
             met, measured, ratio = t.check(figs)
         except KeyError:  # a run of some groups only (`--only`)
             add(f"| {t.text} | not measured in this run | | |")
+            unmeasured.add(t.key)
             continue
         if not met:
             missed.add(t.key)
@@ -430,7 +432,13 @@ def render(res: Results, started: dt.datetime, seconds: float, load: Sequence[fl
         add("")
     for t in TARGETS:
         if t.key in text:
-            state = "missed in this run" if t.key in missed else "met in this run"
+            state = (
+                "not measured in this run"
+                if t.key in unmeasured
+                else "missed in this run"
+                if t.key in missed
+                else "met in this run"
+            )
             add(f"### {t.text} ({state})")
             add("")
             add(text[t.key])

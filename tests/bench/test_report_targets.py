@@ -1,0 +1,64 @@
+"""The report's target rows and analysis headings, rendered from made-up figures (pure: no
+process is started, nothing is timed)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[2]
+X = "\u00d7"
+"""The multiplication sign of ratios."""
+
+
+def _report() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_report", ROOT / "benchmarks/report.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+def _rendered(figures: dict[str, float]) -> str:
+    report = _report()
+    res = report.Results(quick=True)
+    for key, value in figures.items():
+        res.figures[key] = report.Figure(key, key, "ms", [value] * 5, "made up")
+    return str(report.render(res, dt.datetime(2026, 12, 3), 1.0, (0.0, 0.0)))
+
+
+def _row(text: str, needle: str) -> str:
+    targets = text.split("## Targets", 1)[1].split("## Floors", 1)[0]
+    rows = [line for line in targets.splitlines() if needle in line]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def test_a_missed_target_shows_the_bound_its_libraries_alone_set() -> None:
+    text = _rendered(
+        {"tether.spawn_ready": 90.0, "floor.spawn_line": 10.0, "context.libs_spawn_line": 70.0}
+    )
+    row = _row(text, "cold exec spawn")
+    assert f"90.0 ms vs 10.0 ms; importing anyio + msgspec + asyncio alone: 70.0 ms, 7.00{X}" in row
+    assert row.endswith(f"| 9.00{X} | **missed** |")
+
+
+def test_a_target_whose_bound_was_not_measured_is_judged_without_it() -> None:
+    row = _row(_rendered({"tether.spawn_ready": 70.0, "floor.spawn_line": 10.0}), "cold exec")
+    assert "alone" not in row
+    assert row.endswith(f"| 7.00{X} | met |")
+
+
+def test_a_target_not_measured_is_not_called_met_in_the_analysis() -> None:
+    text = _rendered({"tether.spawn_ready": 70.0, "floor.spawn_line": 10.0})
+    assert "| not measured in this run | | |" in _row(text, "idle cold child RSS")
+    analysis = text.split("## Analysis", 1)[1]
+    assert f"RSS ≤ 2.5{X} a bare python child's (not measured in this run)" in analysis
+    assert "bare child's spawn to its first line (met in this run)" in analysis
