@@ -8,9 +8,15 @@ the child with status 3 before it answers anything, the reason on stderr.
 
 from __future__ import annotations
 
+# No cyclic collection while the runtime imports: `entry.run` freezes what they built and
+# turns the collector back on (see `entry._end_startup`).
+import gc
+
+gc.disable()
+
 # The wire moves to private fds before anything else is imported or run: from here on a stray
 # print() or a subprocess writing to fd 1 lands on stderr, never in the protocol stream.
-from tether.child.fdguard import claim_wire
+from tether.child.fdguard import claim_wire  # noqa: E402
 
 _WIRE = claim_wire()
 

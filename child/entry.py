@@ -7,6 +7,7 @@ Importing this module has no side effects on the process's file descriptors.
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import os
 import sys
@@ -60,7 +61,27 @@ def run(wire: WireFds, argv: list[str]) -> None:
         stream=sys.stderr, level=logging.INFO, format="tether-child: %(levelname)s %(message)s"
     )
     factory = _agent_factory(argv)
+    _end_startup()
     code = anyio.run(functools.partial(serve, wire, agent_factory=factory), backend="asyncio")
     sys.stderr.flush()
     # os._exit: worker threads (a tool blocked in a syscall) must not hold the process open.
     os._exit(code)
+
+
+def _end_startup() -> None:
+    """Freeze what start-up built and turn the cyclic collector back on.
+
+    `python -I -m tether.child` and the trampoline turn the collector off before the first
+    import: each of the ≈ 30 collections the imports would trigger walks a young generation
+    of objects that all live for good (modules, classes, functions). Freezing moves them out
+    of the collector's view in one step (`gc.freeze` relinks list heads), so neither the first
+    collection after start-up nor any later full one walks them: ≈ 6 ms of a ≈ 80 ms cold
+    start (benchmarks/notes.md, spawn_ready). What the imports left as cyclic garbage
+    (≈ 600 objects, ≈ 120 KiB, mostly discarded helper classes) stays with them. A zygote's
+    child, forked with the collector on and its runtime already frozen, moves only what it
+    built since the fork.
+    """
+    import anyio._backends._asyncio  # noqa: F401  anyio.run would import it after the freeze
+
+    gc.freeze()
+    gc.enable()

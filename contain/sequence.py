@@ -10,9 +10,9 @@ first instruction:
 2. PR_SET_PDEATHSIG=SIGKILL, then check that the parent is still the one that started us:
    if it died before the death signal was armed, exit rather than run unsupervised;
 3. resource limits, core dumps always off;
-4. signal dispositions: for an exec, the ignored signals Python set for itself put back to
-   default (ignored dispositions survive exec); for the fork path, exactly what a freshly
-   started interpreter has;
+4. signal dispositions: for an exec, every one default and none blocked (ignored dispositions
+   and the mask survive exec); for a Python child run without an exec (the zygote's fork, the
+   trampoline's in-place child), exactly what a freshly started interpreter has;
 5. the sandbox (`enter_sandbox`), when the plan asks for one: private mounts, for a foreign
    agent the private network namespace with the gateway's socket (`netns.py`), the Landlock
    rule fds, the uid/gid change with every capability dropped, the working directory,
@@ -68,16 +68,10 @@ def apply_rlimits(rlimits: Mapping[str, Sequence[int]]) -> None:
 
 
 def signals_for_exec() -> None:
-    """Python ignores SIGPIPE and SIGXFSZ for itself; ignored signals survive exec, so put
-    them back, or a child writing past its file size limit would never be told."""
-    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
-        signal.signal(sig, signal.SIG_DFL)
-
-
-def signals_for_python() -> None:
-    """Dispositions and mask as a fresh interpreter has them: everything default except what
-    Python itself sets up at start (SIGPIPE and SIGXFSZ ignored, SIGINT raising
-    KeyboardInterrupt), exactly as a cold-started child has after exec."""
+    """Every disposition default and nothing blocked, as a program expects to start: ignored
+    signals and the blocked mask survive exec, so a supervisor that ignores SIGQUIT or SIGHUP
+    (a test runner, `nohup`) would pass that on, and Python's own SIGPIPE and SIGXFSZ would keep
+    a child writing past its file size limit from ever being told."""
     for sig in signal.valid_signals():
         if sig in (signal.SIGKILL, signal.SIGSTOP):
             continue
@@ -85,10 +79,17 @@ def signals_for_python() -> None:
             signal.signal(sig, signal.SIG_DFL)
         except (OSError, ValueError):
             pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def signals_for_python() -> None:
+    """Dispositions and mask as a fresh interpreter has them: everything default except what
+    Python itself sets up at start (SIGPIPE and SIGXFSZ ignored, SIGINT raising
+    KeyboardInterrupt), exactly as a cold-started child has after exec."""
+    signals_for_exec()
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
 
 
 def contain(

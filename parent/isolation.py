@@ -532,10 +532,11 @@ def isolation_setup(
         workspace_read_only=workspace_read_only,
     )
     if inside:
+        from tether.contain.inplace import trampoline_argv
         from tether.parent.process import TRAMPOLINE
 
         config = config_word.encode({"plan": setup.plan.to_json()})
-        argv = [sys.executable, "-I", "-S", str(TRAMPOLINE), config, "--", *command]
+        argv = trampoline_argv(str(TRAMPOLINE), config, command)
         return Spawnable(argv, None, setup)
     plan = setup.plan.to_json() if setup.plan.sandboxed else None
     return Spawnable(list(command), plan, setup)

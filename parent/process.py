@@ -15,7 +15,6 @@ import os
 import resource
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,13 +22,15 @@ import anyio
 
 import tether.contain
 from tether.contain import argv as config_word
+from tether.contain.inplace import trampoline_argv
 from tether.contain.sequence import EXEC_FAILED
 from tether.parent.pipes import stdio_pipes
 from tether.wire.streams import FdReceiveStream, FdSendStream
 
 TRAMPOLINE = Path(tether.contain.__file__).with_name("trampoline.py")
-"""Run with `python -I -S`; not resolved, so an editable install's link tree is kept (the
-trampoline finds its sibling modules next to it)."""
+"""Run with `python -I -S`, or `-I` for tether's own child (`tether.contain.inplace`); not
+resolved, so an editable install's link tree is kept (the trampoline finds its sibling modules
+next to it)."""
 EXEC_FAILED_MARKER = EXEC_FAILED
 _POLL_INTERVAL = 0.005
 
@@ -119,15 +120,7 @@ class ChildProcess:
             "cgroup_procs": spec.cgroup_procs,
             "plan": spec.plan,
         }
-        argv = [
-            sys.executable,
-            "-I",
-            "-S",
-            str(TRAMPOLINE),
-            config_word.encode(config),
-            "--",
-            *spec.argv,
-        ]
+        argv = trampoline_argv(str(TRAMPOLINE), config_word.encode(config), spec.argv)
         try:
             with stdio_pipes() as pipes:
                 stdin, stdout, stderr = pipes.child

@@ -11,9 +11,12 @@ PYTHONPATH). The prompt says what the child does. Not collected by pytest: no `t
 
 from __future__ import annotations
 
+import builtins
+import gc
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import anyio
@@ -27,7 +30,7 @@ class Act:
         self.word, _, self.arg = params.prompt.partition(" ")
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
-        me = {"pid": os.getpid(), "environ": dict(os.environ)}
+        me = {"pid": os.getpid(), "environ": dict(os.environ), "interpreter": interpreter()}
         if self.word == "finish":
             return Finished(summary=f"pid {os.getpid()}", message="finished")
         if self.word == "exit":
@@ -49,6 +52,30 @@ class Act:
         await ctx.emit("report", me)
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
+
+
+def _fd_kind(fd: str) -> str:
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return "gone"  # the directory's own fd, closed by the time it is read
+    return target.split(":")[0] if ":" in target else target
+
+
+def interpreter() -> dict[str, object]:
+    """What a child's code can see of how its interpreter started."""
+    return {
+        "path": sys.path,
+        "argv": sys.argv,
+        "flags": {
+            f: getattr(sys.flags, f) for f in ("isolated", "no_site", "no_user_site", "safe_path")
+        },
+        "site": "site" in sys.modules,
+        "exit_builtin": hasattr(builtins, "exit"),
+        "gc_enabled": gc.isenabled(),
+        "gc_frozen": gc.get_freeze_count() > 0,
+        "fds": sorted(_fd_kind(fd) for fd in os.listdir("/proc/self/fd")),
+    }
 
 
 def act(params: AgentRunParams) -> Act:

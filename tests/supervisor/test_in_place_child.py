@@ -1,0 +1,171 @@
+"""The trampoline becomes tether's own child in place (`contain/trampoline.py`) instead of
+exec'ing a second interpreter: the child it becomes must be indistinguishable from the exec'd
+one (`python -I -m tether.child.__main__`, which the trampoline does exec), and anything else
+is still exec'd."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tether.contain.inplace import runs_in_place, trampoline_argv
+from tether.parent.config import DEFAULT_COMMAND
+from tether.parent.events import ChildEvent, Event
+from tether.parent.limits import DisposePolicy, Limits
+from tether.parent.process import TRAMPOLINE
+from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
+
+pytestmark = pytest.mark.anyio
+
+AGENTS = Path(__file__).parent.parent / "zygote" / "agents.py"
+ACT = f"{AGENTS}:act"
+FAST = DisposePolicy(shutdown=0.3, eof=0.3, term=0.3, kill=1.0)
+IN_PLACE = ChildConfig(spawner="exec", dispose=FAST)
+EXEC_D = ChildConfig(
+    spawner="exec",
+    dispose=FAST,
+    command=(sys.executable, "-I", "-m", "tether.child.__main__"),
+)
+"""The same runtime by a command the trampoline does not recognise: exec'd as before."""
+DEADLINE = 15.0
+
+
+async def _report(sup: Supervisor, **kwargs: Any) -> tuple[RunHandle, dict[str, Any]]:
+    reports: list[dict[str, Any]] = []
+
+    def on_event(ev: Event) -> None:
+        if isinstance(ev, ChildEvent) and ev.kind == "report":
+            reports.append(ev.data)
+
+    handle = await sup.start(
+        "hold", agent=ACT, workspace=AGENTS.parent, on_event=on_event, **kwargs
+    )
+    with anyio.fail_after(DEADLINE):
+        while not reports:
+            assert not handle.done, await handle.result()
+            await anyio.sleep(0.01)
+    return handle, reports[0]
+
+
+def _cmdline(pid: int) -> list[str]:
+    return [os.fsdecode(w) for w in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if w]
+
+
+def _status(pid: int, name: str) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{name}:"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError(f"no {name} in /proc/{pid}/status")
+
+
+def test_the_default_command_runs_in_place_and_its_trampoline_starts_with_its_flags() -> None:
+    # The parent and the trampoline must agree on the command, or every cold spawn silently
+    # pays the second interpreter again.
+    assert runs_in_place(DEFAULT_COMMAND)
+    assert runs_in_place([*DEFAULT_COMMAND, "--agent", "x:y"])
+    argv = trampoline_argv("t.py", "W", DEFAULT_COMMAND)
+    assert argv == [sys.executable, "-I", "t.py", "W", "--", *DEFAULT_COMMAND]
+    for other in (
+        EXEC_D.command,
+        ("python3", "-I", "-m", "tether.child"),  # another interpreter, maybe
+        (sys.executable, "-m", "tether.child"),  # other flags
+        (sys.executable, "-I", "-S", "-m", "tether.child"),
+        ("/bin/true",),
+    ):
+        assert not runs_in_place(other), other
+        assert trampoline_argv("t.py", "W", other)[:3] == [sys.executable, "-I", "-S"]
+
+
+def test_a_trampoline_started_with_other_flags_than_the_childs_execs_it(tmp_path: Path) -> None:
+    # Run by hand as `python -I -S trampoline.py`: the child must not inherit `-S`.
+    probe = "import sys; print(sys.flags.no_site, flush=True)"
+    got = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(TRAMPOLINE),
+            "{}",
+            "--",
+            sys.executable,
+            "-I",
+            "-c",
+            probe,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == "0\n"
+
+
+async def test_tethers_own_child_runs_in_the_trampolines_process_and_another_command_is_execd() -> (
+    None
+):
+    async with Supervisor(IN_PLACE) as sup:
+        own, own_report = await _report(sup)
+        other, other_report = await _report(sup, config=EXEC_D)
+        own_cmd = _cmdline(own_report["pid"])
+        assert str(TRAMPOLINE) in own_cmd and own_cmd[own_cmd.index("--") + 1 :][:4] == list(
+            DEFAULT_COMMAND
+        ), own_cmd
+        assert _cmdline(other_report["pid"])[:4] == list(EXEC_D.command)
+        own.abort()
+        other.abort()
+
+
+async def test_a_child_run_in_place_sees_what_an_execd_child_sees() -> None:
+    limits = Limits(memory="768M", open_files=321, file_size="7M", wall="20s")
+    # A supervisor that ignores a signal (`nohup`, a test runner) passes neither child that.
+    ignored = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])
+    try:
+        await _compare_in_place_with_execd(limits)
+    finally:
+        signal.signal(signal.SIGHUP, ignored)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+async def _compare_in_place_with_execd(limits: Limits) -> None:
+    async with Supervisor(IN_PLACE) as sup:
+        own, own_report = await _report(sup, limits=limits)
+        other, other_report = await _report(sup, config=EXEC_D, limits=limits)
+        a, b = own_report["pid"], other_report["pid"]
+        # The interpreter as the child's code sees it: the same import path (site-packages
+        # added, nothing of the trampoline's left in front), flags, site and builtins; the
+        # collector on, start-up frozen; the same open descriptors (nothing the trampoline
+        # opened survives).
+        mine, theirs = own_report["interpreter"], other_report["interpreter"]
+        assert mine["argv"][1:] == ["--agent", ACT]
+        assert mine["argv"][0].endswith("/tether/child/__main__.py")
+        for key in (
+            "argv",
+            "path",
+            "flags",
+            "site",
+            "exit_builtin",
+            "gc_enabled",
+            "gc_frozen",
+            "fds",
+        ):
+            assert mine[key] == theirs[key], key
+        assert mine["gc_enabled"] and mine["gc_frozen"] and mine["site"]
+        assert mine["flags"] == {"isolated": 1, "no_site": 0, "no_user_site": 1, "safe_path": True}
+        # The process as the kernel sees it: signals, limits, session, no core dumps.
+        for field in ("SigIgn", "SigCgt", "SigBlk", "NoNewPrivs", "Seccomp"):
+            assert _status(a, field) == _status(b, field), field
+        fresh = 1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)  # what Python ignores
+        assert int(_status(a, "SigIgn"), 16) == fresh
+        assert int(_status(a, "SigBlk"), 16) == 0
+        assert Path(f"/proc/{a}/limits").read_text() == Path(f"/proc/{b}/limits").read_text()
+        assert os.getsid(a) == a and os.getpgid(a) == a
+        own.abort()
+        other.abort()
