@@ -1,16 +1,25 @@
 """Which commands the trampoline becomes in place instead of exec'ing (see `trampoline.py`),
 and the trampoline's own argv for a command: the parent and the trampoline decide alike.
 
-Only the standard library's `sys`: the trampoline imports this before anything else.
+A trampoline that will become the child in place starts with site (`-I`, the child's own
+flags), so site's processing of site-packages (`.pth` lines, `sitecustomize`) runs *before* the
+contained sequence. That is only allowed when the child cannot have written any of it: a
+sandboxed child whose granted write paths hold a directory of the import path (a workspace
+that contains the virtualenv, say) could plant a `.pth` that the next child's trampoline would
+run outside the sandbox. Such a child is exec'd, with site processed inside its sandbox.
+
+Only the standard library's `os` and `sys`: the trampoline imports this before anything else.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
+    from typing import Any
 
 OWN_CHILD = ("-I", "-m", "tether.child")
 """After `sys.executable`: tether's own child, the command run in place."""
@@ -22,8 +31,43 @@ def runs_in_place(command: Sequence[str]) -> bool:
     return list(command[:1]) == [sys.executable] and tuple(command[1:4]) == OWN_CHILD
 
 
-def trampoline_argv(trampoline: str, config: str, command: Sequence[str]) -> list[str]:
-    """`python -I -S trampoline.py CONFIG -- COMMAND`, or `python -I ...` for a command run in
-    place: the interpreter then starts with the flags the command names (`-I`, site)."""
-    flags = ["-I"] if runs_in_place(command) else ["-I", "-S"]
+def writable_by_child(plan: Mapping[str, Any] | None) -> list[str]:
+    """The paths a sandboxed child may write (`Plan` as JSON); `[]` outside a sandbox, where
+    nothing is kept from the supervisor's own user anyway."""
+    if not plan or plan.get("level") != "sandbox":
+        return []
+    paths = [*(plan.get("writes") or ()), plan.get("home")]
+    if not plan.get("workspace_read_only"):
+        paths.append(plan.get("workspace"))
+    return [str(p) for p in paths if p]
+
+
+def import_path_writable(plan: Mapping[str, Any] | None, import_path: Sequence[str]) -> bool:
+    """Whether a directory of `import_path` is, or lies inside, a path `plan` lets the child
+    write (compared as given and resolved)."""
+    granted = _forms(writable_by_child(plan))
+    if not granted:
+        return False
+    return any(_within(path, root) for path in _forms(import_path) for root in granted)
+
+
+def _forms(paths: Sequence[str]) -> set[str]:
+    out: set[str] = set()
+    for p in paths:
+        if p and os.path.isabs(p):
+            out.update((os.path.normpath(p), os.path.realpath(p)))
+    return out
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or root == "/" or path.startswith(root.rstrip("/") + "/")
+
+
+def trampoline_argv(
+    trampoline: str, config: str, command: Sequence[str], *, in_place: bool
+) -> list[str]:
+    """`python -I -S trampoline.py CONFIG -- COMMAND`, or `python -I ...` when the trampoline
+    is to become `command` in place (`runs_in_place` and the import path safe, decided by the
+    caller): the interpreter then starts with the flags the command names (`-I`, site)."""
+    flags = ["-I"] if in_place and runs_in_place(command) else ["-I", "-S"]
     return [sys.executable, *flags, trampoline, config, "--", *command]

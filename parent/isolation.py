@@ -40,9 +40,11 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tether.contain import argv as config_word
 from tether.contain import landlock, seccomp
+from tether.contain.inplace import import_path_writable, runs_in_place, trampoline_argv
 from tether.contain.plan import (
     DEFAULT_SANDBOX_ID,
     PRIVATE_HOME,
@@ -309,6 +311,15 @@ def interpreter_reads() -> tuple[str, ...]:
     return tuple(paths)
 
 
+def trampoline_in_place(command: Sequence[str], plan: Mapping[str, Any] | None) -> bool:
+    """Whether the trampoline may become `command` in place (`tether.contain.inplace`): tether's
+    own child, and nothing of the import path (ours, and what a `-I` child imports) where the
+    child may write."""
+    return runs_in_place(command) and not import_path_writable(
+        plan, [*sys.path, *interpreter_reads()]
+    )
+
+
 def _named_paths(arg: str) -> list[str]:
     """Absolute paths in one argument: itself, the value of `--flag=PATH`, and the file of a
     `PATH:callable` agent spec."""
@@ -532,11 +543,11 @@ def isolation_setup(
         workspace_read_only=workspace_read_only,
     )
     if inside:
-        from tether.contain.inplace import trampoline_argv
         from tether.parent.process import TRAMPOLINE
 
         config = config_word.encode({"plan": setup.plan.to_json()})
-        argv = trampoline_argv(str(TRAMPOLINE), config, command)
+        in_place = trampoline_in_place(command, setup.plan.to_json())
+        argv = trampoline_argv(str(TRAMPOLINE), config, command, in_place=in_place)
         return Spawnable(argv, None, setup)
     plan = setup.plan.to_json() if setup.plan.sandboxed else None
     return Spawnable(list(command), plan, setup)

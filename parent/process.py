@@ -24,6 +24,7 @@ import tether.contain
 from tether.contain import argv as config_word
 from tether.contain.inplace import trampoline_argv
 from tether.contain.sequence import EXEC_FAILED
+from tether.parent.isolation import trampoline_in_place
 from tether.parent.pipes import stdio_pipes
 from tether.wire.streams import FdReceiveStream, FdSendStream
 
@@ -120,7 +121,10 @@ class ChildProcess:
             "cgroup_procs": spec.cgroup_procs,
             "plan": spec.plan,
         }
-        argv = trampoline_argv(str(TRAMPOLINE), config_word.encode(config), spec.argv)
+        in_place = trampoline_in_place(spec.argv, spec.plan)
+        argv = trampoline_argv(
+            str(TRAMPOLINE), config_word.encode(config), spec.argv, in_place=in_place
+        )
         try:
             with stdio_pipes() as pipes:
                 stdin, stdout, stderr = pipes.child

@@ -15,9 +15,16 @@ from typing import Any
 import anyio
 import pytest
 
-from tether.contain.inplace import runs_in_place, trampoline_argv
+from tether.contain.inplace import (
+    import_path_writable,
+    runs_in_place,
+    trampoline_argv,
+    writable_by_child,
+)
+from tether.contain.plan import Plan
 from tether.parent.config import DEFAULT_COMMAND
 from tether.parent.events import ChildEvent, Event
+from tether.parent.isolation import trampoline_in_place
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.process import TRAMPOLINE
 from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
@@ -70,8 +77,10 @@ def test_the_default_command_runs_in_place_and_its_trampoline_starts_with_its_fl
     # pays the second interpreter again.
     assert runs_in_place(DEFAULT_COMMAND)
     assert runs_in_place([*DEFAULT_COMMAND, "--agent", "x:y"])
-    argv = trampoline_argv("t.py", "W", DEFAULT_COMMAND)
+    argv = trampoline_argv("t.py", "W", DEFAULT_COMMAND, in_place=True)
     assert argv == [sys.executable, "-I", "t.py", "W", "--", *DEFAULT_COMMAND]
+    unsafe = trampoline_argv("t.py", "W", DEFAULT_COMMAND, in_place=False)
+    assert unsafe[:3] == [sys.executable, "-I", "-S"]
     for other in (
         EXEC_D.command,
         ("python3", "-I", "-m", "tether.child"),  # another interpreter, maybe
@@ -80,7 +89,47 @@ def test_the_default_command_runs_in_place_and_its_trampoline_starts_with_its_fl
         ("/bin/true",),
     ):
         assert not runs_in_place(other), other
-        assert trampoline_argv("t.py", "W", other)[:3] == [sys.executable, "-I", "-S"]
+        argv = trampoline_argv("t.py", "W", other, in_place=True)
+        assert argv[:3] == [sys.executable, "-I", "-S"]
+
+
+def _sandbox(workspace: str, **more: Any) -> dict[str, Any]:
+    return Plan(level="sandbox", abi=6, workspace=workspace, **more).to_json()
+
+
+def test_what_a_sandboxed_child_may_write_is_its_workspace_temp_dirs_and_home() -> None:
+    assert writable_by_child(None) == []
+    assert writable_by_child(Plan(workspace="/w").to_json()) == [], "not sandboxed"
+    plan = _sandbox("/w", writes=["/t1", "/t2"], home="/t1/home")
+    assert sorted(writable_by_child(plan)) == ["/t1", "/t1/home", "/t2", "/w"]
+    read_only = _sandbox("/w", writes=["/t1"], workspace_read_only=True)
+    assert writable_by_child(read_only) == ["/t1"]
+
+
+def test_an_import_path_inside_a_path_the_child_writes_is_writable(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    venv = ws / ".venv" / "lib" / "site-packages"
+    venv.mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(ws)
+    assert import_path_writable(_sandbox(str(ws)), [str(venv)])
+    assert import_path_writable(_sandbox(str(link)), [str(venv)]), "compared resolved too"
+    assert import_path_writable(_sandbox("/"), [str(venv)])
+    assert not import_path_writable(_sandbox(str(tmp_path / "w")), [str(tmp_path / "ws2")])
+    assert not import_path_writable(_sandbox(str(ws), workspace_read_only=True), [str(venv)])
+    assert not import_path_writable(Plan(workspace=str(ws)).to_json(), [str(venv)])
+
+
+def test_a_sandboxed_child_that_could_write_its_own_import_path_is_execd_not_run_in_place(
+    tmp_path: Path,
+) -> None:
+    # With the interpreter's prefix inside the workspace, site's `.pth` processing before the
+    # sandbox would run what the previous child wrote there: that child must be exec'd.
+    prefix = os.path.dirname(sys.prefix)
+    assert not trampoline_in_place(DEFAULT_COMMAND, _sandbox(prefix))
+    assert not trampoline_in_place(DEFAULT_COMMAND, _sandbox("/tmp", writes=[prefix]))
+    assert trampoline_in_place(DEFAULT_COMMAND, _sandbox(str(tmp_path)))
+    assert trampoline_in_place(DEFAULT_COMMAND, None)
 
 
 def test_a_trampoline_started_with_other_flags_than_the_childs_execs_it(tmp_path: Path) -> None:
