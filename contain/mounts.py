@@ -242,13 +242,15 @@ def private_namespace(
     idmap: tuple[int, int, int, int] | None,
     userns: int | None = None,
     workspace_read_only: bool = False,
+    protect: Iterable[str] = (),
 ) -> Applied:
     """Enter a private mount namespace laid out as `plan` (see the module docstring).
     `idmap` is (owner uid, sandbox uid, owner gid, sandbox gid) for the workspace, or `None`
     to bind it unmapped; `userns`: an fd of a user namespace with exactly that mapping, made
     ahead (the zygote keeps one per mapping; the caller still owns the fd), else one is made
     here; `workspace_read_only` mounts the workspace read-only too (a write grant on a private
-    /tmp would otherwise reach a workspace under it). Raises `OSError`."""
+    /tmp would otherwise reach a workspace under it); `protect`: directories inside the
+    workspace mounted read-only over it. Raises `OSError`."""
     made = None
     if idmap is not None and plan.workspace and userns is None:
         userns = made = idmap_userns(*idmap)
@@ -259,6 +261,14 @@ def private_namespace(
         mount("none", "/", None, MS_REC | MS_SLAVE)
         clones = {path: open_tree_clone(path) for path in plan.restore if os.path.exists(path)}
         for fd in clones.values():
+            set_attr(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+        guards = {
+            path: open_tree_clone(path)
+            for path in protect
+            if plan.workspace and _under(path, plan.workspace) and path != plan.workspace
+            if os.path.isdir(path) and not os.path.islink(path)
+        }
+        for fd in guards.values():
             set_attr(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
         ws_fd = None
         if plan.workspace:
@@ -287,6 +297,11 @@ def private_namespace(
             _make_mount_point(plan.workspace, True)
             move_to(ws_fd, plan.workspace)
             os.close(ws_fd)
+        # Over the workspace, outermost first, so an inner one is not hidden by an outer one.
+        for path in sorted(guards, key=lambda p: (p.count("/"), p)):
+            move_to(guards[path], path)
+            os.close(guards[path])
+            done.restored.append(path)
         return done
     finally:
         if made is not None:

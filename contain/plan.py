@@ -108,6 +108,7 @@ _FIELDS = (
     "seccomp",
     "network",
     "workspace_read_only",
+    "protect",
 )
 
 
@@ -136,6 +137,7 @@ class Plan:
         seccomp: bool = True,
         network: dict[str, Any] | None = None,
         workspace_read_only: bool = False,
+        protect: Sequence[str] = (),
     ) -> None:
         self.level = level
         self.abi = abi
@@ -168,6 +170,10 @@ class Plan:
         self.workspace_read_only = workspace_read_only
         """The workspace is granted read only (a foreign agent in explore mode: its own
         tools must not write there either)."""
+        self.protect = list(protect)
+        """Directories inside the workspace mounted read-only over it (private mounts only):
+        the interpreter's import path and tether's own code, which the supervisor imports and
+        every new child's trampoline runs outside the sandbox."""
 
     @property
     def sandboxed(self) -> bool:

@@ -189,6 +189,7 @@ def _enter(plan: Plan, userns: int | None) -> None:
             idmap=workspace_idmap(plan),
             userns=userns,
             workspace_read_only=plan.workspace_read_only,
+            protect=plan.protect,
         )
         _private_dirs(plan)
     elif plan.home:

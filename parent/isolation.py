@@ -370,8 +370,10 @@ _KEPT_FROM_WORKSPACES = (
 replaces with private mounts (a workspace there would be hidden, or would open the system)."""
 
 
-def workspace_problem(workspace: str) -> str | None:
-    """Why `workspace` cannot be a sandboxed run's workspace, or `None` when it can."""
+def workspace_problem(workspace: str, *, protects_code: bool = False) -> str | None:
+    """Why `workspace` cannot be a sandboxed run's workspace, or `None` when it can.
+    `protects_code`: the sandbox mounts the interpreter's code inside the workspace read-only
+    (`Plan.protect`: a root supervisor's private mounts, no launcher)."""
     ws = os.path.realpath(workspace)
     for kept in _KEPT_FROM_WORKSPACES:
         if kept == ws or kept.startswith(ws.rstrip("/") + "/"):
@@ -386,7 +388,33 @@ def workspace_problem(workspace: str) -> str | None:
             f"workspace {ws!r} cannot be sandboxed: it lies in the system's own directories, "
             "which a sandboxed child must not write"
         )
+    code = code_inside(ws)
+    if ws in code or (code and not protects_code):
+        fix = (
+            ""
+            if ws in code
+            else (
+                ", or run the supervisor as root (it then mounts that code read-only inside the "
+                "workspace)"
+            )
+        )
+        return (
+            f"workspace {ws!r} cannot be sandboxed: it is or contains {code[0]}, code the "
+            "supervisor and every new child run outside the sandbox (a child could change what "
+            f"they import); use a directory that does not hold the virtualenv or tether itself{fix}"
+        )
     return None
+
+
+def code_inside(ws: str) -> list[str]:
+    """The directories of the interpreter's own import path (prefixes, standard library,
+    site-packages, `.pth` directories, tether's package folders and their sources), as given
+    and resolved, that the resolved workspace `ws` is or contains."""
+    return [
+        path
+        for path in _normalized(list(interpreter_reads()))
+        if path == ws or path.startswith(ws.rstrip("/") + "/")
+    ]
 
 
 def plan_for(
@@ -450,6 +478,7 @@ def plan_for(
             cwd=ws,
             network=net,
             workspace_read_only=workspace_read_only,
+            protect=code_inside(ws) if ws is not None else [],
         )
         return Setup(plan, private_env("/tmp"))
     private = tempfile.mkdtemp(prefix="tether-sandbox-")

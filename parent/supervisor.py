@@ -281,7 +281,8 @@ class Supervisor:
         remote = launcher.name if launcher.provides.eof_teardown_only else None
         choice = chosen.isolation(choose_level(cfg.isolation, remote_launcher=remote), cfg)
         if choice.level == "sandbox":
-            problem = workspace_problem(str(ws))
+            protects = probe_host().root and launcher.name == "local"
+            problem = workspace_problem(str(ws), protects_code=protects)
             if problem is not None:
                 raise ValueError(problem)
         self._warn_once(choice)
