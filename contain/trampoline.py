@@ -22,8 +22,10 @@ with them), the sequence puts the signal dispositions and mask back to a fresh i
 (`for_exec=False`), the import path is the one a `-I` start builds, and the module runs as
 `-m` runs it, under the same limits and sandbox as an exec'd one would (a test compares the
 two). What runs before the sequence is then also site's processing of site-packages (`.pth`
-files): the same installation the supervisor's own interpreter processed at its start, which a
-sandboxed child cannot write to. `/proc/<pid>/cmdline` stays the trampoline's, CONFIG
+files): the same installation the supervisor's own interpreter processed at its start, and the
+parent starts a trampoline this way only when no directory of that import path lies where the
+child may write (`tether.contain.inplace`); otherwise the child is exec'd and site runs inside
+its sandbox. `/proc/<pid>/cmdline` stays the trampoline's, CONFIG
 included: nothing secret travels there (the cgroup paths, limits and plan are the child's to
 read in /proc anyway). A trampoline started with `-S` always execs.
 """

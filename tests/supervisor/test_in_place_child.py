@@ -5,6 +5,7 @@ is still exec'd."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from tether.parent.config import DEFAULT_COMMAND
 from tether.parent.events import ChildEvent, Event
 from tether.parent.isolation import trampoline_in_place
 from tether.parent.limits import DisposePolicy, Limits
+from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process import TRAMPOLINE
 from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
 
@@ -218,3 +220,25 @@ async def _compare_in_place_with_execd(limits: Limits) -> None:
         assert os.getsid(a) == a and os.getpgid(a) == a
         own.abort()
         other.abort()
+
+
+@pytest.mark.parametrize("how", ["in place", "exec'd"])
+async def test_a_child_that_cannot_import_its_runtime_comes_back_failed_with_the_reason(
+    how: str, tmp_path: Path
+) -> None:
+    # Three open files: the trampoline starts, the child cannot open what it loads next.
+    cfg = IN_PLACE if how == "in place" else EXEC_D
+    cfg = dataclasses.replace(cfg, isolation="process")
+    async with Supervisor(cfg) as sup:
+        with anyio.fail_after(DEADLINE):
+            result = await sup.run(
+                "hi",
+                workspace=tmp_path,
+                limits=Limits(open_files=3),
+                model=ScriptedModel.from_json('{"turns": []}'),
+            )
+    assert not result.success and result.failure is not None, result
+    assert result.failure.kind in ("exit_nonzero", "spawn_failed"), result.failure
+    # EMFILE, as Python or the dynamic loader words it.
+    tail = result.failure.stderr_tail
+    assert "Too many open files" in tail or "Error 24" in tail, result.failure
