@@ -32,11 +32,13 @@ def runs_in_place(command: Sequence[str]) -> bool:
 
 
 def writable_by_child(plan: Mapping[str, Any] | None) -> list[str]:
-    """The paths a sandboxed child may write (`Plan` as JSON); `[]` outside a sandbox, where
-    nothing is kept from the supervisor's own user anyway."""
+    """The host paths a sandboxed child may write (`Plan` as JSON); `[]` outside a sandbox,
+    where nothing is kept from the supervisor's own user anyway. With private mounts the
+    plan's other write grants (/tmp, /var/tmp, /dev/shm, the home in them) are the child's own
+    tmpfs, not the host's directories of those names: only the workspace is the host's."""
     if not plan or plan.get("level") != "sandbox":
         return []
-    paths = [*(plan.get("writes") or ()), plan.get("home")]
+    paths = [] if plan.get("private_mounts") else [*(plan.get("writes") or ()), plan.get("home")]
     if not plan.get("workspace_read_only"):
         paths.append(plan.get("workspace"))
     return [str(p) for p in paths if p]
@@ -44,11 +46,17 @@ def writable_by_child(plan: Mapping[str, Any] | None) -> list[str]:
 
 def import_path_writable(plan: Mapping[str, Any] | None, import_path: Sequence[str]) -> bool:
     """Whether a directory of `import_path` is, or lies inside, a path `plan` lets the child
-    write (compared as given and resolved)."""
-    granted = _forms(writable_by_child(plan))
-    if not granted:
+    write, and not inside one it mounts read-only again (`protect`); compared as given and
+    resolved."""
+    if not plan:
         return False
-    return any(_within(path, root) for path in _forms(import_path) for root in granted)
+    granted = _forms(writable_by_child(plan))
+    kept = _forms(plan.get("protect") or ()) if plan.get("private_mounts") else set()
+    return any(
+        _within(path, root) and not any(_within(path, k) for k in kept)
+        for path in _forms(import_path)
+        for root in granted
+    )
 
 
 def _forms(paths: Sequence[str]) -> set[str]:

@@ -106,6 +106,9 @@ def test_what_a_sandboxed_child_may_write_is_its_workspace_temp_dirs_and_home() 
     assert sorted(writable_by_child(plan)) == ["/t1", "/t1/home", "/t2", "/w"]
     read_only = _sandbox("/w", writes=["/t1"], workspace_read_only=True)
     assert writable_by_child(read_only) == ["/t1"]
+    # Private mounts: /tmp and the rest are the child's own tmpfs; only the workspace is real.
+    private = _sandbox("/w", writes=["/tmp", "/var/tmp"], home="/tmp/home", private_mounts=True)
+    assert writable_by_child(private) == ["/w"]
 
 
 def test_an_import_path_inside_a_path_the_child_writes_is_writable(tmp_path: Path) -> None:
@@ -120,6 +123,14 @@ def test_an_import_path_inside_a_path_the_child_writes_is_writable(tmp_path: Pat
     assert not import_path_writable(_sandbox(str(tmp_path / "w")), [str(tmp_path / "ws2")])
     assert not import_path_writable(_sandbox(str(ws), workspace_read_only=True), [str(venv)])
     assert not import_path_writable(Plan(workspace=str(ws)).to_json(), [str(venv)])
+    # A root sandbox mounts the code inside its workspace read-only again, and its /tmp is
+    # private: neither is a way to the host's import path.
+    protected = _sandbox(str(ws), private_mounts=True, protect=[str(ws / ".venv")])
+    assert not import_path_writable(protected, [str(venv)])
+    assert import_path_writable(protected, [str(ws / "src")])
+    private_tmp = _sandbox(str(tmp_path / "w"), writes=[str(tmp_path)], private_mounts=True)
+    assert not import_path_writable(private_tmp, [str(venv)])
+    assert import_path_writable(_sandbox(str(tmp_path / "w"), writes=[str(tmp_path)]), [str(venv)])
 
 
 def test_a_sandboxed_child_that_could_write_its_own_import_path_is_execd_not_run_in_place(
