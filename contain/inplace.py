@@ -45,16 +45,16 @@ def writable_by_child(plan: Mapping[str, Any] | None) -> list[str]:
 
 
 def import_path_writable(plan: Mapping[str, Any] | None, import_path: Sequence[str]) -> bool:
-    """Whether a directory of `import_path` is, or lies inside, a path `plan` lets the child
-    write, and not inside one it mounts read-only again (`protect`); compared as given and
-    resolved."""
+    """Whether a directory of `import_path` (each as given and resolved, as the caller keeps
+    it) is, or lies inside, a path `plan` lets the child write, and not inside one it mounts
+    read-only again (`protect`); the plan's paths are compared as given and resolved."""
     if not plan:
         return False
     granted = _forms(writable_by_child(plan))
     kept = _forms(plan.get("protect") or ()) if plan.get("private_mounts") else set()
     return any(
         _within(path, root) and not any(_within(path, k) for k in kept)
-        for path in _forms(import_path)
+        for path in import_path
         for root in granted
     )
 

@@ -311,13 +311,18 @@ def interpreter_reads() -> tuple[str, ...]:
     return tuple(paths)
 
 
+@functools.cache
+def interpreter_code() -> tuple[str, ...]:
+    """`interpreter_reads()` that exist, each as given and resolved: the import path of a `-I`
+    child (a `.pth` or `sitecustomize` it runs can only come from there). Resolved once, as
+    `interpreter_reads` is: every sandboxed spawn asks."""
+    return tuple(_normalized(list(interpreter_reads())))
+
+
 def trampoline_in_place(command: Sequence[str], plan: Mapping[str, Any] | None) -> bool:
     """Whether the trampoline may become `command` in place (`tether.contain.inplace`): tether's
-    own child, and nothing of the import path (ours, and what a `-I` child imports) where the
-    child may write."""
-    return runs_in_place(command) and not import_path_writable(
-        plan, [*sys.path, *interpreter_reads()]
-    )
+    own child, and nothing of its import path where the child may write."""
+    return runs_in_place(command) and not import_path_writable(plan, interpreter_code())
 
 
 def _named_paths(arg: str) -> list[str]:
@@ -410,11 +415,7 @@ def code_inside(ws: str) -> list[str]:
     """The directories of the interpreter's own import path (prefixes, standard library,
     site-packages, `.pth` directories, tether's package folders and their sources), as given
     and resolved, that the resolved workspace `ws` is or contains."""
-    return [
-        path
-        for path in _normalized(list(interpreter_reads()))
-        if path == ws or path.startswith(ws.rstrip("/") + "/")
-    ]
+    return [p for p in interpreter_code() if p == ws or p.startswith(ws.rstrip("/") + "/")]
 
 
 def plan_for(
