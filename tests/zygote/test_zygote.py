@@ -18,15 +18,16 @@ from typing import Any
 import anyio
 import psutil
 import pytest
+from act_reports import ACT, HERE, start_and_wait_for_report, status_field
 
 from tether.parent import zygote as zygote_module
 from tether.parent.env import build_child_env
-from tether.parent.events import ChildEvent, Event, RunStarted
+from tether.parent.events import RunStarted
 from tether.parent.isolation import private_env, probe_host
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process import SpawnError
-from tether.parent.supervisor import ChildConfig, PoolSpec, RunHandle, Supervisor
+from tether.parent.supervisor import ChildConfig, PoolSpec, Supervisor
 from tether.parent.tree import TREE_ENV
 from tether.parent.zygote import Zygote, ZygoteProcess
 
@@ -60,8 +61,6 @@ def how_children_start(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
     return str(request.param)
 
 
-HERE = Path(__file__).parent
-ACT = f"{HERE / 'agents.py'}:act"
 FAST = DisposePolicy(shutdown=0.3, eof=0.3, term=0.3, kill=1.0)
 ZYGOTE = ChildConfig(spawner="zygote", dispose=FAST)
 COLD = ChildConfig(spawner="exec", dispose=FAST)
@@ -85,30 +84,6 @@ def _environ(pid: int) -> dict[str, str]:
     )
 
 
-def _status_field(pid: int, name: str) -> str:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{name}:"):
-            return line.split(":", 1)[1].strip()
-    raise AssertionError(f"no {name} in /proc/{pid}/status")
-
-
-async def _start_and_wait_for_report(
-    sup: Supervisor, prompt: str, **kwargs: Any
-) -> tuple[RunHandle, dict[str, Any]]:
-    reports: list[dict[str, Any]] = []
-
-    def on_event(ev: Event) -> None:
-        if isinstance(ev, ChildEvent) and ev.kind == "report":
-            reports.append(ev.data)
-
-    handle = await sup.start(prompt, agent=ACT, workspace=HERE, on_event=on_event, **kwargs)
-    with anyio.fail_after(DEADLINE):
-        while not reports:
-            assert not handle.done, await handle.result()
-            await anyio.sleep(0.01)
-    return handle, reports[0]
-
-
 async def test_a_scripted_run_through_the_zygote_completes_in_a_child_the_zygote_forked(
     tmp_path: Path,
 ) -> None:
@@ -125,7 +100,7 @@ async def test_a_scripted_run_through_the_zygote_completes_in_a_child_the_zygote
         assert [a.path for a in result.artifacts] == [str(tmp_path / "notes.txt")]
         zygote = sup.zygote_pid
         assert zygote is not None
-        assert _status_field(zygote, "Threads") == "1", "the zygote stays single-threaded"
+        assert status_field(zygote, "Threads") == "1", "the zygote stays single-threaded"
         assert pids and pids[0] != zygote
     assert not _alive(zygote), "closing the supervisor ends its zygote"
 
@@ -137,7 +112,9 @@ async def test_a_zygote_child_has_exactly_the_scrubbed_environment_its_limits_se
     monkeypatch.setenv("ZYGOTE_CANARY_PLAIN", "canary-plain")
     limits = Limits(memory="768M", open_files=123, file_size="5M", wall="20s")
     async with Supervisor(ZYGOTE) as sup:
-        handle, report = await _start_and_wait_for_report(sup, "hold", limits=limits)
+        handle, report = await start_and_wait_for_report(
+            sup, "hold", deadline=DEADLINE, limits=limits
+        )
         pid = report["pid"]
         assert handle.pid == pid
         zygote = sup.zygote_pid
@@ -188,10 +165,12 @@ async def test_a_zygote_child_starts_with_the_signal_dispositions_and_mask_of_a_
     None
 ):
     async with Supervisor(COLD) as sup:
-        cold, cold_report = await _start_and_wait_for_report(sup, "hold")
-        forked, forked_report = await _start_and_wait_for_report(sup, "hold", config=ZYGOTE)
+        cold, cold_report = await start_and_wait_for_report(sup, "hold", deadline=DEADLINE)
+        forked, forked_report = await start_and_wait_for_report(
+            sup, "hold", deadline=DEADLINE, config=ZYGOTE
+        )
         for field in ("SigIgn", "SigCgt", "SigBlk"):
-            assert _status_field(forked_report["pid"], field) == _status_field(
+            assert status_field(forked_report["pid"], field) == status_field(
                 cold_report["pid"], field
             ), field
         cold.abort()
@@ -219,7 +198,9 @@ async def test_a_zygote_childs_exit_status_comes_through_the_zygote(
 
 async def test_a_stubborn_zygote_child_is_killed_at_the_sigkill_rung() -> None:
     async with Supervisor(ZYGOTE) as sup:
-        handle, report = await _start_and_wait_for_report(sup, "stubborn", limits=Limits(wall=1))
+        handle, report = await start_and_wait_for_report(
+            sup, "stubborn", deadline=DEADLINE, limits=Limits(wall=1)
+        )
         with anyio.fail_after(DEADLINE):
             result = await handle.result()
     assert result.failure is not None and result.failure.kind == "timeout", result
@@ -229,7 +210,7 @@ async def test_a_stubborn_zygote_child_is_killed_at_the_sigkill_rung() -> None:
 
 async def test_a_grandchild_that_left_the_session_is_swept_with_its_zygote_child() -> None:
     async with Supervisor(ZYGOTE) as sup:
-        handle, report = await _start_and_wait_for_report(sup, "grandchild")
+        handle, report = await start_and_wait_for_report(sup, "grandchild", deadline=DEADLINE)
         assert _alive(report["grandchild"])
         assert _environ(report["grandchild"])[TREE_ENV] == _environ(report["pid"])[TREE_ENV]
         handle.abort()
@@ -241,7 +222,7 @@ async def test_a_grandchild_that_left_the_session_is_swept_with_its_zygote_child
 
 async def test_the_zygote_dying_mid_run_fails_the_run_and_the_next_run_gets_a_new_zygote() -> None:
     async with Supervisor(ZYGOTE) as sup:
-        handle, report = await _start_and_wait_for_report(sup, "grandchild")
+        handle, report = await start_and_wait_for_report(sup, "grandchild", deadline=DEADLINE)
         zygote = sup.zygote_pid
         assert zygote is not None
         os.kill(zygote, signal.SIGKILL)

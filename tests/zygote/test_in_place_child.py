@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from act_reports import ACT, start_and_wait_for_report, status_field
 
 from tether.contain.inplace import (
     import_path_writable,
@@ -24,17 +25,14 @@ from tether.contain.inplace import (
 )
 from tether.contain.plan import Plan
 from tether.parent.config import DEFAULT_COMMAND
-from tether.parent.events import ChildEvent, Event
 from tether.parent.isolation import trampoline_in_place
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process import TRAMPOLINE
-from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 
-AGENTS = Path(__file__).parent.parent / "zygote" / "agents.py"
-ACT = f"{AGENTS}:act"
 FAST = DisposePolicy(shutdown=0.3, eof=0.3, term=0.3, kill=1.0)
 IN_PLACE = ChildConfig(spawner="exec", dispose=FAST)
 EXEC_D = ChildConfig(
@@ -46,32 +44,8 @@ EXEC_D = ChildConfig(
 DEADLINE = 15.0
 
 
-async def _report(sup: Supervisor, **kwargs: Any) -> tuple[RunHandle, dict[str, Any]]:
-    reports: list[dict[str, Any]] = []
-
-    def on_event(ev: Event) -> None:
-        if isinstance(ev, ChildEvent) and ev.kind == "report":
-            reports.append(ev.data)
-
-    handle = await sup.start(
-        "hold", agent=ACT, workspace=AGENTS.parent, on_event=on_event, **kwargs
-    )
-    with anyio.fail_after(DEADLINE):
-        while not reports:
-            assert not handle.done, await handle.result()
-            await anyio.sleep(0.01)
-    return handle, reports[0]
-
-
 def _cmdline(pid: int) -> list[str]:
     return [os.fsdecode(w) for w in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if w]
-
-
-def _status(pid: int, name: str) -> str:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{name}:"):
-            return line.split(":", 1)[1].strip()
-    raise AssertionError(f"no {name} in /proc/{pid}/status")
 
 
 def test_the_default_command_runs_in_place_and_its_trampoline_starts_with_its_flags() -> None:
@@ -173,8 +147,10 @@ async def test_tethers_own_child_runs_in_the_trampolines_process_and_another_com
     None
 ):
     async with Supervisor(IN_PLACE) as sup:
-        own, own_report = await _report(sup)
-        other, other_report = await _report(sup, config=EXEC_D)
+        own, own_report = await start_and_wait_for_report(sup, "hold", deadline=DEADLINE)
+        other, other_report = await start_and_wait_for_report(
+            sup, "hold", deadline=DEADLINE, config=EXEC_D
+        )
         own_cmd = _cmdline(own_report["pid"])
         assert str(TRAMPOLINE) in own_cmd and own_cmd[own_cmd.index("--") + 1 :][:4] == list(
             DEFAULT_COMMAND
@@ -198,8 +174,12 @@ async def test_a_child_run_in_place_sees_what_an_execd_child_sees() -> None:
 
 async def _compare_in_place_with_execd(limits: Limits) -> None:
     async with Supervisor(IN_PLACE) as sup:
-        own, own_report = await _report(sup, limits=limits)
-        other, other_report = await _report(sup, config=EXEC_D, limits=limits)
+        own, own_report = await start_and_wait_for_report(
+            sup, "hold", deadline=DEADLINE, limits=limits
+        )
+        other, other_report = await start_and_wait_for_report(
+            sup, "hold", deadline=DEADLINE, config=EXEC_D, limits=limits
+        )
         a, b = own_report["pid"], other_report["pid"]
         # The interpreter as the child's code sees it: the same import path (site-packages
         # added, nothing of the trampoline's left in front), flags, site and builtins; the
@@ -223,10 +203,10 @@ async def _compare_in_place_with_execd(limits: Limits) -> None:
         assert mine["flags"] == {"isolated": 1, "no_site": 0, "no_user_site": 1, "safe_path": True}
         # The process as the kernel sees it: signals, limits, session, no core dumps.
         for field in ("SigIgn", "SigCgt", "SigBlk", "NoNewPrivs", "Seccomp"):
-            assert _status(a, field) == _status(b, field), field
+            assert status_field(a, field) == status_field(b, field), field
         fresh = 1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)  # what Python ignores
-        assert int(_status(a, "SigIgn"), 16) == fresh
-        assert int(_status(a, "SigBlk"), 16) == 0
+        assert int(status_field(a, "SigIgn"), 16) == fresh
+        assert int(status_field(a, "SigBlk"), 16) == 0
         assert Path(f"/proc/{a}/limits").read_text() == Path(f"/proc/{b}/limits").read_text()
         assert os.getsid(a) == a and os.getpgid(a) == a
         own.abort()
