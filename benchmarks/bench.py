@@ -48,11 +48,10 @@ from tether.parent.host import host
 from tether.parent.isolation import choose_level
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.process import ChildProcess, SpawnSpec
 from tether.parent.spawning import child_env, spawn_child
 from tether.parent.supervised import SupervisedChild
 from tether.parent.supervisor import Supervisor
-from tether.parent.zygote import Zygote
+from tether.parent.zygote import Zygote, ZygoteSpawner
 from tether.protocol import (
     ConnectionClosed,
     Decoder,
@@ -284,19 +283,12 @@ async def tethered(
         Limits(),
         host(),
         "bench",
-        spawner=_zygote_spawn(zygote) if zygote is not None else None,
+        spawner=ZygoteSpawner(lambda: zygote, skip=len(argv)) if zygote is not None else None,
         workspace=sandbox,
         level="sandbox" if sandbox else "process",
     )
     async with child:
         yield child
-
-
-def _zygote_spawn(zygote: Zygote) -> Callable[[SpawnSpec], ChildProcess]:
-    def spawn(spec: SpawnSpec) -> ChildProcess:
-        return zygote.spawn(dataclasses.replace(spec, argv=[]))
-
-    return spawn
 
 
 async def initialize(child: SupervisedChild) -> None:

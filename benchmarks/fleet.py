@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import time
@@ -42,10 +41,10 @@ from tether.parent.config import ChildConfig
 from tether.parent.env import build_child_env
 from tether.parent.host import host
 from tether.parent.limits import Limits, raise_open_files_limit
-from tether.parent.process import ChildProcess, SpawnError, SpawnSpec
+from tether.parent.process import SpawnError
 from tether.parent.spawning import spawn_child
 from tether.parent.supervised import SupervisedChild
-from tether.parent.zygote import Zygote
+from tether.parent.zygote import Zygote, ZygoteSpawner
 from tether.protocol.messages import PROTOCOL_VERSION, InitializeParams, PeerInfo
 
 MIB = 1 << 20
@@ -60,8 +59,7 @@ async def fleet(n: int, rounds: int, reserve_mib: int, spawn_seconds: float) -> 
     ready: list[SupervisedChild] = []
     out: dict[str, Any] = {"asked": n, "stopped": ""}
 
-    def spawner(spec: SpawnSpec) -> ChildProcess:
-        return zygote.spawn(dataclasses.replace(spec, argv=[]))
+    spawner = ZygoteSpawner(lambda: zygote, skip=len(cfg.command))
 
     async def handshake(child: SupervisedChild) -> None:
         await child.session.initialize(

@@ -6,9 +6,12 @@ FD is one end of a `SOCK_SEQPACKET` unix socket pair; one message per datagram, 
 
     zygote → parent  {"ready": PID, "envBytes": N}    once, when the imports are done
     parent → zygote  {"op": "spawn", "env": {...}, "rlimits": {NAME: [soft, hard]},
-                      "cgroupProcs": [path, ...], "cwd": DIR, "argv": [extra, ...]}
+                      "cgroupProcs": [path, ...], "cwd": DIR, "argv": [extra, ...],
+                      "claims": NAME?, "nextCgroup": {"id": NAME, "procs": [path, ...]}?}
                      with three fds (SCM_RIGHTS): the child's stdin, stdout, stderr
     zygote → parent  {"pid": PID, "standby": BOOL} or {"error": TEXT}
+    parent → zygote  {"op": "release", "claims": NAME}
+    zygote → parent  {"released": NAME}
     parent → zygote  {"op": "reap", "pid": PID}
     zygote → parent  {"pid": PID, "returncode": RC, "utime": S, "stime": S, "maxrss": KB}
                      or {"error": TEXT}
@@ -32,6 +35,16 @@ environment, working directory, cgroups, session, death signal, rlimits, signals
 so nothing of a request is decided before the request exists. A request that finds no parked
 standby is forked as before. A standby that dies while waiting is reaped here (it was never a
 child the supervisor knew); after MAX_LOST such deaths in a row no more are forked.
+
+The standby's cgroup. Joining a cgroup waits for the kernel's migration lock, and on a stock
+host its writer waits for an RCU grace period (7-30 ms), so the join is made ahead too: with
+each spawn the supervisor may name a cgroup it made for the next standby (`nextCgroup`, no
+limits yet), which that standby joins before its rehearsal. At the next spawn the supervisor
+renames that cgroup to the child's name and writes the child's limits into it before the
+request is sent, and the request `claims` it: a parked standby in it is handed the request
+and joins nothing; a standby in it that has not parked yet is taken down (the child is to
+have the cgroup to itself) and the child is forked into it. `release` takes down the standby
+of a cgroup the supervisor claimed and then did not use.
 
 The zygote is single-threaded and runs no event loop (a fork copies only the calling thread, so
 a lock held by another thread would stay locked in the child forever). It never reaps on its
@@ -81,7 +94,7 @@ import tether.contain.seccomp  # the sandbox of every forked child
 from tether.child import entry, fdguard
 from tether.contain.plan import Plan
 from tether.contain.privileges import set_dumpable
-from tether.contain.sequence import arm_death_signal, contain, workspace_idmap
+from tether.contain.sequence import arm_death_signal, contain, join_cgroups, workspace_idmap
 
 SETUP_FAILED = 126
 MAX_MESSAGE = 1 << 20
@@ -156,9 +169,13 @@ def _userns_for(request: dict[str, Any]) -> int | None:
     return fd
 
 
-def _become_child(request: dict[str, Any], fds: list[int], zygote: int) -> None:
+def _become_child(
+    request: dict[str, Any], fds: list[int], zygote: int, joined: str | None = None
+) -> None:
     """Set up the forked child and run the child runtime in it; never returns. `fds`: its
-    stdin, stdout and stderr, and the user namespace of `_userns_for` when there is one."""
+    stdin, stdout and stderr, and the user namespace of `_userns_for` when there is one.
+    `joined`: the standby cgroup this process is in already (a standby's); when the request
+    claims it, the supervisor has made it this child's, and there is nothing to join."""
     try:
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
@@ -169,8 +186,9 @@ def _become_child(request: dict[str, Any], fds: list[int], zygote: int) -> None:
         os.closerange(4 if userns is not None else 3, os.sysconf("SC_OPEN_MAX"))
         _replace_environment(request["env"])
         os.chdir(request.get("cwd") or "/")
+        here = joined is not None and request.get("claims") == joined
         contain(
-            cgroup_procs=request.get("cgroupProcs", []),
+            cgroup_procs=[] if here else request.get("cgroupProcs", []),
             setsid=True,
             ppid=zygote,
             rlimits=request.get("rlimits", {}),
@@ -211,13 +229,15 @@ def _reap(pid: int) -> dict[str, Any]:
 class _Standby:
     """The zygote's view of its standby: its pid and the zygote's end of their socket pair."""
 
-    def __init__(self, pid: int, sock: socket.socket) -> None:
+    def __init__(self, pid: int, sock: socket.socket, cgroup: str | None) -> None:
         self.pid = pid
         self.sock = sock
         self.parked = False
+        self.cgroup = cgroup
+        """The standby cgroup it joined (its name), if the supervisor had given one."""
 
 
-def _fork_standby(me: int) -> _Standby | None:
+def _fork_standby(me: int, cgroup: dict[str, Any] | None) -> _Standby | None:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         pid = os.fork()
@@ -226,15 +246,18 @@ def _fork_standby(me: int) -> _Standby | None:
         theirs.close()
         return None
     if pid == 0:
-        _stand_by(theirs, me)  # never returns
+        _stand_by(theirs, me, cgroup)  # never returns
     theirs.close()
     ours.setblocking(False)
-    return _Standby(pid, ours)
+    return _Standby(pid, ours, cgroup["id"] if cgroup is not None else None)
 
 
-def _stand_by(sock: socket.socket, zygote: int) -> None:
+def _stand_by(sock: socket.socket, zygote: int, cgroup: dict[str, Any] | None) -> None:
     """The standby: get ready for a request nobody has made yet, wait, then become the child
-    the request asks for. Never returns."""
+    the request asks for. Never returns. `cgroup`: the standby cgroup the supervisor made
+    (`{"id": NAME, "procs": [FILES]}`), joined here, ahead of the request: the join waits for
+    the kernel's migration lock (an RCU grace period, 7-30 ms on a stock host), and the
+    supervisor makes this cgroup the child's at the request (renamed, limited)."""
     try:
         keep = sock.fileno()
         null = os.open(os.devnull, os.O_RDWR)
@@ -244,6 +267,8 @@ def _stand_by(sock: socket.socket, zygote: int) -> None:
         os.closerange(3, keep)
         os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
         arm_death_signal(zygote)
+        if cgroup is not None:
+            join_cgroups(cgroup["procs"])
         _rehearse()
         sock.send(PARKED)
         data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 4)
@@ -254,7 +279,7 @@ def _stand_by(sock: socket.socket, zygote: int) -> None:
         os._exit(SETUP_FAILED)
     if len(fds) not in (3, 4):
         os._exit(SETUP_FAILED)
-    _become_child(request, fds, zygote)
+    _become_child(request, fds, zygote, cgroup["id"] if cgroup is not None else None)
 
 
 def _lose(standby: _Standby) -> None:
@@ -287,6 +312,8 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
     sock.send(json.dumps({"ready": me, "envBytes": end - start}).encode())
     standby: _Standby | None = None
     lost = 0
+    standby_cgroup: dict[str, Any] | None = None
+    """The cgroup the supervisor made for the next standby: `{"id": NAME, "procs": FILES}`."""
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     while True:
@@ -295,7 +322,7 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
             wait = int(standby_after * 1000)
         ready = {fd for fd, _ in poller.poll(wait)}
         if not ready:
-            standby = _fork_standby(me)
+            standby = _fork_standby(me, standby_cgroup)
             if standby is not None:
                 poller.register(standby.sock, select.POLLIN)
             continue
@@ -319,6 +346,9 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
                 os.close(fd)
             sock.send(b'{"error": "malformed request"}')
             continue
+        claims = request.get("claims")
+        if claims is not None and standby_cgroup is not None and standby_cgroup["id"] == claims:
+            standby_cgroup = None  # the supervisor made it the child's
         if op == "spawn":
             reply: dict[str, Any]
             if len(fds) != 3:
@@ -326,6 +356,16 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
             else:
                 if standby is not None and not standby.parked:
                     _hear_standby(standby)  # it may have parked since the last poll
+                if (
+                    claims is not None
+                    and standby is not None
+                    and not standby.parked
+                    and standby.cgroup == claims
+                ):
+                    # Not ready, and in the cgroup the child is to have to itself.
+                    poller.unregister(standby.sock)
+                    _lose(standby)
+                    standby = None
                 userns = _userns_for(request)
                 given = fds if userns is None else [*fds, userns]
                 handed = None
@@ -340,6 +380,14 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
                     reply = _fork_child(request, given, me)
             for fd in fds:
                 os.close(fd)
+            if "nextCgroup" in request:
+                standby_cgroup = request["nextCgroup"]
+        elif op == "release":
+            if claims is not None and standby is not None and standby.cgroup == claims:
+                poller.unregister(standby.sock)
+                _lose(standby)
+                standby = None
+            reply = {"released": claims}
         elif op == "reap":
             reply = _reap(int(request["pid"]))
         elif op == "standby":

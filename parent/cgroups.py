@@ -80,6 +80,10 @@ class ChildCgroup:
             raise
         return cg
 
+    def limit(self, *, memory: int | None, pids: int | None) -> None:
+        """Write the limits of a cgroup made without them; raises `OSError`."""
+        self._apply(memory, pids)
+
     def _apply(self, memory: int | None, pids: int | None) -> None:
         if self.host.tier == "cgroup2":
             d = self.dirs["unified"]

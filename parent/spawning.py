@@ -18,7 +18,7 @@ import os
 import resource
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal, overload
+from typing import Literal, Protocol, overload
 
 import anyio
 
@@ -59,6 +59,11 @@ class AutoSpawner:
         self.fallback = fallback
         """Why the zygote did not start the child (`None`: it did, or nothing was started)."""
 
+    def child_cgroup(
+        self, host: Host, name: str, *, memory: int | None, pids: int | None
+    ) -> ChildCgroup:
+        return cgroup_maker(self._fork)(host, name, memory=memory, pids=pids)
+
     def __call__(self, spec: SpawnSpec) -> ChildProcess:
         if self._fork is not None:
             try:
@@ -67,6 +72,19 @@ class AutoSpawner:
                 self.fallback = f"the zygote could not fork the child: {exc}"
         log.warning("starting the child by exec: %s", self.fallback)
         return ChildProcess.spawn(spec)
+
+
+class CgroupMaker(Protocol):
+    def __call__(
+        self, host: Host, name: str, *, memory: int | None, pids: int | None
+    ) -> ChildCgroup: ...
+
+
+def cgroup_maker(spawner: Spawner | None) -> CgroupMaker:
+    """How a child's cgroup is made for `spawner`: a spawner may make it itself (a
+    `child_cgroup` method: the zygote's standby waits in a cgroup made ahead), or it is new."""
+    made: CgroupMaker | None = getattr(spawner, "child_cgroup", None)
+    return made if made is not None else ChildCgroup.create
 
 
 def spawner_name(proc: ChildProcess) -> str:
@@ -144,7 +162,7 @@ def spawn_child(
     )
     try:
         cgroup = (
-            ChildCgroup.create(
+            cgroup_maker(spawner)(
                 host,
                 f"{os.getpid()}-{tag}-{os.urandom(3).hex()}",
                 memory=limits.memory_bytes,

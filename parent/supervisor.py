@@ -54,7 +54,7 @@ from tether.parent.launchers import Local, resolve_launcher
 from tether.parent.limits import Limits, raise_open_files_limit
 from tether.parent.models import ModelProvider
 from tether.parent.pool import WarmPool
-from tether.parent.process import ChildProcess, SpawnError, SpawnSpec
+from tether.parent.process import SpawnError
 from tether.parent.providers.base import Provider, ProviderBody, SubagentRequest
 from tether.parent.providers.builtin import SpawnProvider, builtin_providers
 from tether.parent.providers.gateway_seat import GatewaySeat
@@ -73,7 +73,7 @@ from tether.parent.spawning import (
 )
 from tether.parent.supervised import SupervisedChild, SupervisedProcess
 from tether.parent.usage import check_model, warn_idle
-from tether.parent.zygote import Zygote
+from tether.parent.zygote import Zygote, ZygoteSpawner
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
 from tether.protocol.messages import AgentDefinition, AgentRunParams, ChatMessage, RunResult
 from tether.protocol.methods import AGENT_RUN
@@ -110,6 +110,7 @@ class Supervisor:
         self._keeper: Keeper | None = None
         self._zygote: Zygote | None = None
         self._zygote_lock = anyio.Lock()
+        self._zygote_fork = ZygoteSpawner(lambda: self._zygote, skip=len(DEFAULT_COMMAND))
         self._zygote_failed: str | None = None
         """Why the zygote could not start (`spawner="auto"` then uses exec)."""
         self._warned = False
@@ -425,13 +426,6 @@ class Supervisor:
             self._zygote_failed = f"the zygote could not start: {exc}"
             return AutoSpawner(None, self._zygote_failed)
         return AutoSpawner(self._zygote_fork)
-
-    def _zygote_fork(self, spec: SpawnSpec) -> ChildProcess:
-        zygote = self._zygote
-        if zygote is None:
-            raise SpawnError("the zygote is not running")
-        extras = spec.argv[len(DEFAULT_COMMAND) :]
-        return zygote.spawn(dataclasses.replace(spec, argv=extras))
 
     async def _zygote_ready(self) -> Zygote:
         """The supervisor's zygote, started on first use and again after it died; raises

@@ -19,7 +19,10 @@ takes about a millisecond, every call has a deadline, and a zygote that dies ans
 (end of stream), so the call fails with that reason. After `STANDBY_AFTER` seconds without a
 request the zygote forks a standby ahead of time, and the next spawn is handed to it instead
 of forked (`forks` counts both): the fork and the pages a session writes are then paid before
-the request, and the child it becomes runs the same sequence from the request on.
+the request, and the child it becomes runs the same sequence from the request on. Its cgroup is the one step
+taken ahead (`child_cgroup`): the supervisor makes a cgroup for the standby, which joins it
+before the request (the join waits for the kernel's migration lock), and gives it, with the
+child's limits written in, to the next child; see `tether/child/zygote.py`.
 
 A zygote-forked child is not the supervisor's child, so `ZygoteProcess` differs from
 `ChildProcess` only where that matters: exit is seen through `pidfd_open(pid)` (which works for
@@ -32,6 +35,8 @@ and `ZygoteProcess.lost` says why, which the run's result reports.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import resource
@@ -39,11 +44,14 @@ import select
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import psutil
 
+from tether.parent.cgroups import ChildCgroup
+from tether.parent.host import Host
 from tether.parent.pipes import stdio_pipes
 from tether.parent.process import ChildProcess, ExitStatus, SpawnError, SpawnSpec
 from tether.parent.tree import TREE_ENV, new_tree_marker
@@ -111,6 +119,12 @@ class Zygote:
         """The zygote's idle delay before it forks its standby (`None`: it never does)."""
         self.forks = {"standby": 0, "fresh": 0}
         """Children handed to a parked standby, and children forked on request."""
+        self._standby_cgroup: tuple[str, ChildCgroup] | None = None
+        """The cgroup (its name, and it) the zygote puts its standby in."""
+        self._next_cgroup: tuple[str, ChildCgroup] | None = None
+        """A standby cgroup made, to be told to the zygote with the next spawn."""
+        self._claimed: tuple[str, ChildCgroup] | None = None
+        """The standby cgroup `child_cgroup` just gave the next child."""
 
     @property
     def pid(self) -> int:
@@ -226,16 +240,71 @@ class Zygote:
         if self.broken is None:
             self.broken = why
 
+    def child_cgroup(
+        self, host: Host, name: str, *, memory: int | None, pids: int | None
+    ) -> ChildCgroup:
+        """The cgroup for the child the next `spawn` starts (`spawn_child` asks for it just
+        before): the one the standby already joined, with the child's limits written into it
+        (it keeps its own name: cgroup v2 renames nothing), or a new one named `name`. The
+        standby cgroup for the standby after it is made here too. Raises `OSError`."""
+        self._claimed = None
+        cgroup = self._claim(memory=memory, pids=pids) or ChildCgroup.create(
+            host, name, memory=memory, pids=pids
+        )
+        if (
+            self._standby_cgroup is None
+            and self._next_cgroup is None
+            and self.standby_after is not None
+            and self.usable
+        ):
+            ident = f"{os.getpid()}-zygote-{os.urandom(4).hex()}"
+            with contextlib.suppress(OSError):  # the standby then joins at the request
+                made = ChildCgroup.create(host, ident, memory=None, pids=None)
+                self._next_cgroup = (ident, made)
+        return cgroup
+
+    def _claim(self, *, memory: int | None, pids: int | None) -> ChildCgroup | None:
+        """The standby cgroup, now the next child's, with its limits; `None` when there is
+        none or its limits cannot be written (it is then let go with its standby)."""
+        if self._standby_cgroup is None or not self.usable:
+            return None
+        ident, cgroup = self._standby_cgroup
+        self._standby_cgroup = None
+        try:
+            # On cgroup v1 a memory limit below what the standby holds is refused (EBUSY).
+            cgroup.limit(memory=memory, pids=pids)
+        except OSError:
+            self._release(ident)
+            cgroup.remove()
+            return None
+        self._claimed = (ident, cgroup)
+        return cgroup
+
+    def _release(self, ident: str) -> None:
+        """Have the zygote take down the standby in cgroup `ident`, which is no longer the
+        standbys' (it waits for the standby's end, so the cgroup is empty after)."""
+        with contextlib.suppress(SpawnError):
+            self._ask({"op": "release", "claims": ident})
+
     def spawn(self, spec: SpawnSpec) -> ZygoteProcess:
         """Fork a child with `spec` (its argv: the extras after `python -I -m tether.child`).
-        Must run on the event loop's thread; raises `SpawnError`."""
+        Must run on the event loop's thread; raises `SpawnError`. When `spec` names the cgroup
+        `child_cgroup` took from the standby, the request says so: the standby, if parked, is
+        handed the request without joining anything (it is there already); if not parked yet,
+        the zygote takes it down before it forks the child into that cgroup."""
+        claimed, self._claimed = self._claimed, None
+        claims = None
+        if claimed is not None and list(spec.cgroup_procs) == claimed[1].procs_files:
+            claims = claimed[0]
         needed = _block_bytes(spec.env) + 1
         if needed > self.env_bytes:
+            if claims is not None:
+                self._release(claims)  # the caller may start the child by exec in that cgroup
             raise SpawnError(
                 f"the child's environment ({needed} bytes) does not fit the zygote's "
                 f"({self.env_bytes} bytes); use spawner='exec' for this run"
             )
-        request = {
+        request: dict[str, Any] = {
             "op": "spawn",
             "env": spec.env,
             "rlimits": spec.rlimits,
@@ -244,8 +313,17 @@ class Zygote:
             "argv": spec.argv,
             "plan": spec.plan,
         }
+        if claims is not None:
+            request["claims"] = claims
+        told = self._next_cgroup
+        if told is not None:
+            request["nextCgroup"] = {"id": told[0], "procs": told[1].procs_files}
         with stdio_pipes() as pipes:
-            reply = self._ask(request, list(pipes.child))
+            try:
+                reply = self._ask(request, list(pipes.child))
+            finally:
+                if told is not None:
+                    self._standby_cgroup, self._next_cgroup = told, None
             if "pid" not in reply:
                 raise SpawnError(f"the zygote could not fork: {reply.get('error', reply)}")
         self.forks["standby" if reply.get("standby") else "fresh"] += 1
@@ -297,6 +375,45 @@ class Zygote:
                 await self.proc.wait_for(grace)
             self.proc.reap()
             self.proc.close_pipes()
+            # The standby dies of its death signal with the zygote; then its cgroup is empty.
+            for held in (self._standby_cgroup, self._next_cgroup):
+                if held is not None:
+                    await _remove_when_empty(held[1], grace)
+            self._standby_cgroup = self._next_cgroup = None
+
+
+async def _remove_when_empty(cgroup: ChildCgroup, within: float) -> None:
+    if cgroup.announces_empty:
+        with anyio.move_on_after(within):
+            await cgroup.wait_empty()
+        cgroup.remove(timeout=0)
+    else:
+        await anyio.to_thread.run_sync(cgroup.remove, within)  # v1: membership is polled
+
+
+class ZygoteSpawner:
+    """The `Spawner` of children forked from a zygote (`zygote()`: the one running now, a
+    supervisor restarts it), which also makes each child's cgroup (`child_cgroup`, see
+    `Zygote.child_cgroup`). `skip`: how much of a spec's argv is the command the zygote
+    stands for; the rest goes to the child as its arguments."""
+
+    def __init__(self, zygote: Callable[[], Zygote | None], skip: int) -> None:
+        self._zygote = zygote
+        self._skip = skip
+
+    def __call__(self, spec: SpawnSpec) -> ChildProcess:
+        zygote = self._zygote()
+        if zygote is None:
+            raise SpawnError("the zygote is not running")
+        return zygote.spawn(dataclasses.replace(spec, argv=list(spec.argv[self._skip :])))
+
+    def child_cgroup(
+        self, host: Host, name: str, *, memory: int | None, pids: int | None
+    ) -> ChildCgroup:
+        zygote = self._zygote()
+        if zygote is None:
+            return ChildCgroup.create(host, name, memory=memory, pids=pids)
+        return zygote.child_cgroup(host, name, memory=memory, pids=pids)
 
 
 class ZygoteProcess(ChildProcess):

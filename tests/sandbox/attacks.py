@@ -10,6 +10,7 @@ heard anything.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -200,9 +201,10 @@ def setxattr(path: str) -> None:
 
 
 def leave_cgroup() -> str:
-    """Write our pid into the root cgroup of each hierarchy we are in, and into the parent of
-    our own cgroup there (the supervisor's delegated subtree, which a same-user child could
-    write to but for the sandbox)."""
+    """Write our pid into the root cgroup of each hierarchy we are in, into the parent of our
+    own cgroup there (the supervisor's delegated subtree, which a same-user child could write
+    to but for the sandbox), and into every sibling tether cgroup (another child's, or the
+    one the zygote's next standby waits in, which gets no limits until a child claims it)."""
     with open("/proc/self/cgroup") as f:
         lines = f.read().splitlines()
     moved = []
@@ -213,7 +215,15 @@ def leave_cgroup() -> str:
         parent = os.path.dirname(path.rstrip("/")).lstrip("/")
         for base in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
             root = os.path.join(base, name) if name else base
-            for where in {root, os.path.join(root, parent)}:
+            here = os.path.join(root, parent)
+            siblings = set()
+            with contextlib.suppress(OSError):
+                siblings = {
+                    os.path.join(here, d)
+                    for d in os.listdir(here)
+                    if d.startswith("tether-") and d != os.path.basename(path.rstrip("/"))
+                }
+            for where in {root, here, *siblings}:
                 procs = os.path.join(where, "cgroup.procs")
                 try:
                     with open(procs, "w") as f:

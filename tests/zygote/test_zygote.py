@@ -147,7 +147,7 @@ async def test_a_zygote_child_has_exactly_the_scrubbed_environment_its_limits_se
             cgroups = Path(f"/proc/{pid}/cgroup").read_text()
             for d in child.cgroup.dirs.values():
                 assert f"/{d.name}\n" in cgroups, (d, cgroups)
-            assert pid in child.cgroup.members()
+            assert child.cgroup.members() == {pid}, "the child has its cgroup to itself"
         result = await handle.cancel()
     assert result.status == "aborted"
     assert result.failure is not None and result.failure.kind == "cancelled"

@@ -1,0 +1,195 @@
+"""The standby's cgroup: the zygote's standby joins a cgroup the supervisor made for it before
+any request (the join waits for the kernel's migration lock, an RCU grace period on a stock
+host), and the next child gets that cgroup with its own limits written into it, to itself:
+never shared with a standby, never left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+from act_reports import ACT, HERE, start_and_wait_for_report
+
+from tether.parent.cgroups import ChildCgroup
+from tether.parent.host import host
+from tether.parent.limits import DisposePolicy, Limits
+from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.zygote import Zygote, standby_pids
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(
+        host().tier == "process-group", reason="this host gives tether no cgroups to create"
+    ),
+]
+
+FAST = DisposePolicy(shutdown=0.3, eof=0.3, term=0.3, kill=1.0)
+ZYGOTE = ChildConfig(spawner="zygote", dispose=FAST)
+DEADLINE = 10.0
+LIMITS = Limits(memory="768M", processes=77)
+
+
+def _standby_cgroup(zygote: Zygote) -> ChildCgroup:
+    held = zygote._standby_cgroup
+    assert held is not None, "the supervisor made no cgroup for the zygote's standby"
+    return held[1]
+
+
+def _pids_max(cgroup: ChildCgroup) -> str | None:
+    """The cgroup's process limit as written there (`None`: no pids controller)."""
+    for d in cgroup.dirs.values():
+        if (d / "pids.max").exists():
+            return (d / "pids.max").read_text().strip()
+    return None
+
+
+def _memory_max(cgroup: ChildCgroup) -> int | None:
+    for d in cgroup.dirs.values():
+        for name in ("memory.max", "memory.limit_in_bytes"):
+            if (d / name).exists():
+                return int((d / name).read_text())
+    return None
+
+
+async def _members_become(cgroup: ChildCgroup, want: set[int]) -> set[int]:
+    with anyio.move_on_after(DEADLINE):
+        while cgroup.members() != want:
+            await anyio.sleep(0.01)
+    return cgroup.members()
+
+
+async def _stop_standby_when_forked(zygote: Zygote) -> int:
+    """SIGSTOP the zygote's standby as soon as it exists (its rehearsal, a whole session,
+    takes milliseconds; this looks every 0.5 ms)."""
+    with anyio.fail_after(DEADLINE):
+        while not (found := standby_pids(zygote.pid)):
+            await anyio.sleep(0.0005)
+    (pid,) = found
+    os.kill(pid, signal.SIGSTOP)
+    return pid
+
+
+async def _first_run(sup: Supervisor) -> Zygote:
+    """One run, so that the supervisor has made its zygote a standby cgroup."""
+    with anyio.fail_after(DEADLINE):
+        result = await sup.run("finish", agent=ACT, workspace=HERE)
+    assert result.success, result
+    zygote = sup._zygote
+    assert zygote is not None
+    return zygote
+
+
+async def test_a_child_handed_to_the_standby_keeps_the_cgroup_it_joined_ahead_with_its_limits() -> (
+    None
+):
+    async with Supervisor(ZYGOTE) as sup:
+        zygote = await _first_run(sup)
+        standby = await zygote.parked(within=DEADLINE)
+        assert standby is not None
+        ahead = _standby_cgroup(zygote)
+        assert await _members_become(ahead, {standby}) == {standby}
+        assert _pids_max(ahead) in (None, "max"), "a standby cgroup has no limits of its own"
+        before = dict(zygote.forks)
+
+        handle, report = await start_and_wait_for_report(
+            sup, "hold", deadline=DEADLINE, config=ZYGOTE, limits=LIMITS
+        )
+        assert report["pid"] == standby
+        assert zygote.forks["standby"] == before["standby"] + 1
+        child = handle._child
+        assert child is not None and child.cgroup is not None
+        assert child.cgroup.dirs == ahead.dirs, "the child stays where its standby was"
+        assert child.cgroup.members() == {standby}
+        if handle.host.enforces("memory"):
+            assert _memory_max(child.cgroup) == 768 << 20
+        if handle.host.enforces("pids"):
+            assert _pids_max(child.cgroup) == "77"
+
+        # The next standby gets a cgroup of its own, and the child's holds only the child.
+        following = await zygote.parked(within=DEADLINE)
+        assert following is not None and following != standby
+        nxt = _standby_cgroup(zygote)
+        assert set(nxt.dirs.values()).isdisjoint(ahead.dirs.values())
+        assert await _members_become(nxt, {following}) == {following}
+        assert child.cgroup.members() == {standby}
+        result = await handle.cancel()
+        assert result.status == "aborted"
+    for d in [*ahead.dirs.values(), *nxt.dirs.values()]:
+        assert not d.exists(), f"{d} outlived the supervisor"
+
+
+async def test_a_standby_that_has_not_parked_in_the_claimed_cgroup_is_taken_down_first() -> None:
+    async with Supervisor(ZYGOTE) as sup:
+        zygote = await _first_run(sup)
+        ahead = _standby_cgroup(zygote)
+        stopped = None
+        for _ in range(5):
+            pid = await _stop_standby_when_forked(zygote)
+            if not zygote.standby()["parked"]:
+                stopped = pid
+                break
+            # It had parked before this test looked: let it die, and catch the next one.
+            os.kill(pid, signal.SIGKILL)
+            with anyio.fail_after(DEADLINE):
+                while pid in standby_pids(zygote.pid):
+                    await anyio.sleep(0.005)
+        assert stopped is not None, "no standby was caught before it parked"
+        before = dict(zygote.forks)
+
+        handle, report = await start_and_wait_for_report(
+            sup, "hold", deadline=DEADLINE, config=ZYGOTE, limits=LIMITS
+        )
+        pid = report["pid"]
+        assert pid != stopped
+        assert not psutil.pid_exists(stopped), "the zygote took the standby down and reaped it"
+        assert zygote.forks["fresh"] == before["fresh"] + 1
+        child = handle._child
+        assert child is not None and child.cgroup is not None
+        assert child.cgroup.dirs == ahead.dirs
+        assert child.cgroup.members() == {pid}, "the child has its cgroup to itself"
+        await handle.cancel()
+
+
+async def test_a_child_the_zygote_cannot_take_is_started_by_exec_in_the_claimed_cgroup_alone() -> (
+    None
+):
+    big = {f"TETHER_TEST_BIG_{i}": "x" * 4000 for i in range(20)}  # more than the zygote's area
+    huge = ChildConfig(dispose=FAST, env=big)  # spawner "auto": exec when the zygote cannot
+    async with Supervisor(ZYGOTE) as sup:
+        zygote = await _first_run(sup)
+        standby = await zygote.parked(within=DEADLINE)
+        assert standby is not None
+        ahead = _standby_cgroup(zygote)
+        assert await _members_become(ahead, {standby}) == {standby}
+
+        handle, report = await start_and_wait_for_report(
+            sup, "hold", deadline=DEADLINE, config=huge
+        )
+        assert handle.spawner == "exec" and handle.spawner_fallback is not None
+        assert "environment" in handle.spawner_fallback
+        pid = report["pid"]
+        assert not psutil.pid_exists(standby), "the claimed cgroup's standby was let go"
+        child = handle._child
+        assert child is not None and child.cgroup is not None
+        assert child.cgroup.dirs == ahead.dirs
+        assert child.cgroup.members() == {pid}
+        await handle.cancel()
+
+
+async def test_closing_the_supervisor_removes_the_standby_cgroup_with_its_standby() -> None:
+    async with Supervisor(ZYGOTE) as sup:
+        zygote = await _first_run(sup)
+        standby = await zygote.parked(within=DEADLINE)
+        assert standby is not None
+        ahead = _standby_cgroup(zygote)
+        assert await _members_become(ahead, {standby}) == {standby}
+    try:
+        assert psutil.Process(standby).status() == psutil.STATUS_ZOMBIE, "the standby lives on"
+    except psutil.NoSuchProcess:
+        pass
+    for d in ahead.dirs.values():
+        assert not Path(d).exists(), f"{d} outlived the supervisor"
