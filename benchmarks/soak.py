@@ -11,7 +11,7 @@ tier `auto` picks. Every `--every` cycles it checks, with every run over (a pool
   supervisor's own helpers (the keeper, the zygote, the pool's ready children);
 - descriptors: this process's open fds, against the first checkpoint;
 - cgroups: directories named for this process (`tether-<pid>-...`) beyond the pool's ready
-  children's;
+  children's and the one the zygote's standby waits in;
 - memory: this process's RSS, whose growth from the first checkpoint to the last is reported.
 
 Then the mixed round: `--mixed` runs at once, a quarter each of a child that crashes
@@ -195,7 +195,9 @@ async def checkpoint(sup: Supervisor, cycles: int, started: float) -> Checkpoint
             await sup.pool.wait_ready(sup.pool.size)
     ready = len(sup.pool.ready_pids) if sup.pool is not None else 0
     expected_cgroups = ready * len(host().parents)
-    cgroups = our_cgroups()
+    # The cgroup the zygote's standby waits in lives as long as the zygote, as the standby does.
+    helpers = set(sup._zygote.standby_cgroups) if sup._zygote is not None else set()
+    cgroups = [d for d in our_cgroups() if d not in helpers]
     return Checkpoint(
         cycles=cycles,
         seconds=round(time.monotonic() - started, 3),

@@ -19,10 +19,10 @@ takes about a millisecond, every call has a deadline, and a zygote that dies ans
 (end of stream), so the call fails with that reason. After `STANDBY_AFTER` seconds without a
 request the zygote forks a standby ahead of time, and the next spawn is handed to it instead
 of forked (`forks` counts both): the fork and the pages a session writes are then paid before
-the request, and the child it becomes runs the same sequence from the request on. Its cgroup is the one step
-taken ahead (`child_cgroup`): the supervisor makes a cgroup for the standby, which joins it
-before the request (the join waits for the kernel's migration lock), and gives it, with the
-child's limits written in, to the next child; see `tether/child/zygote.py`.
+the request, and the child it becomes runs the same sequence from the request on. Its cgroup
+is the one step taken ahead (`child_cgroup`): the supervisor makes a cgroup for the standby,
+which joins it before the request (the join waits for the kernel's migration lock), and gives
+it, with the child's limits written in, to the next child; see `tether/child/zygote.py`.
 
 A zygote-forked child is not the supervisor's child, so `ZygoteProcess` differs from
 `ChildProcess` only where that matters: exit is seen through `pidfd_open(pid)` (which works for
@@ -45,6 +45,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -129,6 +130,13 @@ class Zygote:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    @property
+    def standby_cgroups(self) -> list[Path]:
+        """The directories of the cgroups made for the zygote's standbys (leak checks: they
+        live as long as the zygote, like its standby)."""
+        held = (self._standby_cgroup, self._next_cgroup)
+        return [d for h in held if h is not None for d in h[1].dirs.values()]
 
     @property
     def usable(self) -> bool:
