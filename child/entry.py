@@ -17,6 +17,7 @@ import anyio
 
 from tether.child.fdguard import WireFds
 from tether.child.server import serve
+from tether.contain.inplace import joined
 
 if TYPE_CHECKING:
     from tether.child.runs import AgentFactory
@@ -60,6 +61,9 @@ def run(wire: WireFds, argv: list[str]) -> None:
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="tether-child: %(levelname)s %(message)s"
     )
+    # A child run in place by its trampoline may still be joining its cgroups: nothing of an
+    # agent's loads, and nothing is read from the wire, before it is in them.
+    joined()
     factory = _agent_factory(argv)
     _end_startup()
     code = anyio.run(functools.partial(serve, wire, agent_factory=factory), backend="asyncio")

@@ -8,7 +8,18 @@ sandboxed child whose granted write paths hold a directory of the import path (a
 that contains the virtualenv, say) could plant a `.pth` that the next child's trampoline would
 run outside the sandbox. Such a child is exec'd, with site processed inside its sandbox.
 
-Only the standard library's `os` and `sys`: the trampoline imports this before anything else.
+An unsandboxed child run in place joins its cgroups on a thread of its own while it imports
+its runtime (`join_meanwhile`), and waits for the join before it loads an agent or reads the
+wire (`joined`, called by `tether.child.entry.run`): a join waits for the kernel's migration
+lock, on a stock host an RCU grace period (7-30 ms of a cold spawn), and what runs meanwhile
+is only tether's runtime being imported from an import path the child cannot write. What those
+imports allocate is charged to the supervisor's cgroup, as the pages a zygote's child shares
+with its zygote are; everything the child does once it serves is charged to its own. A
+sandboxed child joins before its sandbox (Landlock and seccomp are per thread, so the process
+must have one), and an exec'd one before its exec.
+
+Only the standard library's `os`, `sys` and `_thread`: the trampoline imports this before
+anything else.
 """
 
 from __future__ import annotations
@@ -21,6 +32,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
+_PENDING: list[tuple[Any, list[BaseException | None], str]] = []
+"""The join under way (`join_meanwhile`): its lock, its outcome, the command's name."""
+
 OWN_CHILD = ("-I", "-m", "tether.child")
 """After `sys.executable`: tether's own child, the command run in place."""
 
@@ -29,6 +43,49 @@ def runs_in_place(command: Sequence[str]) -> bool:
     """Whether the trampoline becomes `command` in place: tether's own child, run by this
     interpreter."""
     return list(command[:1]) == [sys.executable] and tuple(command[1:4]) == OWN_CHILD
+
+
+def join_meanwhile(procs_files: Sequence[str], name: str) -> None:
+    """Start writing this process's pid into `procs_files` on a thread of its own; `joined()`
+    waits for it. `name`: the command, for the failure line."""
+    if not procs_files:
+        return
+    import _thread
+
+    from tether.contain.sequence import join_cgroups
+
+    done = _thread.allocate_lock()
+    done.acquire()
+    outcome: list[BaseException | None] = []
+
+    def join() -> None:
+        try:
+            join_cgroups(procs_files)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            done.release()
+
+    _PENDING.append((done, outcome, name))
+    _thread.start_new_thread(join, ())
+
+
+def joined() -> None:
+    """Return once this process is in its cgroups (at once when no join is under way). A join
+    that failed ends the process as the trampoline ends one it could not contain: status 127
+    and the line the supervisor reports as the spawn's failure."""
+    if not _PENDING:
+        return
+    done, outcome, name = _PENDING.pop()
+    done.acquire()
+    failure = outcome[0] if outcome else None
+    if failure is not None:
+        from tether.contain.sequence import EXEC_FAILED
+
+        why = failure.strerror if isinstance(failure, OSError) else None
+        os.write(2, f"{EXEC_FAILED} {name}: cannot join its cgroup: {why or failure}\n".encode())
+        os._exit(127)
 
 
 def writable_by_child(plan: Mapping[str, Any] | None) -> list[str]:

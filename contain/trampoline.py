@@ -47,7 +47,7 @@ if _ROOT_ADDED:
     sys.path.insert(0, _ROOT)
 
 from tether.contain import argv as config_word  # noqa: E402
-from tether.contain.inplace import OWN_CHILD, runs_in_place  # noqa: E402
+from tether.contain.inplace import OWN_CHILD, join_meanwhile, runs_in_place  # noqa: E402
 from tether.contain.plan import Plan  # noqa: E402
 from tether.contain.sequence import EXEC_FAILED, SandboxError, contain  # noqa: E402
 
@@ -62,13 +62,19 @@ def main(argv: list[str]) -> None:
     config = config_word.decode(argv[1])
     command = argv[sep + 1 :]
     here = in_place(command)
+    plan = Plan.from_json(config.get("plan"))
+    procs = config.get("cgroup_procs", [])
+    if here and not (plan is not None and plan.sandboxed):
+        # Joined while the runtime imports, waited for before it serves (`inplace.joined`).
+        join_meanwhile(procs, command[0])
+        procs = []
     try:
         contain(
-            cgroup_procs=config.get("cgroup_procs", []),
+            cgroup_procs=procs,
             ppid=int(config["ppid"]) if config.get("pdeathsig") else None,
             rlimits=config.get("rlimits", {}),
             for_exec=not here,
-            plan=Plan.from_json(config.get("plan")),
+            plan=plan,
         )
     except SandboxError as exc:
         os.write(2, f"{EXEC_FAILED} {command[0]}: {exc}\n".encode())

@@ -24,11 +24,13 @@ from tether.contain.inplace import (
     writable_by_child,
 )
 from tether.contain.plan import Plan
+from tether.contain.sequence import EXEC_FAILED
 from tether.parent.config import DEFAULT_COMMAND
+from tether.parent.env import build_child_env
 from tether.parent.isolation import trampoline_in_place
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.process import TRAMPOLINE
+from tether.parent.process import TRAMPOLINE, ChildProcess, SpawnSpec
 from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
@@ -233,3 +235,77 @@ async def test_a_child_that_cannot_import_its_runtime_comes_back_failed_with_the
     # EMFILE, as Python or the dynamic loader words it.
     tail = result.failure.stderr_tail
     assert "Too many open files" in tail or "Error 24" in tail, result.failure
+
+
+AGENT_MARKS_ITS_LOAD = """
+import os
+
+open(os.environ["TETHER_TEST_MARK"], "w").close()
+
+
+def make(params):
+    raise NotImplementedError
+"""
+
+
+async def _spawned_in_place(tmp_path: Path, procs: str) -> tuple[ChildProcess, Path]:
+    agent = tmp_path / "marking_agent.py"
+    agent.write_text(AGENT_MARKS_ITS_LOAD)
+    mark = tmp_path / "agent-loaded"
+    env = {**build_child_env(os.environ), "TETHER_TEST_MARK": str(mark)}
+    argv = [*DEFAULT_COMMAND, "--agent", f"{agent}:make"]
+    assert trampoline_in_place(argv, None)
+    return ChildProcess.spawn(SpawnSpec(argv, env, cgroup_procs=[procs])), mark
+
+
+async def _end(proc: ChildProcess) -> None:
+    proc.stdin.close()
+    if not await proc.wait_for(DEADLINE):
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait_for(DEADLINE)
+    proc.reap()
+    proc.close_pipes()
+
+
+async def test_a_child_run_in_place_loads_no_agent_before_its_cgroup_join_is_done(
+    tmp_path: Path,
+) -> None:
+    # The join overlaps the runtime's imports; a `cgroup.procs` that is a FIFO holds it (the
+    # write waits for a reader) for as long as this test likes.
+    fifo = tmp_path / "cgroup.procs"
+    os.mkfifo(fifo)
+    proc, mark = await _spawned_in_place(tmp_path, str(fifo))
+    try:
+        await anyio.sleep(1.5)  # the runtime's imports take a tenth of that
+        assert not proc.exited()
+        assert not mark.exists(), "the agent loaded before the child was in its cgroup"
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            written = b""
+            with anyio.fail_after(DEADLINE):
+                while not written:
+                    await anyio.sleep(0.01)
+                    written = os.read(reader, 64)
+                while not mark.exists():
+                    await anyio.sleep(0.01)
+        finally:
+            os.close(reader)
+        assert written == str(proc.pid).encode(), "the join wrote the child's own pid"
+    finally:
+        await _end(proc)
+
+
+async def test_a_child_run_in_place_that_cannot_join_its_cgroup_ends_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    proc, mark = await _spawned_in_place(tmp_path, str(tmp_path / "gone" / "cgroup.procs"))
+    try:
+        assert await proc.wait_for(DEADLINE)
+        status = proc.reap()
+        assert status is not None and status.returncode == 127
+        said = os.read(proc.stderr.fd, 4096).decode()
+        assert f"{EXEC_FAILED} {sys.executable}: cannot join its cgroup:" in said, said
+        assert "No such file or directory" in said, said
+        assert not mark.exists()
+    finally:
+        await _end(proc)
