@@ -5,7 +5,10 @@ fork path (`tether.child.zygote`, which then runs the child runtime). Both run i
 single-threaded process, in this order, and any failure ends the process before the child's
 first instruction:
 
-0. join the child's cgroups (everything from here on, descendants included, is counted);
+0. join the child's cgroups (everything from here on, descendants included, is counted); an
+   unsandboxed child that the trampoline runs in place joins on a thread while its runtime
+   imports instead, and waits for the join before it loads an agent or serves
+   (`inplace.join_meanwhile`), and a zygote's standby has joined before the request;
 1. `setsid()` where the spawner did not already (the zygote's fork);
 2. PR_SET_PDEATHSIG=SIGKILL, then check that the parent is still the one that started us:
    if it died before the death signal was armed, exit rather than run unsupervised;

@@ -27,7 +27,8 @@ parent starts a trampoline this way only when no directory of that import path l
 child may write (`tether.contain.inplace`); otherwise the child is exec'd and site runs inside
 its sandbox. `/proc/<pid>/cmdline` stays the trampoline's, CONFIG
 included: nothing secret travels there (the cgroup paths, limits and plan are the child's to
-read in /proc anyway). A trampoline started with `-S` always execs.
+read in /proc anyway). A trampoline started with `-S` always execs. An unsandboxed child run in
+place joins its cgroups while it imports its runtime (`inplace.join_meanwhile`).
 """
 
 import gc
