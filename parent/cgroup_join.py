@@ -7,6 +7,13 @@ mounted with `favordynmods` taking it for writing waits for an RCU grace period:
 busy 2-core VM, most of a zygote spawn (the fork itself is ≈ 1 ms). With `favordynmods`
 (kernel 6.0+) the same join takes ≈ 0.5 ms, at a small cost to every fork and exit on the
 host. tether does not change host mounts itself; the doctor measures the join and says how.
+
+tether keeps the wait off the usual paths: the zygote's standby joins a cgroup made for it
+ahead of the request (`Zygote.child_cgroup`), and an unsandboxed child run in place by its
+trampoline joins while its runtime imports (`tether.contain.inplace`). It stays on the path of
+a sandboxed cold spawn (the sandbox needs a single-threaded process, after the join), of a
+zygote child forked on request (spawns back to back, before a standby has parked), and of
+every `command=` child.
 """
 
 from __future__ import annotations
@@ -78,8 +85,9 @@ def advice(
             "kernels 6.0+ make it ≈ 0.5 ms with the cgroup2 mount option favordynmods"
         )
     return (
-        f"each child's cgroup join takes {join_ms:.1f} ms here (an RCU grace period, on every "
-        f"spawn); `mount -o remount,favordynmods {where}` makes it ≈ 0.5 ms, at a small cost "
+        f"each child's cgroup join takes {join_ms:.1f} ms here (an RCU grace period, on the "
+        "path of sandboxed cold spawns, back-to-back zygote spawns and command= children); "
+        f"`mount -o remount,favordynmods {where}` makes it ≈ 0.5 ms, at a small cost "
         "to every fork and exit on the host"
     )
 
