@@ -193,3 +193,32 @@ async def test_closing_the_supervisor_removes_the_standby_cgroup_with_its_standb
         pass
     for d in ahead.dirs.values():
         assert not Path(d).exists(), f"{d} outlived the supervisor"
+
+
+async def test_a_memory_limit_below_what_the_standby_holds_ends_the_run_as_oom() -> None:
+    # On cgroup v1 the kernel refuses the limit (EBUSY): the standby is let go with its cgroup
+    # and the child gets a new one; on v2 it reclaims, then kills what does not fit.
+    async with Supervisor(ZYGOTE) as sup:
+        zygote = await _first_run(sup)
+        if not sup.host.enforces("memory"):
+            pytest.skip("this host's cgroups carry no memory limit")
+        standby = await zygote.parked(within=DEADLINE)
+        assert standby is not None
+        ahead = _standby_cgroup(zygote)
+        with anyio.fail_after(DEADLINE):
+            result = await sup.run("finish", agent=ACT, workspace=HERE, limits=Limits(memory="2M"))
+        assert not result.success and result.failure is not None, result
+        assert result.failure.kind == "oom", result.failure
+        assert _gone(standby), "the standby outlived the claim of its cgroup"
+        if "memory" in ahead.dirs:  # v1: refused, so the cgroup was let go
+            assert not any(d.exists() for d in ahead.dirs.values())
+        with anyio.fail_after(DEADLINE):
+            after = await sup.run("finish", agent=ACT, workspace=HERE)
+        assert after.success, after
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
