@@ -160,6 +160,37 @@ def spawn_child(
         network=network,
         workspace_read_only=workspace_read_only,
     )
+    in_cgroup = host.tier != "process-group"
+    try:
+        marker = new_tree_marker()
+        env = merged_env(child_env(cfg), setup.setup, cfg.env)
+        env[TREE_ENV] = marker
+        argv = setup.argv
+        if launcher is not None and not isinstance(launcher, Local):
+            argv = launcher.argv(
+                LaunchContext(
+                    command=argv,
+                    env=env,
+                    explicit_env=dict(cfg.env),
+                    workspace=workspace or ".",
+                    limits=limits,
+                    read_paths=tuple(cfg.read_paths),
+                )
+            )
+        rlimits = limits.rlimits(
+            memory_in_cgroup=in_cgroup and host.enforces("memory"),
+            pids_in_cgroup=in_cgroup and host.enforces("pids"),
+        )
+        inherited = inherited_open_files()
+        if inherited is not None and "RLIMIT_NOFILE" not in rlimits:
+            # The supervisor raised its own soft limit (`raise_open_files_limit`); the child
+            # starts with the one it would have inherited.
+            rlimits["RLIMIT_NOFILE"] = (inherited, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    except BaseException:
+        if setup.setup.cleanup is not None:
+            setup.setup.cleanup()
+        raise
+    # Made last, right before the spawner runs: a zygote's standby may already be in it.
     try:
         cgroup = (
             cgroup_maker(spawner)(
@@ -175,30 +206,6 @@ def spawn_child(
         if setup.setup.cleanup is not None:
             setup.setup.cleanup()
         raise SpawnError(f"cannot create the child's cgroup: {exc.strerror or exc}") from exc
-    marker = new_tree_marker()
-    env = merged_env(child_env(cfg), setup.setup, cfg.env)
-    env[TREE_ENV] = marker
-    argv = setup.argv
-    if launcher is not None and not isinstance(launcher, Local):
-        argv = launcher.argv(
-            LaunchContext(
-                command=argv,
-                env=env,
-                explicit_env=dict(cfg.env),
-                workspace=workspace or ".",
-                limits=limits,
-                read_paths=tuple(cfg.read_paths),
-            )
-        )
-    rlimits = limits.rlimits(
-        memory_in_cgroup=cgroup is not None and host.enforces("memory"),
-        pids_in_cgroup=cgroup is not None and host.enforces("pids"),
-    )
-    inherited = inherited_open_files()
-    if inherited is not None and "RLIMIT_NOFILE" not in rlimits:
-        # The supervisor raised its own soft limit (`raise_open_files_limit`); the child
-        # starts with the one it would have inherited.
-        rlimits["RLIMIT_NOFILE"] = (inherited, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     spec = SpawnSpec(
         argv,
         env,

@@ -4,13 +4,17 @@ rung."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
+from pathlib import Path
 
 import anyio
 import pytest
 
 from tether.parent.config import ChildConfig
 from tether.parent.host import host
+from tether.parent.launchers import LaunchContext, Launcher
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.spawning import spawn_child
 from tether.parent.supervised import SupervisedChild, SupervisedProcess
@@ -74,3 +78,30 @@ async def test_a_raw_childs_output_ends_when_it_exits_though_its_child_holds_the
     assert got == b"bye\n"
     assert child.observed.exit_code == 3 and child.disposed is not None
     assert child.disposed.survivors == []
+
+
+@dataclasses.dataclass(frozen=True)
+class _BrokenLauncher(Launcher):
+    name: str = "broken"
+
+    def argv(self, ctx: LaunchContext) -> list[str]:
+        raise ValueError("this launcher cannot build a command line")
+
+
+def _our_cgroups() -> set[Path]:
+    return {
+        d
+        for parent in host().parents.values()
+        for d in parent.glob(f"tether-{os.getpid()}-*")
+        if d.is_dir()
+    }
+
+
+def test_a_launcher_that_fails_before_the_spawn_leaves_no_cgroup_behind() -> None:
+    # The child's cgroup is made right before the spawner runs, after everything that can fail
+    # without a process (a zygote's standby may already wait in it).
+    before = _our_cgroups()
+    cfg = ChildConfig(command=(sys.executable, "-I", "-c", "pass"), dispose=QUICK)
+    with pytest.raises(ValueError, match="cannot build a command line"):
+        spawn_child(cfg, Limits(), host(), "broken", launcher=_BrokenLauncher(), wire="raw")
+    assert _our_cgroups() == before
