@@ -40,11 +40,12 @@ The standby's cgroup. Joining a cgroup waits for the kernel's migration lock, an
 host its writer waits for an RCU grace period (7-30 ms), so the join is made ahead too: with
 each spawn the supervisor may name a cgroup it made for the next standby (`nextCgroup`, no
 limits yet), which that standby joins before its rehearsal. At the next spawn the supervisor
-renames that cgroup to the child's name and writes the child's limits into it before the
-request is sent, and the request `claims` it: a parked standby in it is handed the request
-and joins nothing; a standby in it that has not parked yet is taken down (the child is to
-have the cgroup to itself) and the child is forked into it. `release` takes down the standby
-of a cgroup the supervisor claimed and then did not use.
+writes the child's limits into that cgroup before the request is sent (the child's cgroup
+keeps the standby cgroup's name: cgroup v2 renames nothing), and the request `claims` it: a
+parked standby in it is handed the request and joins nothing; a standby in it that has not
+parked yet is taken down (the child is to have the cgroup to itself) and the child is forked
+into it. `release` takes down the standby of a cgroup the supervisor claimed and then did not
+use.
 
 The zygote is single-threaded and runs no event loop (a fork copies only the calling thread, so
 a lock held by another thread would stay locked in the child forever). It never reaps on its
@@ -257,7 +258,7 @@ def _stand_by(sock: socket.socket, zygote: int, cgroup: dict[str, Any] | None) -
     the request asks for. Never returns. `cgroup`: the standby cgroup the supervisor made
     (`{"id": NAME, "procs": [FILES]}`), joined here, ahead of the request: the join waits for
     the kernel's migration lock (an RCU grace period, 7-30 ms on a stock host), and the
-    supervisor makes this cgroup the child's at the request (renamed, limited)."""
+    supervisor makes this cgroup the child's at the request, its limits written in."""
     try:
         keep = sock.fileno()
         null = os.open(os.devnull, os.O_RDWR)

@@ -199,7 +199,7 @@ def spawn_child(
                 memory=limits.memory_bytes,
                 pids=limits.processes,
             )
-            if host.tier != "process-group"
+            if in_cgroup
             else None
         )
     except OSError as exc:

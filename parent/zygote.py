@@ -394,9 +394,8 @@ async def _remove_when_empty(cgroup: ChildCgroup, within: float) -> None:
     if cgroup.announces_empty:
         with anyio.move_on_after(within):
             await cgroup.wait_empty()
-        cgroup.remove(timeout=0)
-    else:
-        await anyio.to_thread.run_sync(cgroup.remove, within)  # v1: membership is polled
+    # Polls each directory until it can be removed (v1 says nothing when it empties).
+    await anyio.to_thread.run_sync(cgroup.remove, within)
 
 
 class ZygoteSpawner:
