@@ -439,8 +439,12 @@ class Supervisor:
                 await self._close_zygote(old)
             zygote = await Zygote.start(build_child_env(os.environ))
             self._zygote = zygote
-            if self._keeper is not None:
-                self._keeper.watch(zygote.pid)
+            keeper = self._keeper
+            if keeper is not None:
+                keeper.watch(zygote.pid)
+                # Each cgroup made for its standby too: if this supervisor dies, the keeper
+                # kills what is in it and removes it (the child's own is watched as the child's).
+                zygote.on_standby_cgroup = lambda procs: keeper.watch(zygote.pid, procs)
             return zygote
 
     async def _close_zygote(self, zygote: Zygote) -> None:

@@ -126,6 +126,9 @@ class Zygote:
         """A standby cgroup made, to be told to the zygote with the next spawn."""
         self._claimed: tuple[str, ChildCgroup] | None = None
         """The standby cgroup `child_cgroup` just gave the next child."""
+        self.on_standby_cgroup: Callable[[list[str]], None] | None = None
+        """Told the `cgroup.procs` files of each cgroup made for a standby (the supervisor's
+        keeper watches them, so a supervisor's death does not leave one behind)."""
 
     @property
     def pid(self) -> int:
@@ -269,6 +272,8 @@ class Zygote:
             with contextlib.suppress(OSError):  # the standby then joins at the request
                 made = ChildCgroup.create(host, ident, memory=None, pids=None)
                 self._next_cgroup = (ident, made)
+            if self._next_cgroup is not None and self.on_standby_cgroup is not None:
+                self.on_standby_cgroup(self._next_cgroup[1].procs_files)
         return cgroup
 
     def _claim(self, *, memory: int | None, pids: int | None) -> ChildCgroup | None:
