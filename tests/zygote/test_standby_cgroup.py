@@ -83,15 +83,22 @@ async def _first_run(sup: Supervisor) -> Zygote:
     return zygote
 
 
+async def _parked_in_its_cgroup(sup: Supervisor) -> tuple[Zygote, int, ChildCgroup]:
+    """After a first run: the zygote, its parked standby, and the cgroup it waits in (which
+    holds exactly the standby)."""
+    zygote = await _first_run(sup)
+    standby = await zygote.parked(within=DEADLINE)
+    assert standby is not None
+    ahead = _standby_cgroup(zygote)
+    assert await _members_become(ahead, {standby}) == {standby}
+    return zygote, standby, ahead
+
+
 async def test_a_child_handed_to_the_standby_keeps_the_cgroup_it_joined_ahead_with_its_limits() -> (
     None
 ):
     async with Supervisor(ZYGOTE) as sup:
-        zygote = await _first_run(sup)
-        standby = await zygote.parked(within=DEADLINE)
-        assert standby is not None
-        ahead = _standby_cgroup(zygote)
-        assert await _members_become(ahead, {standby}) == {standby}
+        zygote, standby, ahead = await _parked_in_its_cgroup(sup)
         assert _pids_max(ahead) in (None, "max"), "a standby cgroup has no limits of its own"
         before = dict(zygote.forks)
 
@@ -160,11 +167,7 @@ async def test_a_child_the_zygote_cannot_take_is_started_by_exec_in_the_claimed_
     big = {f"TETHER_TEST_BIG_{i}": "x" * 4000 for i in range(20)}  # more than the zygote's area
     huge = ChildConfig(dispose=FAST, env=big)  # spawner "auto": exec when the zygote cannot
     async with Supervisor(ZYGOTE) as sup:
-        zygote = await _first_run(sup)
-        standby = await zygote.parked(within=DEADLINE)
-        assert standby is not None
-        ahead = _standby_cgroup(zygote)
-        assert await _members_become(ahead, {standby}) == {standby}
+        _, standby, ahead = await _parked_in_its_cgroup(sup)
 
         handle, report = await start_and_wait_for_report(
             sup, "hold", deadline=DEADLINE, config=huge
@@ -182,11 +185,7 @@ async def test_a_child_the_zygote_cannot_take_is_started_by_exec_in_the_claimed_
 
 async def test_closing_the_supervisor_removes_the_standby_cgroup_with_its_standby() -> None:
     async with Supervisor(ZYGOTE) as sup:
-        zygote = await _first_run(sup)
-        standby = await zygote.parked(within=DEADLINE)
-        assert standby is not None
-        ahead = _standby_cgroup(zygote)
-        assert await _members_become(ahead, {standby}) == {standby}
+        _, standby, ahead = await _parked_in_its_cgroup(sup)
     try:
         assert psutil.Process(standby).status() == psutil.STATUS_ZOMBIE, "the standby lives on"
     except psutil.NoSuchProcess:
@@ -199,12 +198,9 @@ async def test_a_memory_limit_below_what_the_standby_holds_ends_the_run_as_oom()
     # On cgroup v1 the kernel refuses the limit (EBUSY): the standby is let go with its cgroup
     # and the child gets a new one; on v2 it reclaims, then kills what does not fit.
     async with Supervisor(ZYGOTE) as sup:
-        zygote = await _first_run(sup)
         if not sup.host.enforces("memory"):
             pytest.skip("this host's cgroups carry no memory limit")
-        standby = await zygote.parked(within=DEADLINE)
-        assert standby is not None
-        ahead = _standby_cgroup(zygote)
+        _, standby, ahead = await _parked_in_its_cgroup(sup)
         with anyio.fail_after(DEADLINE):
             result = await sup.run("finish", agent=ACT, workspace=HERE, limits=Limits(memory="2M"))
         assert not result.success and result.failure is not None, result
