@@ -14,6 +14,7 @@ import psutil
 import pytest
 from act_reports import ACT, HERE, start_and_wait_for_report
 
+from tether.parent import zygote as zygote_module
 from tether.parent.cgroups import ChildCgroup
 from tether.parent.host import host
 from tether.parent.limits import DisposePolicy, Limits
@@ -218,3 +219,22 @@ def _gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+async def test_a_zygote_that_forks_no_standby_gets_no_cgroup_made_for_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(zygote_module, "STANDBY_AFTER", None)
+    async with Supervisor(ZYGOTE) as sup:
+        zygote = await _first_run(sup)
+        with anyio.fail_after(DEADLINE):
+            again = await sup.run("finish", agent=ACT, workspace=HERE)
+        assert again.success, again
+        assert zygote.standby_cgroups == []
+        made = [
+            d
+            for parent in sup.host.parents.values()
+            for d in parent.glob(f"tether-{os.getpid()}-zygote-*")
+        ]
+        assert made == []
+        assert zygote.forks == {"standby": 0, "fresh": 2}
