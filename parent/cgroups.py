@@ -74,17 +74,15 @@ class ChildCgroup:
                 d.mkdir()
                 dirs[controller] = d
             cg = cls(host, dirs)
-            cg._apply(memory, pids)
+            cg.limit(memory=memory, pids=pids)
         except OSError:
             cls(host, dirs).remove()
             raise
         return cg
 
     def limit(self, *, memory: int | None, pids: int | None) -> None:
-        """Write the limits of a cgroup made without them; raises `OSError`."""
-        self._apply(memory, pids)
-
-    def _apply(self, memory: int | None, pids: int | None) -> None:
+        """Write the limits (`create` does; a standby's cgroup is made without them and gets
+        its child's later); raises `OSError`."""
         if self.host.tier == "cgroup2":
             d = self.dirs["unified"]
             if memory is not None:
