@@ -1,5 +1,6 @@
-"""Parent-side helpers for runs of `agents.py:act` (not collected: no `test_` prefix): start
-one, wait for the `report` event its prompt makes it send, read the child's /proc files."""
+"""Parent-side helpers of the zygote tests (not collected: no `test_` prefix): start a run of
+`agents.py:act` and wait for the `report` event its prompt makes it send, read a child's /proc
+files, tell whether a process is gone, find cgroups by name."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 
 from tether.parent.events import ChildEvent, Event
+from tether.parent.host import host
 from tether.parent.supervisor import RunHandle, Supervisor
 
 HERE = Path(__file__).parent
@@ -39,3 +42,23 @@ def status_field(pid: int, name: str) -> str:
         if line.startswith(f"{name}:"):
             return line.split(":", 1)[1].strip()
     raise AssertionError(f"no {name} in /proc/{pid}/status")
+
+
+def gone_or_zombie(pid: int) -> bool:
+    """Whether `pid` no longer runs (gone, or a zombie nobody has reaped yet)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def cgroups_named(prefix: str) -> list[Path]:
+    """The cgroup directories, in every hierarchy this host gives tether, whose name starts
+    with `prefix` (`tether-<supervisor pid>-...`)."""
+    return [
+        d
+        for parent in host().parents.values()
+        if parent.is_dir()
+        for d in parent.iterdir()
+        if d.name.startswith(prefix) and d.is_dir()
+    ]

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import anyio
 import pytest
+from act_reports import cgroups_named
 
 from tether.parent.events import Event, RunStarted
-from tether.parent.host import host
 from tether.parent.limits import DisposePolicy
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.supervisor import ChildConfig, Supervisor
@@ -54,21 +54,11 @@ def fds_past_1024() -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def _our_cgroups() -> list[Path]:
-    mine = f"tether-{os.getpid()}-"
-    return [
-        d
-        for parent in host().parents.values()
-        for d in parent.iterdir()
-        if d.name.startswith(mine) and d.is_dir()
-    ]
-
-
 async def test_a_supervisor_holding_over_1024_fds_runs_zygote_children(
     tmp_path: Path, fds_past_1024: None
 ) -> None:
     (tmp_path / "notes.txt").write_text("the note\n")
-    before = _our_cgroups()
+    before = cgroups_named(f"tether-{os.getpid()}-")
     pidfds: list[int] = []
     results: list[RunResult] = []
 
@@ -99,4 +89,4 @@ async def test_a_supervisor_holding_over_1024_fds_runs_zygote_children(
     assert len(results) == 6
     assert all(r.success for r in results), [r.failure for r in results]
     assert pidfds and min(pidfds) >= 1024, pidfds
-    assert _our_cgroups() == before
+    assert cgroups_named(f"tether-{os.getpid()}-") == before

@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 
 import anyio
 import psutil
 import pytest
+from act_reports import ACT, HERE, gone_or_zombie
 
 from tether.parent import zygote as zygote_module
 from tether.parent.supervisor import ChildConfig, Supervisor
@@ -22,8 +22,6 @@ from tether.parent.zygote import Zygote
 
 pytestmark = pytest.mark.anyio
 
-HERE = Path(__file__).parent
-ACT = f"{HERE / 'agents.py'}:act"
 ZYGOTE = ChildConfig(spawner="zygote")
 DEADLINE = 10.0
 
@@ -32,13 +30,6 @@ async def _parked(zygote: Zygote) -> int:
     pid = await zygote.parked(within=DEADLINE)
     assert pid is not None, "the standby never parked"
     return pid
-
-
-def _gone_or_zombie(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 async def _reaped(pid: int) -> bool:
@@ -144,7 +135,7 @@ async def test_closing_the_supervisor_takes_a_parked_standby_down_with_the_zygot
         zygote = await sup._zygote_ready()
         standby = await _parked(zygote)
     deadline = time.monotonic() + DEADLINE
-    while not _gone_or_zombie(standby):
+    while not gone_or_zombie(standby):
         assert time.monotonic() < deadline, "the standby outlived its zygote"
         await anyio.sleep(0.02)
 
@@ -161,6 +152,6 @@ async def test_a_standby_dies_with_its_zygote_when_the_zygote_is_killed_outright
             kids = psutil.Process(zygote.pid).children()
             standby = kids[0].pid if kids else None
         os.kill(zygote.pid, signal.SIGKILL)
-        while not _gone_or_zombie(standby):
+        while not gone_or_zombie(standby):
             assert time.monotonic() < deadline, "the standby outlived its zygote"
             await anyio.sleep(0.005)

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
-from act_reports import ACT, HERE, start_and_wait_for_report
+from act_reports import ACT, HERE, cgroups_named, gone_or_zombie, start_and_wait_for_report
 
 from tether.parent import zygote as zygote_module
 from tether.parent.cgroups import ChildCgroup
@@ -187,10 +187,7 @@ async def test_a_child_the_zygote_cannot_take_is_started_by_exec_in_the_claimed_
 async def test_closing_the_supervisor_removes_the_standby_cgroup_with_its_standby() -> None:
     async with Supervisor(ZYGOTE) as sup:
         _, standby, ahead = await _parked_in_its_cgroup(sup)
-    try:
-        assert psutil.Process(standby).status() == psutil.STATUS_ZOMBIE, "the standby lives on"
-    except psutil.NoSuchProcess:
-        pass
+    assert gone_or_zombie(standby), "the standby lives on"
     for d in ahead.dirs.values():
         assert not Path(d).exists(), f"{d} outlived the supervisor"
 
@@ -206,19 +203,12 @@ async def test_a_memory_limit_below_what_the_standby_holds_ends_the_run_as_oom()
             result = await sup.run("finish", agent=ACT, workspace=HERE, limits=Limits(memory="2M"))
         assert not result.success and result.failure is not None, result
         assert result.failure.kind == "oom", result.failure
-        assert _gone(standby), "the standby outlived the claim of its cgroup"
+        assert gone_or_zombie(standby), "the standby outlived the claim of its cgroup"
         if "memory" in ahead.dirs:  # v1: refused, so the cgroup was let go
             assert not any(d.exists() for d in ahead.dirs.values())
         with anyio.fail_after(DEADLINE):
             after = await sup.run("finish", agent=ACT, workspace=HERE)
         assert after.success, after
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 async def test_a_zygote_that_forks_no_standby_gets_no_cgroup_made_for_one(
@@ -231,10 +221,5 @@ async def test_a_zygote_that_forks_no_standby_gets_no_cgroup_made_for_one(
             again = await sup.run("finish", agent=ACT, workspace=HERE)
         assert again.success, again
         assert zygote.standby_cgroups == []
-        made = [
-            d
-            for parent in sup.host.parents.values()
-            for d in parent.glob(f"tether-{os.getpid()}-zygote-*")
-        ]
-        assert made == []
+        assert cgroups_named(f"tether-{os.getpid()}-zygote-") == []
         assert zygote.forks == {"standby": 0, "fresh": 2}

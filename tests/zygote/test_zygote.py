@@ -18,13 +18,12 @@ from typing import Any
 import anyio
 import psutil
 import pytest
-from act_reports import ACT, HERE, start_and_wait_for_report, status_field
+from act_reports import ACT, HERE, cgroups_named, start_and_wait_for_report, status_field
 
 from tether.parent import zygote as zygote_module
 from tether.parent.env import build_child_env
 from tether.parent.events import RunStarted
 from tether.parent.host import PREFIX
-from tether.parent.host import host as probe_cgroup_host
 from tether.parent.isolation import private_env, probe_host
 from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
@@ -308,10 +307,10 @@ def test_a_sigkilled_supervisor_takes_its_zygote_children_and_grandchildren_down
         )
         # Its cgroups too, the one made for the zygote's next standby included (the keeper's).
         named = f"{PREFIX}{parent.pid}-"
-        left_dirs = _cgroups_named(named)
+        left_dirs = cgroups_named(named)
         while left_dirs and time.monotonic() - killed_at < 2.0:
             time.sleep(0.02)
-            left_dirs = _cgroups_named(named)
+            left_dirs = cgroups_named(named)
         assert not left_dirs, left_dirs
     finally:
         if parent.poll() is None:
@@ -324,16 +323,6 @@ def test_a_sigkilled_supervisor_takes_its_zygote_children_and_grandchildren_down
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
-
-
-def _cgroups_named(prefix: str) -> list[Path]:
-    return [
-        d
-        for parent in probe_cgroup_host().parents.values()
-        if parent.is_dir()
-        for d in parent.iterdir()
-        if d.name.startswith(prefix)
-    ]
 
 
 # --- the default spawner ---------------------------------------------------------------------
