@@ -17,7 +17,8 @@ supervisor (every child's descendants inherit it) and every process in a registe
 session or process group (which also catches descendants that scrubbed their environment) or
 cgroup (which catches everything, a daemon that left the session and scrubbed its environment
 included; a v2 cgroup is killed whole through its `cgroup.kill`), and repeats the sweep until
-one finds nothing, for at most `SWEEP_SECONDS`; then it removes the emptied cgroups.
+one finds nothing, for at most `SWEEP_SECONDS`; then it removes the emptied cgroups (retrying
+those still busy for at most `REMOVE_SECONDS`).
 """
 
 import ctypes
@@ -27,6 +28,7 @@ import sys
 import time
 
 SWEEP_SECONDS = 5.0
+REMOVE_SECONDS = 2.0
 PR_SET_DUMPABLE = 4
 
 
@@ -93,14 +95,26 @@ def _cgroup_kill(procs_files: list[str]) -> None:
             continue
 
 
-def _remove_cgroups(procs_files: list[str]) -> None:
-    """Remove the emptied cgroup directories (best effort: the next supervisor to start also
-    sweeps what is left, `cgroups.sweep_stale`)."""
-    for path in procs_files:
-        try:
-            os.rmdir(os.path.dirname(path))
-        except OSError:
-            continue
+def _remove_cgroups(procs_files: list[str], seconds: float = REMOVE_SECONDS) -> None:
+    """Remove the emptied cgroup directories, retrying those the kernel still calls busy: a
+    killed process can leave its cgroup a little after it looks gone (a thread-group leader is
+    a zombie while its other threads are still exiting). Best effort within `seconds`: the next
+    supervisor to start also sweeps what is left (`cgroups.sweep_stale`)."""
+    deadline = time.monotonic() + seconds
+    left = [os.path.dirname(path) for path in procs_files]
+    while True:
+        busy = []
+        for directory in left:
+            try:
+                os.rmdir(directory)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                busy.append(directory)
+        if not busy or time.monotonic() >= deadline:
+            return
+        left = busy
+        time.sleep(0.01)
 
 
 def sweep(

@@ -110,3 +110,43 @@ def test_the_keeper_kills_a_registered_cgroups_members_that_nothing_else_links_t
             daemon.kill()
             daemon.wait()
         cgroup.remove()
+
+
+def test_the_keeper_removes_a_registered_cgroup_that_stays_busy_after_its_sweep() -> None:
+    # A killed member can keep its cgroup busy a little after it looks gone (a zombie leader
+    # whose other threads are still exiting); a sub-cgroup is the way to hold it busy on demand.
+    import os
+    import subprocess
+    import time
+
+    from tether.parent.cgroups import ChildCgroup
+    from tether.parent.host import host
+    from tether.parent.keeper import KEEPER
+
+    tier = host()
+    if tier.tier == "process-group":
+        pytest.skip(f"no cgroup tier on this host: {tier.why}")
+    cgroup = ChildCgroup.create(tier, f"{os.getpid()}-keeper-busy", memory=None, pids=None)
+    holds = [d / "hold" for d in cgroup.dirs.values()]
+    try:
+        for d in holds:
+            d.mkdir()
+        keeper = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(KEEPER), "TETHER_TREE=no-such-marker-"],
+            stdin=subprocess.PIPE,
+        )
+        assert keeper.stdin is not None
+        keeper.stdin.write(f"+999999 {' '.join(cgroup.procs_files)}\n".encode())
+        keeper.stdin.close()  # the supervisor died: sweep (nothing to kill), then remove
+        time.sleep(0.3)
+        assert all(d.exists() for d in cgroup.dirs.values())
+        for d in holds:
+            d.rmdir()
+        keeper.wait(timeout=10)
+        left = [d for d in cgroup.dirs.values() if d.exists()]
+        assert not left, f"the keeper gave up on a cgroup that emptied: {left}"
+    finally:
+        for d in holds:
+            if d.exists():
+                d.rmdir()
+        cgroup.remove()
