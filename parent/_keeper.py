@@ -70,7 +70,10 @@ def _targets(needle: bytes, leaders: set[int], cgroups: list[str]) -> list[int]:
         if pid == me or pid in members:
             continue
         try:
-            ours = bool(leaders) and (os.getsid(pid) in leaders or os.getpgid(pid) in leaders)
+            sid = os.getsid(pid)
+            if sid == 0:
+                continue  # a kernel thread or a session not ours (see tree.outside_every_session)
+            ours = sid in leaders or os.getpgid(pid) in leaders
         except OSError:
             continue
         if not ours:

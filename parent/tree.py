@@ -64,6 +64,14 @@ class ProcSnapshot:
 
 _NEEDLE = f"{TREE_ENV}=".encode()
 
+outside_every_session = 0
+"""The session id a process has here when it leads no session we can see: a kernel thread (most
+of /proc on a small host), init, or a process whose session began outside this pid namespace.
+No process of a tree we started can have it: every child leads a session of its own, and a
+process can only keep its session or begin one (led by itself, so visible to us). So the marker
+scan does not read those processes' environments (each read costs an open of /proc and a check
+of the reader's right to it: on a host of 70 processes, two thirds of a snapshot)."""
+
 
 def snapshot() -> ProcSnapshot:
     """Read every process's session, group and markers now (this process's own excepted)."""
@@ -76,9 +84,13 @@ def snapshot() -> ProcSnapshot:
         if pid == me:
             continue
         try:
-            snap.groups[pid] = (os.getsid(pid), os.getpgid(pid))
+            sid = os.getsid(pid)
+            snap.groups[pid] = (sid, os.getpgid(pid))
         except OSError:
             pass
+        else:
+            if sid == outside_every_session:
+                continue  # a kernel thread or a session not ours: no tree of ours is there
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = f.read()

@@ -8,14 +8,24 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
+import psutil
 import pytest
 
 from tether.parent import tree
 from tether.parent.tree import TREE_ENV, fresh_snapshot, snapshot, tree_procs
 
 pytestmark = pytest.mark.anyio
+
+
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
 
 SLEEPER = [sys.executable, "-I", "-c", "import time; time.sleep(60)"]
 
@@ -41,6 +51,31 @@ def test_one_pass_finds_a_process_by_its_session_group_and_marker(
     assert proc.pid in snap.in_session_or_group(proc.pid)
     assert snap.marked[marker] == {proc.pid}
     assert os.getpid() not in snap.groups  # never the supervisor itself
+
+
+def test_a_snapshot_reads_no_environment_outside_every_session(
+    marked: tuple[subprocess.Popen[bytes], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Kernel threads (and sessions led outside this pid namespace) have session id 0; no tree
+    # of ours can be there, so their environments are not read.
+    outside = {pid for pid in psutil.pids() if _sid(pid) == tree.outside_every_session}
+    if not outside:
+        pytest.skip("no process outside every session is visible here (no kernel threads)")
+    read: list[int] = []
+    real_open = open
+
+    def spy(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(path).endswith("/environ"):
+            read.append(int(str(path).split("/")[2]))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(tree, "open", spy, raising=False)
+    proc, marker = marked
+    snap = snapshot()
+    assert snap.marked[marker] == {proc.pid}  # the marker scan still finds ours
+    assert proc.pid in read
+    assert not outside & set(read), "read the environment of a process outside every session"
+    assert outside & set(snap.groups)  # still seen, for the session and group scan
 
 
 def test_a_marker_matches_whole_never_as_the_prefix_of_another(
