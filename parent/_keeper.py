@@ -22,6 +22,7 @@ those still busy for at most `REMOVE_SECONDS`).
 """
 
 import ctypes
+import errno
 import os
 import signal
 import sys
@@ -110,10 +111,9 @@ def _remove_cgroups(procs_files: list[str], seconds: float = REMOVE_SECONDS) -> 
         for directory in left:
             try:
                 os.rmdir(directory)
-            except FileNotFoundError:
-                continue
-            except OSError:
-                busy.append(directory)
+            except OSError as exc:
+                if exc.errno == errno.EBUSY:
+                    busy.append(directory)  # anything else will not change by waiting
         if not busy or time.monotonic() >= deadline:
             return
         left = busy
