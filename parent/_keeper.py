@@ -73,7 +73,7 @@ def _targets(needle: bytes, leaders: set[int], cgroups: list[str]) -> list[int]:
         try:
             sid = os.getsid(pid)
             if sid == 0:
-                continue  # a kernel thread or a session not ours (see tree.outside_every_session)
+                continue  # a kernel thread or a session not ours (see tree.OUTSIDE_EVERY_SESSION)
             ours = sid in leaders or os.getpgid(pid) in leaders
         except OSError:
             continue

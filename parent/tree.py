@@ -64,7 +64,7 @@ class ProcSnapshot:
 
 _NEEDLE = f"{TREE_ENV}=".encode()
 
-outside_every_session = 0
+OUTSIDE_EVERY_SESSION = 0
 """The session id a process has here when it leads no session we can see: a kernel thread (most
 of /proc on a small host), init, or a process whose session began outside this pid namespace.
 No process of a tree we started can have it: every child leads a session of its own, and a
@@ -89,7 +89,7 @@ def snapshot() -> ProcSnapshot:
         except OSError:
             pass
         else:
-            if sid == outside_every_session:
+            if sid == OUTSIDE_EVERY_SESSION:
                 continue  # a kernel thread or a session not ours: no tree of ours is there
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:

@@ -58,7 +58,7 @@ def test_a_snapshot_reads_no_environment_outside_every_session(
 ) -> None:
     # Kernel threads (and sessions led outside this pid namespace) have session id 0; no tree
     # of ours can be there, so their environments are not read.
-    outside = {pid for pid in psutil.pids() if _sid(pid) == tree.outside_every_session}
+    outside = {pid for pid in psutil.pids() if _sid(pid) == tree.OUTSIDE_EVERY_SESSION}
     if not outside:
         pytest.skip("no process outside every session is visible here (no kernel threads)")
     read: list[int] = []
