@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import psutil
@@ -182,6 +184,51 @@ async def test_a_child_the_zygote_cannot_take_is_started_by_exec_in_the_claimed_
         assert child.cgroup.dirs == ahead.dirs
         assert child.cgroup.members() == {pid}
         await handle.cancel()
+
+
+async def test_a_zygote_that_dies_between_the_claim_and_the_request_leaves_exec_the_cgroup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The cgroup is claimed (the child's limits written into it) before the spawn request is
+    # sent; a zygote that dies in between takes its standby along (its death signal), and the
+    # child is started by exec in that cgroup, alone, with its limits.
+    auto = ChildConfig(dispose=FAST)  # spawner "auto": exec when the zygote cannot
+    spawn = Zygote.spawn
+
+    def die_first(self: Zygote, spec: Any) -> Any:
+        os.kill(self.pid, signal.SIGKILL)
+        deadline = time.monotonic() + DEADLINE
+        while not self.proc.exited():
+            assert time.monotonic() < deadline, "the SIGKILLed zygote did not exit"
+            time.sleep(0.005)
+        return spawn(self, spec)
+
+    async with Supervisor(ZYGOTE) as sup:
+        zygote, standby, ahead = await _parked_in_its_cgroup(sup)
+        monkeypatch.setattr(Zygote, "spawn", die_first)
+
+        handle, report = await start_and_wait_for_report(
+            sup, "hold", deadline=DEADLINE, config=auto, limits=LIMITS
+        )
+        assert handle.spawner == "exec" and handle.spawner_fallback is not None
+        assert "zygote" in handle.spawner_fallback
+        assert gone_or_zombie(standby), "the standby outlived its zygote"
+        pid = report["pid"]
+        child = handle._child
+        assert child is not None and child.cgroup is not None
+        assert child.cgroup.dirs == ahead.dirs, "the claimed cgroup is the child's"
+        assert await _members_become(child.cgroup, {pid}) == {pid}
+        if handle.host.enforces("pids"):
+            assert _pids_max(child.cgroup) == "77"
+        result = await handle.cancel()
+        assert result.status == "aborted"
+
+        monkeypatch.setattr(Zygote, "spawn", spawn)
+        with anyio.fail_after(DEADLINE):
+            after = await sup.run("finish", agent=ACT, workspace=HERE, config=auto)
+        assert after.success, after  # the runs after it start as usual
+    assert gone_or_zombie(zygote.pid)
+    assert cgroups_named(f"tether-{os.getpid()}-") == [], "a cgroup outlived the supervisor"
 
 
 async def test_closing_the_supervisor_removes_the_standby_cgroup_with_its_standby() -> None:
