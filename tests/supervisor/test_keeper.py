@@ -128,6 +128,7 @@ def test_the_keeper_removes_a_registered_cgroup_that_stays_busy_after_its_sweep(
         pytest.skip(f"no cgroup tier on this host: {tier.why}")
     cgroup = ChildCgroup.create(tier, f"{os.getpid()}-keeper-busy", memory=None, pids=None)
     holds = [d / "hold" for d in cgroup.dirs.values()]
+    keeper: subprocess.Popen[bytes] | None = None
     try:
         for d in holds:
             d.mkdir()
@@ -146,6 +147,9 @@ def test_the_keeper_removes_a_registered_cgroup_that_stays_busy_after_its_sweep(
         left = [d for d in cgroup.dirs.values() if d.exists()]
         assert not left, f"the keeper gave up on a cgroup that emptied: {left}"
     finally:
+        if keeper is not None and keeper.poll() is None:
+            keeper.kill()
+            keeper.wait()
         for d in holds:
             if d.exists():
                 d.rmdir()
