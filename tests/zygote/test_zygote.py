@@ -80,7 +80,15 @@ def _alive(pid: int) -> bool:
 
 
 def _environ(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    """What /proc/PID/environ shows. A process that has just exec'd can show an empty block for
+    a moment: `Popen` returns once the exec is past its point of no return (the close-on-exec
+    pipe closes), while the kernel has yet to lay out the new stack the block lives in. So an
+    empty block is read again until one is there."""
+    deadline = time.monotonic() + DEADLINE
+    while not (raw := Path(f"/proc/{pid}/environ").read_bytes()):
+        assert _alive(pid), f"{pid} exited before its environment could be read"
+        assert time.monotonic() < deadline, f"{pid} shows no environment"
+        time.sleep(0.001)
     return dict(
         os.fsdecode(item).split("=", 1) for item in raw.split(b"\0") if item and b"=" in item
     )
