@@ -278,7 +278,7 @@ async def tethered(
     workspace, and the child gets the sandbox plan for it (computed inside the measured time,
     as `Supervisor` does)."""
     cfg = ChildConfig(command=tuple(argv), dispose=policy or DisposePolicy())
-    child = spawn_child(
+    child = await spawn_child(
         cfg,
         Limits(),
         host(),

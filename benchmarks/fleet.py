@@ -71,7 +71,7 @@ async def fleet(n: int, rounds: int, reserve_mib: int, spawn_seconds: float) -> 
     try:
         # The same pings to one live child alone, first: the figure to read the fleet's
         # against (a loaded machine slows both alike).
-        async with spawn_child(cfg, Limits(), tier, "fleet", spawner=spawner) as alone:
+        async with await spawn_child(cfg, Limits(), tier, "fleet", spawner=spawner) as alone:
             await handshake(alone)
             ready.clear()
             one: list[float] = []
@@ -91,7 +91,7 @@ async def fleet(n: int, rounds: int, reserve_mib: int, spawn_seconds: float) -> 
                     out["stopped"] = f"spawning stopped: under {reserve_mib} MiB free"
                     break
                 try:
-                    child = spawn_child(cfg, Limits(), tier, "fleet", spawner=spawner)
+                    child = await spawn_child(cfg, Limits(), tier, "fleet", spawner=spawner)
                 except SpawnError as exc:
                     out["stopped"] = f"spawning stopped: {exc}"
                     break

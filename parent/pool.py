@@ -37,7 +37,7 @@ from anyio.abc import TaskGroup
 from tether.parent.process import SpawnError
 from tether.parent.supervised import SupervisedChild
 
-Open = Callable[[], SupervisedChild]
+Open = Callable[[], Awaitable[SupervisedChild]]
 """Spawn one child (raises `SpawnError`)."""
 Handshake = Callable[[SupervisedChild], Awaitable[bool]]
 """Send `initialize`; whether the child is ready for a run."""
@@ -182,7 +182,7 @@ class WarmPool:
             try:
                 if self._prepare is not None:
                     await self._prepare()  # what `open` needs first (the zygote, started)
-                child = self._open()
+                child = await self._open()
             except SpawnError as exc:
                 self.last_error = str(exc)
                 return

@@ -175,6 +175,11 @@ class ChildProcess:
             self._set_status(ExitStatus(os.waitstatus_to_exitcode(wstatus), rusage))
         return self.status
 
+    async def collect(self) -> ExitStatus | None:
+        """`reap()`, for a caller that can wait: a child this process did not start itself
+        (`ZygoteProcess`) is reaped by whoever did, who has to be asked."""
+        return self.reap()
+
     def _set_status(self, status: ExitStatus) -> None:
         self.status = status
         if self._popen is not None:

@@ -478,7 +478,7 @@ class RunHandle:
                 return await self._drive_pooled(pooled)
         try:
             spawner = await self._sup.spawner(cfg)
-            child = spawn_child(
+            child = await spawn_child(
                 cfg,
                 self._limits,
                 self.host,

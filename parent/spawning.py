@@ -17,7 +17,7 @@ import logging
 import os
 import resource
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Literal, Protocol, overload
 
 import anyio
@@ -44,9 +44,14 @@ from tether.protocol.messages import (
 
 log = logging.getLogger("tether.parent")
 
-Spawner = Callable[[SpawnSpec], ChildProcess]
-"""Starts the process for a spec: `ChildProcess.spawn` (exec through the trampoline) or the
-zygote's fork."""
+Spawner = Callable[[SpawnSpec], Awaitable[ChildProcess]]
+"""Starts the process for a spec: `exec_spawn` (exec through the trampoline) or the zygote's
+fork, which is a request to the zygote, awaited."""
+
+
+async def exec_spawn(spec: SpawnSpec) -> ChildProcess:
+    """The exec spawner: `ChildProcess.spawn` (it returns once the trampoline has exec'd)."""
+    return ChildProcess.spawn(spec)
 
 
 class AutoSpawner:
@@ -59,15 +64,15 @@ class AutoSpawner:
         self.fallback = fallback
         """Why the zygote did not start the child (`None`: it did, or nothing was started)."""
 
-    def child_cgroup(
+    async def child_cgroup(
         self, host: Host, name: str, *, memory: int | None, pids: int | None
     ) -> ChildCgroup:
-        return cgroup_maker(self._fork)(host, name, memory=memory, pids=pids)
+        return await cgroup_maker(self._fork)(host, name, memory=memory, pids=pids)
 
-    def __call__(self, spec: SpawnSpec) -> ChildProcess:
+    async def __call__(self, spec: SpawnSpec) -> ChildProcess:
         if self._fork is not None:
             try:
-                return self._fork(spec)
+                return await self._fork(spec)
             except SpawnError as exc:
                 self.fallback = f"the zygote could not fork the child: {exc}"
         log.warning("starting the child by exec: %s", self.fallback)
@@ -77,14 +82,19 @@ class AutoSpawner:
 class CgroupMaker(Protocol):
     def __call__(
         self, host: Host, name: str, *, memory: int | None, pids: int | None
-    ) -> ChildCgroup: ...
+    ) -> Awaitable[ChildCgroup]: ...
+
+
+async def new_cgroup(host: Host, name: str, *, memory: int | None, pids: int | None) -> ChildCgroup:
+    """The cgroup maker of a spawner that makes none itself: a new cgroup."""
+    return ChildCgroup.create(host, name, memory=memory, pids=pids)
 
 
 def cgroup_maker(spawner: Spawner | None) -> CgroupMaker:
     """How a child's cgroup is made for `spawner`: a spawner may make it itself (a
     `child_cgroup` method: the zygote's standby waits in a cgroup made ahead), or it is new."""
     made: CgroupMaker | None = getattr(spawner, "child_cgroup", None)
-    return made if made is not None else ChildCgroup.create
+    return made if made is not None else new_cgroup
 
 
 def spawner_name(proc: ChildProcess) -> str:
@@ -98,7 +108,7 @@ def child_env(cfg: ChildConfig) -> dict[str, str]:
 
 
 @overload
-def spawn_child(
+async def spawn_child(
     cfg: ChildConfig,
     limits: Limits,
     host: Host,
@@ -115,7 +125,7 @@ def spawn_child(
 
 
 @overload
-def spawn_child(
+async def spawn_child(
     cfg: ChildConfig,
     limits: Limits,
     host: Host,
@@ -131,7 +141,7 @@ def spawn_child(
 ) -> SupervisedProcess: ...
 
 
-def spawn_child(
+async def spawn_child(
     cfg: ChildConfig,
     limits: Limits,
     host: Host,
@@ -193,7 +203,7 @@ def spawn_child(
     # Made last, right before the spawner runs: a zygote's standby may already be in it.
     try:
         cgroup = (
-            cgroup_maker(spawner)(
+            await cgroup_maker(spawner)(
                 host,
                 f"{os.getpid()}-{tag}-{os.urandom(3).hex()}",
                 memory=limits.memory_bytes,
@@ -202,10 +212,12 @@ def spawn_child(
             if in_cgroup
             else None
         )
-    except OSError as exc:
+    except BaseException as exc:
         if setup.setup.cleanup is not None:
             setup.setup.cleanup()
-        raise SpawnError(f"cannot create the child's cgroup: {exc.strerror or exc}") from exc
+        if isinstance(exc, OSError):
+            raise SpawnError(f"cannot create the child's cgroup: {exc.strerror or exc}") from exc
+        raise
     spec = SpawnSpec(
         argv,
         env,
@@ -216,7 +228,7 @@ def spawn_child(
         pass_fds=(network.channel,) if network is not None and network.channel is not None else (),
     )
     try:
-        proc = (spawner or ChildProcess.spawn)(spec)
+        proc = await (spawner or exec_spawn)(spec)
     except BaseException:
         if cgroup is not None:
             cgroup.remove()

@@ -229,7 +229,7 @@ class SupervisedProcess:
         with anyio.CancelScope(shield=True):
             rung = await self._climb(policy)
             survivors = await self._sweep(policy.kill)
-            status = self.proc.reap()
+            status = await self.proc.collect()
             await self._settle_stderr()
             self.proc.close_pipes()
             if self.cgroup is not None:

@@ -475,11 +475,11 @@ class Supervisor:
         tier = host(cfg.containment)
         spawner_box: list[Spawner | None] = [None]
 
-        def open_child() -> SupervisedChild:
+        async def open_child() -> SupervisedChild:
             missing = missing_command(cfg.command, child_env(cfg))
             if missing:
                 raise SpawnError(missing)
-            return spawn_child(
+            return await spawn_child(
                 cfg,
                 limits,
                 tier,

@@ -13,24 +13,33 @@ children never inherit it).
 `Zygote.spawn(spec)` sends the child's pipe ends (SCM_RIGHTS), environment, rlimits, cgroup
 files, working directory, isolation plan and argv extras, and gets the pid back; the forked
 child runs the trampoline's sequence (`tether.contain.sequence`) itself before any child code
-runs, sandbox included. Calls are synchronous round trips on the
-event loop's thread (like `Popen`, which also waits for its child's exec): a fork of the zygote
-takes about a millisecond, every call has a deadline, and a zygote that dies answers at once
-(end of stream), so the call fails with that reason. After `STANDBY_AFTER` seconds without a
-request the zygote forks a standby ahead of time, and the next spawn is handed to it instead
-of forked (`forks` counts both): the fork and the pages a session writes are then paid before
-the request, and the child it becomes runs the same sequence from the request on. Its cgroup
-is the one step taken ahead (`child_cgroup`): the supervisor makes a cgroup for the standby,
-which joins it before the request (the join waits for the kernel's migration lock), and gives
-it, with the child's limits written in, to the next child; see `tether/child/zygote.py`.
+runs, sandbox included.
+
+Every request (spawn, reap, release, standby) is awaited, never a blocking call on the event
+loop's thread: a zygote that stalls holds up only the callers waiting for it, not the other
+children's I/O, deadlines and ladders. The zygote answers one request at a time, in order, so
+one request is on the socket at a time (`_turn`): waiting for the turn can be cancelled (nothing
+was sent yet); once a request is sent, its exchange is shielded and bounded by
+`REPLY_SECONDS`, so no answer is ever left on the socket to be read as the next request's. A
+zygote that does not answer within that is SIGKILLed and marked broken; one that dies answers
+at once (end of stream); either way the call fails with the reason.
+
+After `STANDBY_AFTER` seconds without a request the zygote forks a standby ahead of time, and
+the next spawn is handed to it instead of forked (`forks` counts both): the fork and the pages
+a session writes are then paid before the request, and the child it becomes runs the same
+sequence from the request on. Its cgroup is the one step taken ahead (`child_cgroup`): the
+supervisor makes a cgroup for the standby, which joins it before the request (the join waits
+for the kernel's migration lock), and gives it, with the child's limits written in, to the
+child whose spawn names it (claims are matched by cgroup, so spawns may overlap); see
+`tether/child/zygote.py`.
 
 A zygote-forked child is not the supervisor's child, so `ZygoteProcess` differs from
 `ChildProcess` only where that matters: exit is seen through `pidfd_open(pid)` (which works for
-any process), and `reap()` asks the zygote to `wait4` the pid and report the status and rusage.
-The zygote never reaps on its own, so the child stays a zombie — its pid, session and group id
-held — until the supervisor has swept the tree, exactly as a cold child. Signals go through the
-pidfd. If the zygote dies, its children die of their PR_SET_PDEATHSIG; their status is lost
-and `ZygoteProcess.lost` says why, which the run's result reports.
+any process), and `collect()` asks the zygote to `wait4` the pid and report the status and
+rusage. The zygote never reaps on its own, so the child stays a zombie — its pid, session and
+group id held — until the supervisor has swept the tree, exactly as a cold child. Signals go
+through the pidfd. If the zygote dies, its children die of their PR_SET_PDEATHSIG; their
+status is lost and `ZygoteProcess.lost` says why, which the run's result reports.
 """
 
 from __future__ import annotations
@@ -124,8 +133,11 @@ class Zygote:
         """The cgroup (its name, and it) the zygote puts its standby in."""
         self._next_cgroup: tuple[str, ChildCgroup] | None = None
         """A standby cgroup made, to be told to the zygote with the next spawn."""
-        self._claimed: tuple[str, ChildCgroup] | None = None
-        """The standby cgroup `child_cgroup` just gave the next child."""
+        self._claimed: dict[tuple[str, ...], tuple[str, ChildCgroup]] = {}
+        """Standby cgroups `child_cgroup` gave to children not spawned yet, by their
+        `cgroup.procs` files (what the child's spawn spec names)."""
+        self._turn = anyio.Lock()
+        """Held from a request's send to its answer: the zygote answers in order."""
         self.on_standby_cgroup: Callable[[list[str]], None] | None = None
         """Told the `cgroup.procs` files of each cgroup made for a standby (the supervisor's
         keeper watches them, so a supervisor's death does not leave one behind)."""
@@ -176,7 +188,7 @@ class Zygote:
             raise
         finally:
             theirs.close()
-        ours.settimeout(REPLY_SECONDS)
+        ours.setblocking(False)
         zygote = cls(proc, ours)
         zygote.standby_after = after
         return zygote
@@ -201,15 +213,12 @@ class Zygote:
         return zygote
 
     def _take_ready(self) -> None:
-        self._sock.setblocking(False)
         try:
             data = self._sock.recv(MAX_MESSAGE)
         except BlockingIOError:
             data = None
         except OSError:
             data = b""
-        finally:
-            self._sock.settimeout(REPLY_SECONDS)
         if not data:
             why = "did not become ready in time" if data is None else "exited before it was ready"
             raise SpawnError(f"the zygote {why}{self._last_words()}")
@@ -224,42 +233,69 @@ class Zygote:
 
     # --- requests -----------------------------------------------------------------------------
 
-    def _ask(self, message: dict[str, Any], fds: list[int] | None = None) -> dict[str, Any]:
+    async def _ask(self, message: dict[str, Any], fds: list[int] | None = None) -> dict[str, Any]:
+        """Send one request and await its answer; raises `SpawnError` (the zygote is then
+        broken, and every later request fails at once)."""
+        async with self._turn:
+            return await self._exchange(message, fds)
+
+    async def _exchange(
+        self, message: dict[str, Any], fds: list[int] | None = None
+    ) -> dict[str, Any]:
+        """`_ask` for a caller that holds `_turn`."""
         if not self.usable:
             raise SpawnError(self.broken or "the zygote has exited")
         data = json.dumps(message).encode()
-        try:
-            if fds:
-                socket.send_fds(self._sock, [data], fds)
-            else:
-                self._sock.send(data)
-            reply = self._sock.recv(MAX_MESSAGE)
-        except TimeoutError:
+        reply: bytes | None = None
+        with anyio.CancelScope(shield=True), anyio.move_on_after(REPLY_SECONDS):
+            try:
+                await self._send(data, fds)
+                reply = await self._receive()
+            except (OSError, anyio.ClosedResourceError) as exc:
+                reply = b""
+                why = getattr(exc, "strerror", None) or str(exc) or "its socket was closed"
+                self._break(f"the zygote is gone ({why})")
+        if reply is None:
             self._break(f"the zygote did not answer within {REPLY_SECONDS:g}s")
             self.proc.send_signal(signal.SIGKILL)  # no late answer may be taken for another
-            raise SpawnError(self.broken or "") from None
-        except OSError as exc:
-            reply = b""
-            self._break(f"the zygote is gone ({exc.strerror or exc})")
+            raise SpawnError(self.broken or "")
         if not reply:
             self._break("the zygote died")
             raise SpawnError(self.broken or "")
         got: dict[str, Any] = json.loads(reply)
         return got
 
+    async def _send(self, data: bytes, fds: list[int] | None) -> None:
+        while True:
+            try:
+                if fds:
+                    socket.send_fds(self._sock, [data], fds)
+                else:
+                    self._sock.send(data)
+                return
+            except BlockingIOError:
+                await anyio.wait_writable(self._sock)
+
+    async def _receive(self) -> bytes:
+        while True:
+            await anyio.wait_readable(self._sock)
+            try:
+                return self._sock.recv(MAX_MESSAGE)
+            except BlockingIOError:
+                continue
+
     def _break(self, why: str) -> None:
         if self.broken is None:
             self.broken = why
 
-    def child_cgroup(
+    async def child_cgroup(
         self, host: Host, name: str, *, memory: int | None, pids: int | None
     ) -> ChildCgroup:
-        """The cgroup for the child the next `spawn` starts (`spawn_child` asks for it just
+        """The cgroup for a child that `spawn` starts next (`spawn_child` asks for it just
         before): the one the standby already joined, with the child's limits written into it
         (it keeps its own name: cgroup v2 renames nothing), or a new one named `name`. The
         standby cgroup for the standby after it is made here too. Raises `OSError`."""
-        self._claimed = None
-        cgroup = self._claim(memory=memory, pids=pids) or ChildCgroup.create(
+        cgroup = await self._claim(memory=memory, pids=pids) or ChildCgroup.create(
             host, name, memory=memory, pids=pids
         )
         if (
@@ -276,43 +312,58 @@ class Zygote:
                 self.on_standby_cgroup(self._next_cgroup[1].procs_files)
         return cgroup
 
-    def _claim(self, *, memory: int | None, pids: int | None) -> ChildCgroup | None:
-        """The standby cgroup, now the next child's, with its limits; `None` when there is
-        none or its limits cannot be written (it is then let go with its standby)."""
+    async def _claim(self, *, memory: int | None, pids: int | None) -> ChildCgroup | None:
+        """The standby cgroup, now a child's, with its limits; `None` when there is none or
+        its limits cannot be written (it is then let go with its standby)."""
         if self._standby_cgroup is None or not self.usable:
             return None
         ident, cgroup = self._standby_cgroup
-        self._standby_cgroup = None
+        self._standby_cgroup = None  # taken before any wait: no other child can claim it
         try:
             # On cgroup v1 a memory limit below what the standby holds is refused (EBUSY).
             cgroup.limit(memory=memory, pids=pids)
         except OSError:
-            self._release(ident)
+            with anyio.CancelScope(shield=True):  # the cgroup is ours to clean up either way
+                await self._release(ident)
             cgroup.remove()
             return None
-        self._claimed = (ident, cgroup)
+        self._claimed[tuple(cgroup.procs_files)] = (ident, cgroup)
         return cgroup
 
-    def _release(self, ident: str) -> None:
+    async def _release(self, ident: str, *, turn_held: bool = False) -> None:
         """Have the zygote take down the standby in cgroup `ident`, which is no longer the
         standbys' (it waits for the standby's end, so the cgroup is empty after)."""
+        message = {"op": "release", "claims": ident}
         with contextlib.suppress(SpawnError):
-            self._ask({"op": "release", "claims": ident})
+            if turn_held:
+                await self._exchange(message)
+            else:
+                await self._ask(message)
 
-    def spawn(self, spec: SpawnSpec) -> ZygoteProcess:
-        """Fork a child with `spec` (its argv: the extras after `python -I -m tether.child`).
-        Must run on the event loop's thread; raises `SpawnError`. When `spec` names the cgroup
-        `child_cgroup` took from the standby, the request says so: the standby, if parked, is
-        handed the request without joining anything (it is there already); if not parked yet,
-        the zygote takes it down before it forks the child into that cgroup."""
-        claimed, self._claimed = self._claimed, None
-        claims = None
-        if claimed is not None and list(spec.cgroup_procs) == claimed[1].procs_files:
-            claims = claimed[0]
+    async def spawn(self, spec: SpawnSpec) -> ZygoteProcess:
+        """Fork a child with `spec` (its argv: the extras after `python -I -m tether.child`);
+        raises `SpawnError`. When `spec` names a cgroup `child_cgroup` took from the standby,
+        the request says so: the standby, if parked, is handed the request without joining
+        anything (it is there already); if not parked yet, the zygote takes it down before it
+        forks the child into that cgroup."""
+        claimed = self._claimed.pop(tuple(spec.cgroup_procs), None)
+        claims = claimed[0] if claimed is not None else None
+        with stdio_pipes() as pipes:
+            # A spawn that claimed the standby's cgroup cannot be cancelled while it waits for
+            # its turn: the zygote must hear of the claim (the standby is in that cgroup).
+            with anyio.CancelScope(shield=claims is not None):
+                async with self._turn:
+                    reply = await self._fork(spec, claims, list(pipes.child))
+        self.forks["standby" if reply.get("standby") else "fresh"] += 1
+        return ZygoteProcess(self, int(reply["pid"]), *pipes.ours)
+
+    async def _fork(self, spec: SpawnSpec, claims: str | None, fds: list[int]) -> dict[str, Any]:
+        """The spawn request, `_turn` held; its answer, which has the child's pid."""
         needed = _block_bytes(spec.env) + 1
         if needed > self.env_bytes:
             if claims is not None:
-                self._release(claims)  # the caller may start the child by exec in that cgroup
+                # The caller may start the child by exec in that cgroup.
+                await self._release(claims, turn_held=True)
             raise SpawnError(
                 f"the child's environment ({needed} bytes) does not fit the zygote's "
                 f"({self.env_bytes} bytes); use spawner='exec' for this run"
@@ -331,21 +382,19 @@ class Zygote:
         told = self._next_cgroup
         if told is not None:
             request["nextCgroup"] = {"id": told[0], "procs": told[1].procs_files}
-        with stdio_pipes() as pipes:
-            try:
-                reply = self._ask(request, list(pipes.child))
-            finally:
-                if told is not None:
-                    self._standby_cgroup, self._next_cgroup = told, None
-            if "pid" not in reply:
-                raise SpawnError(f"the zygote could not fork: {reply.get('error', reply)}")
-        self.forks["standby" if reply.get("standby") else "fresh"] += 1
-        return ZygoteProcess(self, int(reply["pid"]), *pipes.ours)
+        try:
+            reply = await self._exchange(request, fds)
+        finally:
+            if told is not None:
+                self._standby_cgroup, self._next_cgroup = told, None
+        if "pid" not in reply:
+            raise SpawnError(f"the zygote could not fork: {reply.get('error', reply)}")
+        return reply
 
-    def standby(self) -> dict[str, Any]:
+    async def standby(self) -> dict[str, Any]:
         """The zygote's standby: `{"pid": PID or None, "parked": bool, "lost": N}`. Each ask is
         a request, and a request puts off the standby's fork by `standby_after`."""
-        return self._ask({"op": "standby"})
+        return await self._ask({"op": "standby"})
 
     async def parked(self, within: float = 10.0) -> int | None:
         """Wait until the zygote's standby is parked and return its pid; `None` if the zygote
@@ -356,15 +405,15 @@ class Zygote:
         with anyio.move_on_after(within):
             while True:
                 await anyio.sleep(every)
-                got = self.standby()
+                got = await self.standby()
                 if got["parked"]:
                     return int(got["pid"])
         return None
 
-    def reap(self, pid: int) -> ExitStatus | None:
+    async def reap(self, pid: int) -> ExitStatus | None:
         """Have the zygote reap its exited child `pid`; `None` if the status is lost."""
         try:
-            reply = self._ask({"op": "reap", "pid": pid})
+            reply = await self._ask({"op": "reap", "pid": pid})
         except SpawnError:
             return None
         if "returncode" not in reply:
@@ -380,6 +429,7 @@ class Zygote:
         """End the zygote: end of input, then SIGKILL if it does not exit within `grace`."""
         with anyio.CancelScope(shield=True):
             self._break("the zygote was closed")
+            anyio.notify_closing(self._sock)  # a request waiting for an answer ends now
             self._sock.close()
             self.proc.stdin.close()
             if not await self.proc.wait_for(grace):
@@ -413,19 +463,19 @@ class ZygoteSpawner:
         self._zygote = zygote
         self._skip = skip
 
-    def __call__(self, spec: SpawnSpec) -> ChildProcess:
+    async def __call__(self, spec: SpawnSpec) -> ChildProcess:
         zygote = self._zygote()
         if zygote is None:
             raise SpawnError("the zygote is not running")
-        return zygote.spawn(dataclasses.replace(spec, argv=list(spec.argv[self._skip :])))
+        return await zygote.spawn(dataclasses.replace(spec, argv=list(spec.argv[self._skip :])))
 
-    def child_cgroup(
+    async def child_cgroup(
         self, host: Host, name: str, *, memory: int | None, pids: int | None
     ) -> ChildCgroup:
         zygote = self._zygote()
         if zygote is None:
             return ChildCgroup.create(host, name, memory=memory, pids=pids)
-        return zygote.child_cgroup(host, name, memory=memory, pids=pids)
+        return await zygote.child_cgroup(host, name, memory=memory, pids=pids)
 
 
 class ZygoteProcess(ChildProcess):
@@ -447,11 +497,16 @@ class ZygoteProcess(ChildProcess):
         return bool(poller.poll(0))
 
     def reap(self) -> ExitStatus | None:
-        if self.status is not None:
+        """The exit status once `collect()` has it: only the zygote can reap this child, and
+        it must be asked (awaited)."""
+        return self.status
+
+    async def collect(self) -> ExitStatus | None:
+        if self.status is not None or not self.exited():
             return self.status
-        if not self.exited():
-            return None
-        status = self.zygote.reap(self.pid)
+        status = await self.zygote.reap(self.pid)
+        if self.status is not None:
+            return self.status  # another caller collected it meanwhile
         if status is None:
             self.lost = ZYGOTE_LOST
             status = ExitStatus(returncode=-int(signal.SIGKILL), rusage=None)

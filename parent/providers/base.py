@@ -370,7 +370,7 @@ class SubagentRun:
             raise SpawnError(missing)
         handle = self._handle
         try:
-            child = spawn_child(
+            child = await spawn_child(
                 cfg,
                 handle.limits,
                 handle.host,

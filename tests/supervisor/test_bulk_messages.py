@@ -26,8 +26,8 @@ MIB = 1 << 20
 QUICK = DisposePolicy(shutdown=5.0, eof=1.0, term=1.0, kill=2.0)
 
 
-def _spawn(argv: tuple[str, ...]) -> SupervisedChild:
-    child = spawn_child(ChildConfig(command=argv, dispose=QUICK), Limits(), host(), "bulk")
+async def _spawn(argv: tuple[str, ...]) -> SupervisedChild:
+    child = await spawn_child(ChildConfig(command=argv, dispose=QUICK), Limits(), host(), "bulk")
     assert isinstance(child, SupervisedChild)
     return child
 
@@ -47,7 +47,7 @@ def _pattern(tag: str, n: int) -> str:
 async def test_large_messages_each_way_arrive_intact_and_in_order_with_small_ones_between() -> None:
     sizes = [MIB, 3 * MIB, 8 * MIB, 2 * MIB]
     done: list[str] = []
-    async with _spawn((sys.executable, "-I", str(CHILDREN / "bulk_echo.py"))) as child:
+    async with await _spawn((sys.executable, "-I", str(CHILDREN / "bulk_echo.py"))) as child:
         with anyio.fail_after(60):
             await _initialize(child)
 
@@ -85,7 +85,7 @@ async def test_large_messages_each_way_arrive_intact_and_in_order_with_small_one
 
 async def test_large_requests_to_the_tether_child_are_read_and_answered_in_order() -> None:
     order: list[int] = []
-    async with _spawn(tuple(DEFAULT_COMMAND)) as child:
+    async with await _spawn(tuple(DEFAULT_COMMAND)) as child:
         with anyio.fail_after(60):
             await _initialize(child)
             for i, n in enumerate([MIB, 8 * MIB, 16, 4 * MIB, 16, 16]):

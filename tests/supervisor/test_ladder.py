@@ -24,9 +24,9 @@ SLACK = 0.9
 figure is measured in the bench (`tether.dispose_stubborn_default`)."""
 
 
-def deaf(policy: DisposePolicy, *args: str) -> tuple[SupervisedChild, ChildConfig]:
+async def deaf(policy: DisposePolicy, *args: str) -> tuple[SupervisedChild, ChildConfig]:
     cfg = ChildConfig(command=(sys.executable, "-I", str(DEAF), *args), dispose=policy)
-    return spawn_child(cfg, Limits(), host(), "ladder"), cfg
+    return await spawn_child(cfg, Limits(), host(), "ladder"), cfg
 
 
 def test_the_default_graces_give_up_on_a_stubborn_child_sooner_than_four_seconds() -> None:
@@ -36,7 +36,7 @@ def test_the_default_graces_give_up_on_a_stubborn_child_sooner_than_four_seconds
 
 
 async def test_a_ready_child_that_ignores_every_rung_is_gone_in_under_four_seconds() -> None:
-    child, cfg = deaf(DisposePolicy())
+    child, cfg = await deaf(DisposePolicy())
     async with child:
         with anyio.fail_after(10):
             assert await handshake(child, cfg)
@@ -52,7 +52,7 @@ async def test_after_an_unanswered_shutdown_sigterm_follows_without_another_eof_
     # A long EOF grace that the ladder must not spend: the child read `shutdown`, `exit` and
     # EOF and ignored them all, so only SIGTERM (which it obeys) ends it.
     policy = DisposePolicy(shutdown=0.3, eof=20.0, term=20.0, kill=2.0)
-    child, cfg = deaf(policy, "term")
+    child, cfg = await deaf(policy, "term")
     async with child:
         with anyio.fail_after(10):
             assert await handshake(child, cfg)
@@ -66,7 +66,7 @@ async def test_a_child_never_asked_shutdown_still_gets_the_whole_eof_grace() -> 
     # Not ready (it never reads its stdin): no shutdown rung, so the EOF lifeline is waited
     # in full before SIGTERM.
     policy = DisposePolicy(shutdown=20.0, eof=0.5, term=20.0, kill=2.0)
-    child, _ = deaf(policy, "term", "mute")
+    child, _ = await deaf(policy, "term", "mute")
     async with child:
         pass
     report = child.disposed

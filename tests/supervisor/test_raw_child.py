@@ -24,13 +24,13 @@ pytestmark = pytest.mark.anyio
 QUICK = DisposePolicy(shutdown=5.0, eof=0.5, term=0.5, kill=2.0)
 
 
-def raw(code: str) -> SupervisedProcess:
+async def raw(code: str) -> SupervisedProcess:
     cfg = ChildConfig(command=(sys.executable, "-I", "-c", code), dispose=QUICK)
-    return spawn_child(cfg, Limits(), host(), "raw", wire="raw")
+    return await spawn_child(cfg, Limits(), host(), "raw", wire="raw")
 
 
 async def test_the_caller_owns_the_pipes_and_the_ladder_starts_at_closing_stdin() -> None:
-    child = raw("import sys\nfor line in sys.stdin: print(line.strip().upper(), flush=True)")
+    child = await raw("import sys\nfor line in sys.stdin: print(line.strip().upper(), flush=True)")
     assert not isinstance(child, SupervisedChild)
     async with child:
         await child.proc.stdin.send(b"hello\n")
@@ -51,7 +51,7 @@ async def test_a_raw_child_that_ignores_eof_and_sigterm_is_killed() -> None:
         "sys.stdin.read()\n"
         "time.sleep(60)\n"
     )
-    child = raw(code)
+    child = await raw(code)
     async with child:
         with anyio.fail_after(10):
             await child.proc.stdout.receive()
@@ -66,7 +66,7 @@ async def test_a_raw_childs_output_ends_when_it_exits_though_its_child_holds_the
         "print('bye', flush=True)\n"
         "sys.exit(3)\n"
     )
-    child = raw(code)
+    child = await raw(code)
     async with child:
         got = b""
         with anyio.fail_after(10):
@@ -97,11 +97,11 @@ def _our_cgroups() -> set[Path]:
     }
 
 
-def test_a_launcher_that_fails_before_the_spawn_leaves_no_cgroup_behind() -> None:
+async def test_a_launcher_that_fails_before_the_spawn_leaves_no_cgroup_behind() -> None:
     # The child's cgroup is made right before the spawner runs, after everything that can fail
     # without a process (a zygote's standby may already wait in it).
     before = _our_cgroups()
     cfg = ChildConfig(command=(sys.executable, "-I", "-c", "pass"), dispose=QUICK)
     with pytest.raises(ValueError, match="cannot build a command line"):
-        spawn_child(cfg, Limits(), host(), "broken", launcher=_BrokenLauncher(), wire="raw")
+        await spawn_child(cfg, Limits(), host(), "broken", launcher=_BrokenLauncher(), wire="raw")
     assert _our_cgroups() == before

@@ -102,7 +102,7 @@ async def test_a_standby_killed_while_parked_is_reaped_and_the_next_spawn_is_for
         standby = await _parked(zygote)
         os.kill(standby, signal.SIGKILL)
         assert await _reaped(standby), "the zygote reaps a standby that died while parked"
-        assert zygote.standby()["lost"] == 1
+        assert (await zygote.standby())["lost"] == 1
         with anyio.fail_after(DEADLINE):
             result = await sup.run("finish", agent=ACT, workspace=HERE)
         assert result.success, result
@@ -122,7 +122,7 @@ async def test_after_three_standbys_died_the_zygote_forks_no_more_and_still_fork
             assert await _reaped(pid)
             lost.append(pid)
         await anyio.sleep(10 * (zygote.standby_after or 0.0) + 0.2)
-        got = zygote.standby()
+        got = await zygote.standby()
         assert got == {"pid": None, "parked": False, "lost": 3}, got
         with anyio.fail_after(DEADLINE):
             result = await sup.run("finish", agent=ACT, workspace=HERE)

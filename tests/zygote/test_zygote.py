@@ -46,16 +46,14 @@ def how_children_start(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
         return str(request.param)
     spawn = Zygote.spawn
 
-    def spawn_by_standby(self: Zygote, spec: Any) -> ZygoteProcess:
-        deadline = time.monotonic() + DEADLINE
-        # Blocking, on the event loop's thread: spawns are synchronous calls anyway. Asked no
-        # faster than the delay each ask puts off the standby's fork by.
+    async def spawn_by_standby(self: Zygote, spec: Any) -> ZygoteProcess:
+        # Asked no faster than the delay each ask puts off the standby's fork by.
         assert self.standby_after is not None
-        while not self.standby()["parked"]:
-            assert time.monotonic() < deadline, "the zygote's standby never parked"
-            time.sleep(3 * self.standby_after)
+        with anyio.fail_after(DEADLINE):
+            while not (await self.standby())["parked"]:
+                await anyio.sleep(3 * self.standby_after)
         before = self.forks["standby"]
-        proc = spawn(self, spec)
+        proc = await spawn(self, spec)
         assert self.forks["standby"] == before + 1, "the child was not handed to the standby"
         return proc
 
