@@ -1,0 +1,215 @@
+"""Requests to the zygote are awaited, one on its socket at a time: a zygote that stalls holds up
+only the spawns and reaps waiting for it, never the supervisor's other children; a stall that
+ends in time costs nothing; one that does not is given up with its reason; spawns that overlap
+each get a child of their own, in a cgroup of their own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import anyio
+import psutil
+import pytest
+from act_reports import ACT, HERE, start_and_wait_for_report
+
+from tether.parent import zygote as zygote_module
+from tether.parent.host import host
+from tether.parent.limits import DisposePolicy
+from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
+
+pytestmark = pytest.mark.anyio
+
+FAST = DisposePolicy(shutdown=0.3, eof=0.3, term=0.3, kill=1.0)
+ZYGOTE = ChildConfig(spawner="zygote", dispose=FAST)
+COLD = ChildConfig(spawner="exec", dispose=FAST)
+DEADLINE = 15.0
+REPLY = 2.0
+"""The zygote's reply timeout in these tests (`REPLY_SECONDS`, 5 s by default)."""
+
+
+@pytest.fixture(autouse=True)
+def quick_reply_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(zygote_module, "REPLY_SECONDS", REPLY)
+
+
+class Ticker:
+    """Counts the event loop's turns through a 10 ms sleep, and the longest gap between two:
+    what a blocking call on the loop's thread would stretch."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+
+    async def run(self) -> None:
+        last = time.monotonic()
+        while True:
+            await anyio.sleep(0.01)
+            now = time.monotonic()
+            self.longest = max(self.longest, now - last)
+            last = now
+
+
+@pytest.fixture
+def stopped() -> Iterator[list[int]]:
+    """Pids a test SIGSTOPs: each is sent SIGCONT on the way out, whatever happened."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+async def test_a_stalled_zygote_holds_up_only_its_spawn_and_is_given_up_with_the_reason(
+    stopped: list[int],
+) -> None:
+    async with Supervisor(ZYGOTE) as sup, anyio.create_task_group() as tg:
+        first = await sup.run("finish", agent=ACT, workspace=HERE)
+        assert first.success, first
+        zygote = sup.zygote_pid
+        assert zygote is not None
+        ticker = Ticker()
+        tg.start_soon(ticker.run)
+
+        os.kill(zygote, signal.SIGSTOP)
+        stopped.append(zygote)
+        waiting = await sup.start("finish", agent=ACT, workspace=HERE)
+        # While that spawn waits for the stopped zygote, a child started by exec runs from
+        # spawn to result on the same event loop.
+        with anyio.fail_after(REPLY - 0.2):
+            cold = await sup.run("finish", agent=ACT, workspace=HERE, config=COLD)
+        assert cold.success, cold
+        assert not waiting.done, "the stalled spawn ended before its reply timeout"
+
+        with anyio.fail_after(DEADLINE):
+            result = await waiting.result()
+        tg.cancel_scope.cancel()
+    assert result.failure is not None, result
+    assert f"the zygote did not answer within {REPLY:g}s" in result.message, result
+    assert ticker.longest < REPLY / 2, f"the event loop stalled for {ticker.longest:.2f}s"
+    assert not _alive(zygote), "the zygote that did not answer outlived the supervisor"
+
+
+async def test_the_next_run_after_a_zygote_was_given_up_gets_a_new_zygote(
+    stopped: list[int],
+) -> None:
+    async with Supervisor(ZYGOTE) as sup:
+        assert (await sup.run("finish", agent=ACT, workspace=HERE)).success
+        zygote = sup.zygote_pid
+        assert zygote is not None
+        os.kill(zygote, signal.SIGSTOP)
+        stopped.append(zygote)
+        with anyio.fail_after(DEADLINE):
+            given_up = await sup.run("finish", agent=ACT, workspace=HERE)
+        assert not given_up.success
+        with anyio.fail_after(DEADLINE):
+            again = await sup.run("finish", agent=ACT, workspace=HERE)
+        assert again.success, again
+        assert sup.zygote_pid not in (None, zygote)
+
+
+async def test_a_zygote_that_stalls_for_less_than_its_reply_timeout_costs_no_run(
+    stopped: list[int],
+) -> None:
+    async with Supervisor(ZYGOTE) as sup:
+        assert (await sup.run("finish", agent=ACT, workspace=HERE)).success
+        zygote = sup.zygote_pid
+        assert zygote is not None
+        os.kill(zygote, signal.SIGSTOP)
+        stopped.append(zygote)
+        handles = [await sup.start("finish", agent=ACT, workspace=HERE) for _ in range(3)]
+        await anyio.sleep(REPLY / 4)
+        assert not any(h.done for h in handles)
+        os.kill(zygote, signal.SIGCONT)
+        with anyio.fail_after(DEADLINE):
+            results = [await h.result() for h in handles]
+        assert all(r.success for r in results), results
+        assert sup.zygote_pid == zygote, "a zygote that answered in time was replaced"
+
+
+async def test_a_run_cancelled_while_its_spawn_waits_for_the_zygote_ends_at_once_and_leaves_nothing(
+    stopped: list[int],
+) -> None:
+    async with Supervisor(ZYGOTE) as sup:
+        assert (await sup.run("finish", agent=ACT, workspace=HERE)).success
+        zygote = sup.zygote_pid
+        assert zygote is not None
+        os.kill(zygote, signal.SIGSTOP)
+        stopped.append(zygote)
+        ahead = await sup.start("finish", agent=ACT, workspace=HERE)  # holds the socket
+        await anyio.sleep(0.1)
+        behind = await sup.start("finish", agent=ACT, workspace=HERE)  # waits for its turn
+        await anyio.sleep(0.1)
+        behind.abort()
+        with anyio.fail_after(REPLY / 2):
+            cancelled = await behind.result()
+        assert cancelled.failure is not None and cancelled.failure.kind == "cancelled"
+        assert not ahead.done, "the cancel reached the run ahead"
+        os.kill(zygote, signal.SIGCONT)
+        with anyio.fail_after(DEADLINE):
+            done = await ahead.result()
+        assert done.success, done
+        assert not _tether_cgroups_of(sup), "a cgroup outlived its run"
+        # The zygote heard only the request that was sent: it answers the next one in order.
+        with anyio.fail_after(DEADLINE):
+            after = await sup.run("finish", agent=ACT, workspace=HERE)
+        assert after.success, after
+        assert sup.zygote_pid == zygote
+
+
+async def test_spawns_that_overlap_each_get_their_own_child_alone_in_its_own_cgroup() -> None:
+    count = 8
+    async with Supervisor(ZYGOTE) as sup:
+        zygote = await sup._zygote_ready()
+        assert await zygote.parked() is not None or zygote.standby_after is None
+        handles: list[RunHandle] = []
+        reports: list[dict[str, object]] = []
+
+        async def one() -> None:
+            handle, report = await start_and_wait_for_report(sup, "hold", deadline=DEADLINE)
+            handles.append(handle)
+            reports.append(report)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(count):
+                tg.start_soon(one)
+        pids = {int(str(r["pid"])) for r in reports}
+        assert len(pids) == count and pids == {h.pid for h in handles}
+        assert zygote.forks["standby"] + zygote.forks["fresh"] == count
+        if host().tier != "process-group":
+            cgroups = []
+            for pid in pids:
+                child = sup._live[pid]
+                assert child.cgroup is not None
+                assert child.cgroup.members() == {pid}, "a child shares its cgroup"
+                cgroups.append(tuple(child.cgroup.procs_files))
+            assert len(set(cgroups)) == count
+        for handle in handles:
+            handle.abort()
+        with anyio.fail_after(DEADLINE):
+            for handle in handles:
+                result = await handle.result()
+                assert result.failure is not None and result.failure.kind == "cancelled"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _tether_cgroups_of(sup: Supervisor) -> list[str]:
+    """The cgroups of this supervisor's runs that still exist (its zygote's standbys' aside)."""
+    standbys = {str(d) for d in (sup._zygote.standby_cgroups if sup._zygote else [])}
+    prefix = f"tether-{os.getpid()}-"
+    return [
+        str(d)
+        for parent in host().parents.values()
+        if parent.is_dir()
+        for d in parent.iterdir()
+        if d.name.startswith(prefix) and "zygote" not in d.name and str(d) not in standbys
+    ]
