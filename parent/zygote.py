@@ -136,7 +136,7 @@ class Zygote:
         self._claimed: dict[tuple[str, ...], tuple[str, ChildCgroup]] = {}
         """Standby cgroups `child_cgroup` gave to children not spawned yet, by their
         `cgroup.procs` files (what the child's spawn spec names)."""
-        self._turn = anyio.Lock()
+        self._turn = anyio.Lock(fast_acquire=True)  # no loop turn when nobody holds it
         """Held from a request's send to its answer: the zygote answers in order."""
         self.on_standby_cgroup: Callable[[list[str]], None] | None = None
         """Told the `cgroup.procs` files of each cgroup made for a standby (the supervisor's
@@ -247,7 +247,8 @@ class Zygote:
             raise SpawnError(self.broken or "the zygote has exited")
         data = json.dumps(message).encode()
         reply: bytes | None = None
-        with anyio.CancelScope(shield=True), anyio.move_on_after(REPLY_SECONDS):
+        deadline = anyio.current_time() + REPLY_SECONDS
+        with anyio.CancelScope(shield=True, deadline=deadline):
             try:
                 await self._send(data, fds)
                 reply = await self._receive()
