@@ -40,13 +40,50 @@ def _undumpable() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
-def _zombie(pid: int) -> bool:
+# `running` and `environ` are also the supervisor's (`tree.py`): the keeper imports nothing but
+# the standard library, so they live here.
+
+
+def running(pid: int) -> bool:
+    """Whether any thread of process `pid` still runs. A thread-group leader that /proc shows
+    as a zombie is not the end of its process: a main thread that called exit(2) alone (not
+    exit_group) leaves the other threads running behind it, and a tree sweep that took the
+    leader's state for the process's would let them live on."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
+        return False
+    if stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X"):
         return True
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1  # the leader's other threads
+    except OSError:
+        return False
+
+
+def environ(pid: int) -> bytes:
+    """Process `pid`'s environment block as /proc shows it; raises `OSError`. A leader that
+    has exited alone has let go of its memory, so its own block cannot be read (ESRCH) or
+    reads empty: the block is then read through one of the threads still running."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+    except ProcessLookupError:
+        env = b""
+    if env:
+        return env
+    try:
+        threads = [t for t in os.listdir(f"/proc/{pid}/task") if t != str(pid)]
+    except OSError:
+        return env
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/environ", "rb") as f:
+                return f.read()
+        except OSError:
+            continue
+    return env
 
 
 def _members(procs_files: list[str]) -> set[int]:
@@ -63,7 +100,7 @@ def _members(procs_files: list[str]) -> set[int]:
 def _targets(needle: bytes, leaders: set[int], cgroups: list[str]) -> list[int]:
     me = os.getpid()
     members = _members(cgroups)
-    found = [pid for pid in members if pid != me and not _zombie(pid)]
+    found = [pid for pid in members if pid != me and running(pid)]
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -79,11 +116,10 @@ def _targets(needle: bytes, leaders: set[int], cgroups: list[str]) -> list[int]:
             continue
         if not ours:
             try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    ours = needle in b"\0" + f.read()
+                ours = needle in b"\0" + environ(pid)
             except OSError:
                 continue
-        if ours and not _zombie(pid):
+        if ours and running(pid):
             found.append(pid)
     return found
 

@@ -68,6 +68,7 @@ from typing import Any, Self
 import anyio
 import psutil
 
+from tether.parent._keeper import running
 from tether.parent.cgroups import ChildCgroup
 from tether.parent.classify import Observed
 from tether.parent.limits import DisposePolicy
@@ -81,6 +82,9 @@ from tether.protocol.messages import Rung
 from tether.wire import Endpoint, StreamEnd
 
 EXIT_DRAIN_SECONDS = 0.5
+KILL_SETTLE = 0.05
+"""How long a v2 cgroup's members may take to die of `cgroup.kill` before they are killed by
+pid as well (see `_sweep`)."""
 """After the child exits, how long its unread output may take to be read before the stream is
 ended anyway (only a grandchild that keeps writing into the inherited pipe can use it up)."""
 
@@ -349,8 +353,15 @@ class SupervisedProcess:
                     # A v2 cgroup says when it is empty: kill what is left in it and wait for
                     # that, instead of reading its membership again and again.
                     cgroup.kill()
-                    with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+                    with anyio.move_on_after(min(KILL_SETTLE, deadline - time.monotonic())):
                         await cgroup.wait_empty()
+                    if cgroup.populated():
+                        # `cgroup.kill` signals each process's leader thread alone: one whose
+                        # leader has exited (its main thread called exit(2) by itself) keeps
+                        # its other threads. A kill by pid reaches the whole process.
+                        cgroup.freeze_and_kill()
+                        with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+                            await cgroup.wait_empty()
                     populated = cgroup.populated()
                 if populated is False and self.sealed_in_cgroup and not self._alive():
                     return []  # nothing of the tree can be anywhere else
@@ -490,7 +501,5 @@ class SupervisedChild(SupervisedProcess):
 
 
 def _alive(p: psutil.Process) -> bool:
-    try:
-        return bool(p.status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
+    # is_running: the same process (its start time), not a new one that took its pid.
+    return p.is_running() and running(p.pid)

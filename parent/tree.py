@@ -28,6 +28,8 @@ import anyio
 import anyio.lowlevel
 import psutil
 
+from tether.parent._keeper import environ, running
+
 TREE_ENV = "TETHER_TREE"
 """The variable every child carries, so teardown can find processes that left the tree."""
 
@@ -92,8 +94,7 @@ def snapshot() -> ProcSnapshot:
             if sid == OUTSIDE_EVERY_SESSION:
                 continue  # a kernel thread or a session not ours: no tree of ours is there
         try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read()
+            env = environ(pid)
         except OSError:
             continue
         at = env.find(_NEEDLE)
@@ -146,7 +147,8 @@ def tree_procs(
     root_exited: bool = False,
     snap: ProcSnapshot | None = None,
 ) -> list[psutil.Process]:
-    """The live (non-zombie) processes of `root`'s tree, root included while it lives.
+    """The live processes of `root`'s tree (a zombie leader whose other threads run counts as
+    live), root included while it lives.
 
     `thorough` adds the session/group and environment-marker scans over all of /proc (from
     `snap` when given: one taken after the caller's reason to look, see `fresh_snapshot`).
@@ -176,10 +178,10 @@ def tree_procs(
     for pid in pids:
         try:
             proc = psutil.Process(pid)
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(proc)
         except psutil.NoSuchProcess:
             continue
+        if running(pid):  # not the leader's state alone: see `running`
+            alive.append(proc)
     return alive
 
 

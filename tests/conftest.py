@@ -108,11 +108,31 @@ def _tree_marked_pids(prefix: str) -> list[int]:
         try:
             with open(f"/proc/{entry.name}/environ", "rb") as f:
                 env = f.read()
+        except ProcessLookupError:
+            env = b""  # a zombie leader: its threads may still run
         except OSError:
             continue
+        if not env:
+            env = _a_threads_environ(entry.name)
         if needle in env:
             found.append(int(entry.name))
     return found
+
+
+def _a_threads_environ(pid: str) -> bytes:
+    """The environment block as another thread of `pid` shows it: a leader thread that exited
+    alone shows none of its own (`tests/children/lone_thread.py`)."""
+    try:
+        tids = [t for t in os.listdir(f"/proc/{pid}/task") if t != pid]
+    except OSError:
+        return b""
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/environ", "rb") as f:
+                return f.read()
+        except OSError:
+            continue
+    return b""
 
 
 def survivors() -> list[psutil.Process]:
@@ -126,14 +146,32 @@ def survivors() -> list[psutil.Process]:
                 procs[pid] = psutil.Process(pid)
             except psutil.NoSuchProcess:
                 pass
-    alive = []
-    for p in procs.values():
+    return [p for p in procs.values() if any_thread_runs(p.pid)]
+
+
+def any_thread_runs(pid: int) -> bool:
+    """Whether any thread of process `pid` is still running: its leader thread shows as a
+    zombie once its main thread has exited, even while other threads run on
+    (`tests/children/lone_thread.py`)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
         try:
-            if p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+@pytest.fixture
+def thread_runs() -> Callable[[int], bool]:
+    """`thread_runs(pid)`: see `any_thread_runs`."""
+    return any_thread_runs
 
 
 @pytest.fixture(autouse=True)

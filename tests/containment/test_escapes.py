@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -28,6 +29,7 @@ from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 
+LONE_THREAD = Path(__file__).parent.parent / "children" / "lone_thread.py"
 FAST = ChildConfig(
     dispose=DisposePolicy(shutdown=0.3, eof=0.3, term=0.5, kill=1.0), handshake_timeout=5.0
 )
@@ -118,6 +120,31 @@ async def test_a_setsid_double_fork_daemon_is_gone_after_dispose(
         assert not alive(daemon, token)
     finally:
         assert kill_leftovers(token) == []
+
+
+@pytest.mark.parametrize("setsid", [False, True], ids=["in-session", "setsid"])
+async def test_a_process_whose_main_thread_exited_alone_is_gone_after_dispose(
+    tmp_path: Path, tier: str, setsid: bool, thread_runs: Callable[[int], bool]
+) -> None:
+    # Its leader thread is a zombie while another thread runs on: a sweep that judged it by
+    # its leader's state (or a kernel `cgroup.kill`, which signals that thread alone) left it
+    # running, and its own environment block reads empty (the marker is read via a thread).
+    pids = tmp_path / "lone.pid"
+    # As `-c`: the sandbox grants no read of the tests' directory.
+    lone_code = LONE_THREAD.read_text()
+    argv = [sys.executable, "-I", "-c", lone_code, str(pids), *(["--setsid"] if setsid else [])]
+    code = (
+        f"import subprocess\nsubprocess.Popen({argv!r})\n"
+        + waits_for(pids)
+        + ("raise SystemExit(4)\n")
+    )
+    async with Supervisor(on(tier)) as sup:
+        result = await sup.run("go", workspace=tmp_path, command=py(code))
+    assert result.failure is not None and result.failure.kind == "exit_nonzero", result
+    assert result.containment == tier
+    assert "could not be killed" not in result.message, result.message
+    [lone] = pids_in(pids)
+    assert not thread_runs(lone), "a thread of the process outlived the dispose"
 
 
 async def test_a_fork_loop_is_gone_after_dispose(tmp_path: Path, tier: str) -> None:

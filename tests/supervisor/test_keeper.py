@@ -4,7 +4,9 @@ is tested in test_parent_death.py.)"""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -154,3 +156,45 @@ def test_the_keeper_removes_a_registered_cgroup_that_stays_busy_after_its_sweep(
             if d.exists():
                 d.rmdir()
         cgroup.remove()
+
+
+def test_the_keeper_kills_a_marked_process_whose_main_thread_exited_alone(
+    tmp_path: Path, thread_runs: Callable[[int], bool]
+) -> None:
+    # Its leader is a zombie while another thread runs, and the leader's own environment
+    # cannot be read: the keeper must neither take it for dead nor miss its marker.
+    import os
+    import subprocess
+    import time
+
+    from tether.parent.keeper import KEEPER
+
+    pidfile = tmp_path / "lone.pid"
+    lone = CHILDREN / "lone_thread.py"
+    env = {"TETHER_TREE": "keeper-lone-test-1"}
+    starter = subprocess.Popen([sys.executable, "-I", str(lone), str(pidfile), "--setsid"], env=env)
+    try:
+        deadline = time.monotonic() + 10
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            assert time.monotonic() < deadline, "the lone-thread process did not start"
+            time.sleep(0.01)
+        pid = int(pidfile.read_text())
+        while psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "its main thread did not exit"
+            time.sleep(0.01)
+        assert thread_runs(pid)
+        keeper = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(KEEPER), "TETHER_TREE=keeper-lone-test-"],
+            stdin=subprocess.PIPE,
+        )
+        assert keeper.stdin is not None
+        keeper.stdin.close()  # end of input without `bye`: the supervisor died
+        keeper.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while thread_runs(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not thread_runs(pid), "the keeper left the process running"
+    finally:
+        with contextlib.suppress(ProcessLookupError, ValueError, OSError):
+            os.kill(int(pidfile.read_text()), 9)  # the test failed: take it down
+        starter.wait(timeout=10)  # it is reaped once its last thread has ended

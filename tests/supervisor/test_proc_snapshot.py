@@ -14,6 +14,7 @@ import anyio
 import psutil
 import pytest
 
+from tether.parent import _keeper as keeper_module
 from tether.parent import tree
 from tether.parent.tree import TREE_ENV, fresh_snapshot, snapshot, tree_procs
 
@@ -69,7 +70,7 @@ def test_a_snapshot_reads_no_environment_outside_every_session(
             read.append(int(str(path).split("/")[2]))
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(tree, "open", spy, raising=False)
+    monkeypatch.setattr(keeper_module, "open", spy, raising=False)  # `environ` reads there
     proc, marker = marked
     snap = snapshot()
     assert snap.marked[marker] == {proc.pid}  # the marker scan still finds ours
