@@ -24,6 +24,10 @@ allow list of every system call a program may make — tools must keep working).
 - the mount family, `pivot_root`, `chroot`, `open_by_handle_at`, `unshare`, `setns`, and
   `clone` with any namespace flag: no new namespaces (the usual way to regain capabilities
   inside one) and no mount changes (EPERM);
+- `clone` with `CLONE_PARENT`: a process made with it is the child of the sandboxed child's
+  parent (the supervisor, or the zygote), which never waits for a process it did not start;
+  each would stay a zombie there, a pid and a task held for as long as the supervisor lives
+  (EPERM);
 - `clone3`: its flags live in memory a filter cannot read, so it is refused with ENOSYS and
   glibc falls back to `clone`, whose flags it can check.
 
@@ -64,6 +68,7 @@ AF_INET6 = 10
 SOCK_STREAM = 1
 SOCK_SEQPACKET = 5
 SOCK_FLAGS = 0o4000 | 0o2000000  # SOCK_NONBLOCK | SOCK_CLOEXEC
+CLONE_PARENT = 0x00008000
 CLONE_NAMESPACES = (
     0x00020000  # NEWNS
     | 0x02000000  # NEWCGROUP
@@ -73,6 +78,8 @@ CLONE_NAMESPACES = (
     | 0x20000000  # NEWPID
     | 0x40000000  # NEWNET
 )
+CLONE_REFUSED = CLONE_NAMESPACES | CLONE_PARENT
+"""`clone` flags the filter refuses (EPERM)."""
 
 DENY: tuple[tuple[str, int], ...] = (
     ("connect", errno.EACCES),
@@ -212,7 +219,7 @@ def sandbox_program(arch: str = MACHINE, *, inet: bool = False) -> Program:
         _jeq(SOCK_SEQPACKET, "allow", f"errno{errno.EACCES}"),
         "clone",
         _load(offset_arg(0)),
-        Insn(BPF_JMP | BPF_JSET | BPF_K, CLONE_NAMESPACES, f"errno{errno.EPERM}", "allow"),
+        Insn(BPF_JMP | BPF_JSET | BPF_K, CLONE_REFUSED, f"errno{errno.EPERM}", "allow"),
         "allow",
         _ret(RET_ALLOW),
         "kill",

@@ -130,6 +130,7 @@ def seccomp_checks() -> dict[str, str]:
         "connect": attempt(_connect_unix),
         "unshare_user": attempt(lambda: syscall("unshare", 0x10000000)),
         "clone_newns": attempt(lambda: _fork_with(0x00020000)),
+        "clone_parent": attempt(lambda: _fork_with(0x00008000)),
         "fork": attempt(lambda: _fork_with(0)),
         "clone3": attempt(lambda: syscall("clone3", None, 0)),
         "io_uring_setup": attempt(lambda: syscall("io_uring_setup", 1, None)),

@@ -41,7 +41,15 @@ def test_the_filter_allows_only_unix_stream_and_seqpacket_sockets_and_denies_esc
     for fine in ("unix_stream", "unix_stream_cloexec", "unix_seqpacket", "socketpair_stream"):
         assert got[fine] == "ok", (fine, got)
     assert got["connect"] == "EACCES"
-    for denied in ("unshare_user", "clone_newns", "ptrace", "bpf", "keyctl", "mount"):
+    for denied in (
+        "unshare_user",
+        "clone_newns",
+        "clone_parent",
+        "ptrace",
+        "bpf",
+        "keyctl",
+        "mount",
+    ):
         assert got[denied] == "EPERM", (denied, got)
     assert got["open_tree"] == "EPERM"
     assert got["clone3"] == "ENOSYS" and got["io_uring_setup"] == "ENOSYS"

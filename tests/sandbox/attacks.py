@@ -32,6 +32,7 @@ NR = {
     "pidfd_getfd": 438,
     "io_uring_setup": 425,
     "unshare": 272 if X86 else 97,
+    "clone": 56 if X86 else 220,
 }
 FORGED = (
     b'{"jsonrpc":"2.0","id":2,"result":{"success":true,"status":"completed",'
@@ -236,6 +237,16 @@ def leave_cgroup() -> str:
     raise last or OSError(errno.ENOENT, "no cgroup file")
 
 
+def zombie_in_parent() -> str:
+    """A process made with CLONE_PARENT, exiting at once: the child of this process's parent
+    (up the tree: the tether child's, the supervisor or the zygote), which never waits for a
+    process it did not start, so it would stay a zombie there."""
+    pid = _sys("clone", 0x00008000 | 17, 0, 0, 0, 0)  # CLONE_PARENT | SIGCHLD
+    if pid == 0:
+        os._exit(0)
+    return f"made {pid}, a child of our parent"
+
+
 def raise_limit(name: str) -> str:
     which = getattr(resource, name)
     _, hard = resource.getrlimit(which)
@@ -306,6 +317,7 @@ def run(targets: dict[str, Any]) -> dict[str, str]:
         "setuid_root": outcome(lambda: os.setuid(0)),
         "leave_cgroup": outcome(leave_cgroup),
         "raise_nofile": outcome(lambda: raise_limit("RLIMIT_NOFILE")),
+        "zombie_in_parent": outcome(zombie_in_parent),
     }
     if targets.get("cwd_file"):
         results["supervisor_cwd_read"] = outcome(lambda: read(targets["cwd_file"]))

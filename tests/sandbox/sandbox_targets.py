@@ -79,6 +79,7 @@ REFUSED = (
     "setuid_root",
     "leave_cgroup",
     "raise_nofile",
+    "zombie_in_parent",
 )
 """Every attack the sandbox must refuse, whoever drives it."""
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import anyio
+import psutil
 import pytest
 from sandbox_targets import (
     CHILDREN,
@@ -63,6 +64,7 @@ async def test_a_hostile_protocol_child_is_refused_every_attack(
         keeper_alive = sup._keeper.proc.poll() is None
     report = json.loads((ws / "report.json").read_text())
     assert not_refused(report, REFUSED) == {}
+    assert _zombies_of(os.getpid()) == [], "the child left zombies in the supervisor"
     assert targets.heard() == []
     assert targets.victim_untouched()
     assert keeper_alive, "the keeper was disarmed or killed"
@@ -96,6 +98,9 @@ async def test_a_hostile_model_driving_bash_is_refused_every_attack_and_cannot_f
         with anyio.fail_after(60):
             result = await sup.run("attack", agent="tester", workspace=ws, model=model)
         keeper_alive = sup._keeper.proc.poll() is None
+        if spawner != "exec":
+            assert _zombies_of(zygote.pid) == [], "the child left zombies in the zygote"
+    assert _zombies_of(os.getpid()) == [], "the child left zombies in the supervisor"
     text = (ws / "report.json").read_text()
     report = json.loads(text[text.index("{") :])
     extra = [k for k in report if k.startswith(("signal_", "ptrace_", "environ_", "child_"))]
@@ -153,3 +158,8 @@ def test_the_attack_list_covers_what_the_issue_names() -> None:
     """A guard against an attack quietly dropping out of `attacks.py`."""
     assert len(REFUSED) == len(set(REFUSED)) >= 35
     assert sys.executable
+
+
+def _zombies_of(pid: int) -> list[int]:
+    """The children of `pid` that have exited and that nobody has reaped."""
+    return [p.pid for p in psutil.Process(pid).children() if p.status() == psutil.STATUS_ZOMBIE]
