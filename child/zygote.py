@@ -51,6 +51,9 @@ The zygote is single-threaded and runs no event loop (a fork copies only the cal
 a lock held by another thread would stay locked in the child forever). It never reaps on its
 own: SIGCHLD keeps its default disposition, and a child stays a zombie, its pid (also its
 session and group id) held, until the supervisor has swept the child's tree and asks `reap`.
+Only the zombies of processes it did not fork are reaped unasked, at each request
+(`_reap_strays`: a child run without the sandbox can make its processes the zygote's with
+`CLONE_PARENT`).
 
 In the forked child, before any child code runs: the pipe ends go to fds 0/1/2 and every other
 fd is closed (the control socket included); the environment is replaced entirely, both libc's
@@ -213,6 +216,25 @@ def _become_child(
         os._exit(1)
 
 
+def _reap_strays(me: int, ours: set[int]) -> None:
+    """Reap the zygote's children that it did not fork. A child run without the sandbox may
+    make processes with `CLONE_PARENT` (the sandbox refuses it): they are the zygote's
+    children, and, as the zygote waits only for what it forked, each would stay a zombie here
+    for the zygote's life. Those still running are left to their tree's sweep. The list is
+    `/proc/PID/task/PID/children` (the zygote is one thread); a kernel without it
+    (`CONFIG_PROC_CHILDREN`) reaps none."""
+    try:
+        with open(f"/proc/{me}/task/{me}/children", "rb") as f:
+            listed = f.read().split()
+    except OSError:
+        return
+    for raw in listed:
+        pid = int(raw)
+        if pid not in ours:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+
+
 def _reap(pid: int) -> dict[str, Any]:
     try:
         _, status, usage = os.wait4(pid, 0)
@@ -315,6 +337,8 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
     lost = 0
     standby_cgroup: dict[str, Any] | None = None
     """The cgroup the supervisor made for the next standby: `{"id": NAME, "procs": FILES}`."""
+    given_out: set[int] = set()
+    """The children whose pid the supervisor has, until it asks to reap them."""
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     while True:
@@ -339,6 +363,7 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
             return
         if not data:
             return
+        _reap_strays(me, given_out | ({standby.pid} if standby is not None else set()))
         try:
             request = json.loads(data)
             op = request["op"]
@@ -379,6 +404,8 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
                     reply = {"pid": handed, "standby": True}
                 else:
                     reply = _fork_child(request, given, me)
+            if "pid" in reply:
+                given_out.add(int(reply["pid"]))
             for fd in fds:
                 os.close(fd)
             if "nextCgroup" in request:
@@ -391,6 +418,7 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
             reply = {"released": claims}
         elif op == "reap":
             reply = _reap(int(request["pid"]))
+            given_out.discard(int(request["pid"]))
         elif op == "standby":
             if standby is not None and not _hear_standby(standby):
                 poller.unregister(standby.sock)

@@ -7,11 +7,14 @@ PYTHONPATH). The prompt says what the child does. Not collected by pytest: no `t
     hold          report its pid and environment, then wait (for cancel or teardown)
     stubborn      report, ignore SIGTERM and block the event loop (deaf to EOF and cancel)
     grandchild    start `sleep 60` in a session of its own, report both pids, then wait
+    orphans N     make N processes with CLONE_PARENT (children of the zygote) that exit at
+                  once, report their pids, then answer
 """
 
 from __future__ import annotations
 
 import builtins
+import ctypes
 import gc
 import os
 import signal
@@ -41,6 +44,10 @@ class Act:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             await ctx.emit("report", me)
             time.sleep(60)  # noqa: ASYNC251 - deaf on purpose
+        if self.word == "orphans":
+            me["orphans"] = [_clone_parent() for _ in range(int(self.arg))]
+            await ctx.emit("report", me)
+            return Finished(summary="orphans", message="made")
         if self.word == "grandchild":
             sleeper = subprocess.Popen(  # noqa: ASYNC220 - instant
                 ["sleep", "60"],
@@ -52,6 +59,19 @@ class Act:
         await ctx.emit("report", me)
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
+
+
+def _clone_parent() -> int:
+    """clone(CLONE_PARENT | SIGCHLD): a process that is our parent's child; it exits at once."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    nr = 56 if os.uname().machine == "x86_64" else 220
+    pid = int(libc.syscall(ctypes.c_long(nr), ctypes.c_long(0x00008000 | 17), 0, 0, 0, 0))
+    if pid == 0:
+        os._exit(0)
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "clone(CLONE_PARENT)")
+    return pid
 
 
 def _fd_kind(fd: str) -> str:

@@ -213,3 +213,25 @@ def _tether_cgroups_of(sup: Supervisor) -> list[str]:
         for d in parent.iterdir()
         if d.name.startswith(prefix) and "zygote" not in d.name and str(d) not in standbys
     ]
+
+
+async def test_processes_a_child_made_the_zygotes_own_are_reaped_by_the_zygote() -> None:
+    # Without the sandbox (which refuses CLONE_PARENT), a child can make processes that are
+    # the zygote's children; the zygote waits only for what it forked, so it reaps these at
+    # its next request instead of keeping their zombies for its whole life.
+    async with Supervisor(ChildConfig(spawner="zygote", isolation="process", dispose=FAST)) as sup:
+        handle, report = await start_and_wait_for_report(sup, "orphans 20", deadline=DEADLINE)
+        result = await handle.result()
+        assert result.success, result
+        zygote = sup.zygote_pid
+        assert zygote is not None
+        orphans = {int(str(p)) for p in report["orphans"]}  # type: ignore[attr-defined]
+        assert len(orphans) == 20
+        with anyio.fail_after(DEADLINE):
+            while orphans & {p.pid for p in psutil.Process(zygote).children()}:
+                await anyio.sleep(0.02)  # reaped at its next request (this run's own reap)
+        assert (await sup.run("finish", agent=ACT, workspace=HERE)).success
+        zombies = [
+            p.pid for p in psutil.Process(zygote).children() if p.status() == psutil.STATUS_ZOMBIE
+        ]
+        assert zombies == [], "the zygote kept zombies"
