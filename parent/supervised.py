@@ -82,11 +82,11 @@ from tether.protocol.messages import Rung
 from tether.wire import Endpoint, StreamEnd
 
 EXIT_DRAIN_SECONDS = 0.5
+"""After the child exits, how long its unread output may take to be read before the stream is
+ended anyway (only a grandchild that keeps writing into the inherited pipe can use it up)."""
 KILL_SETTLE = 0.05
 """How long a v2 cgroup's members may take to die of `cgroup.kill` before they are killed by
 pid as well (see `_sweep`)."""
-"""After the child exits, how long its unread output may take to be read before the stream is
-ended anyway (only a grandchild that keeps writing into the inherited pipe can use it up)."""
 
 log = logging.getLogger("tether.parent")
 
