@@ -51,7 +51,7 @@ The zygote is single-threaded and runs no event loop (a fork copies only the cal
 a lock held by another thread would stay locked in the child forever). It never reaps on its
 own: SIGCHLD keeps its default disposition, and a child stays a zombie, its pid (also its
 session and group id) held, until the supervisor has swept the child's tree and asks `reap`.
-Only the zombies of processes it did not fork are reaped unasked, at each request
+Only the zombies of processes it did not fork are reaped unasked, with each `reap`
 (`_reap_strays`: a child run without the sandbox can make its processes the zygote's with
 `CLONE_PARENT`).
 
@@ -224,10 +224,15 @@ def _reap_strays(me: int, ours: set[int]) -> None:
     `/proc/PID/task/PID/children` (the zygote is one thread); a kernel without it
     (`CONFIG_PROC_CHILDREN`) reaps none."""
     try:
-        with open(f"/proc/{me}/task/{me}/children", "rb") as f:
-            listed = f.read().split()
+        fd = os.open(f"/proc/{me}/task/{me}/children", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return
+    try:
+        listed = os.read(fd, 1 << 16).split()
+    except OSError:
+        return
+    finally:
+        os.close(fd)
     for raw in listed:
         pid = int(raw)
         if pid not in ours:
@@ -363,7 +368,6 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
             return
         if not data:
             return
-        _reap_strays(me, given_out | ({standby.pid} if standby is not None else set()))
         try:
             request = json.loads(data)
             op = request["op"]
@@ -419,6 +423,8 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
         elif op == "reap":
             reply = _reap(int(request["pid"]))
             given_out.discard(int(request["pid"]))
+            # A tree has just been swept: what its processes made the zygote's is dead too.
+            _reap_strays(me, given_out | ({standby.pid} if standby is not None else set()))
         elif op == "standby":
             if standby is not None and not _hear_standby(standby):
                 poller.unregister(standby.sock)
