@@ -5,10 +5,11 @@ each get a child of their own, in a cgroup of their own."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import anyio
 import psutil
@@ -16,9 +17,12 @@ import pytest
 from act_reports import ACT, HERE, start_and_wait_for_report
 
 from tether.parent import zygote as zygote_module
+from tether.parent.env import build_child_env
 from tether.parent.host import host
 from tether.parent.limits import DisposePolicy
+from tether.parent.process import SpawnError
 from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
+from tether.parent.zygote import Zygote
 
 pytestmark = pytest.mark.anyio
 
@@ -51,12 +55,27 @@ class Ticker:
             last = now
 
 
+StopZygote = Callable[[Supervisor], Awaitable[int]]
+
+
 @pytest.fixture
-def stopped() -> Iterator[list[int]]:
-    """Pids a test SIGSTOPs: each is sent SIGCONT on the way out, whatever happened."""
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
+def stop_zygote() -> Iterator[StopZygote]:
+    """`await stop_zygote(sup)`: one run through `sup` (its zygote up and used), then SIGSTOP
+    its zygote; returns the zygote's pid. Each stopped zygote is sent SIGCONT on the way out,
+    whatever happened."""
+    stopped: list[int] = []
+
+    async def stop(sup: Supervisor) -> int:
+        first = await sup.run("finish", agent=ACT, workspace=HERE)
+        assert first.success, first
+        zygote = sup.zygote_pid
+        assert zygote is not None
+        os.kill(zygote, signal.SIGSTOP)
+        stopped.append(zygote)
+        return zygote
+
+    yield stop
+    for pid in stopped:
         try:
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
@@ -64,18 +83,12 @@ def stopped() -> Iterator[list[int]]:
 
 
 async def test_a_stalled_zygote_holds_up_only_its_spawn_and_is_given_up_with_the_reason(
-    stopped: list[int],
+    stop_zygote: StopZygote,
 ) -> None:
     async with Supervisor(ZYGOTE) as sup, anyio.create_task_group() as tg:
-        first = await sup.run("finish", agent=ACT, workspace=HERE)
-        assert first.success, first
-        zygote = sup.zygote_pid
-        assert zygote is not None
         ticker = Ticker()
         tg.start_soon(ticker.run)
-
-        os.kill(zygote, signal.SIGSTOP)
-        stopped.append(zygote)
+        zygote = await stop_zygote(sup)
         waiting = await sup.start("finish", agent=ACT, workspace=HERE)
         # While that spawn waits for the stopped zygote, a child started by exec runs from
         # spawn to result on the same event loop.
@@ -94,14 +107,10 @@ async def test_a_stalled_zygote_holds_up_only_its_spawn_and_is_given_up_with_the
 
 
 async def test_the_next_run_after_a_zygote_was_given_up_gets_a_new_zygote(
-    stopped: list[int],
+    stop_zygote: StopZygote,
 ) -> None:
     async with Supervisor(ZYGOTE) as sup:
-        assert (await sup.run("finish", agent=ACT, workspace=HERE)).success
-        zygote = sup.zygote_pid
-        assert zygote is not None
-        os.kill(zygote, signal.SIGSTOP)
-        stopped.append(zygote)
+        zygote = await stop_zygote(sup)
         with anyio.fail_after(DEADLINE):
             given_up = await sup.run("finish", agent=ACT, workspace=HERE)
         assert not given_up.success
@@ -112,14 +121,10 @@ async def test_the_next_run_after_a_zygote_was_given_up_gets_a_new_zygote(
 
 
 async def test_a_zygote_that_stalls_for_less_than_its_reply_timeout_costs_no_run(
-    stopped: list[int],
+    stop_zygote: StopZygote,
 ) -> None:
     async with Supervisor(ZYGOTE) as sup:
-        assert (await sup.run("finish", agent=ACT, workspace=HERE)).success
-        zygote = sup.zygote_pid
-        assert zygote is not None
-        os.kill(zygote, signal.SIGSTOP)
-        stopped.append(zygote)
+        zygote = await stop_zygote(sup)
         handles = [await sup.start("finish", agent=ACT, workspace=HERE) for _ in range(3)]
         await anyio.sleep(REPLY / 4)
         assert not any(h.done for h in handles)
@@ -131,14 +136,10 @@ async def test_a_zygote_that_stalls_for_less_than_its_reply_timeout_costs_no_run
 
 
 async def test_a_run_cancelled_while_its_spawn_waits_for_the_zygote_ends_at_once_and_leaves_nothing(
-    stopped: list[int],
+    stop_zygote: StopZygote,
 ) -> None:
     async with Supervisor(ZYGOTE) as sup:
-        assert (await sup.run("finish", agent=ACT, workspace=HERE)).success
-        zygote = sup.zygote_pid
-        assert zygote is not None
-        os.kill(zygote, signal.SIGSTOP)
-        stopped.append(zygote)
+        zygote = await stop_zygote(sup)
         ahead = await sup.start("finish", agent=ACT, workspace=HERE)  # holds the socket
         await anyio.sleep(0.1)
         behind = await sup.start("finish", agent=ACT, workspace=HERE)  # waits for its turn
@@ -235,3 +236,31 @@ async def test_processes_a_child_made_the_zygotes_own_are_reaped_by_the_zygote()
             p.pid for p in psutil.Process(zygote).children() if p.status() == psutil.STATUS_ZOMBIE
         ]
         assert zombies == [], "the zygote kept zombies"
+
+
+async def test_closing_a_zygote_ends_a_request_waiting_for_its_answer_at_once() -> None:
+    zygote = await Zygote.start(build_child_env(os.environ), standby_after=None)
+    try:
+        os.kill(zygote.pid, signal.SIGSTOP)
+        failed: list[str] = []
+
+        async def ask() -> None:
+            try:
+                await zygote.standby()
+            except SpawnError as exc:
+                failed.append(str(exc))
+
+        # Well within the reply timeout: the request does not wait it out.
+        with anyio.fail_after(REPLY / 2):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ask)
+                await anyio.sleep(0.1)  # the request is sent; no answer can come
+                await zygote.aclose(grace=0.2)
+        assert failed and "did not answer" not in failed[0], failed
+        assert not zygote.usable
+        with pytest.raises(SpawnError, match="closed"):
+            await zygote.standby()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(zygote.pid, signal.SIGCONT)
+        await zygote.aclose()
