@@ -76,9 +76,15 @@ of the reader's right to it: on a host of 70 processes, two thirds of a snapshot
 
 
 def snapshot() -> ProcSnapshot:
-    """Read every process's session, group and markers now (this process's own excepted)."""
+    """Read every process's session, group and markers now (this process's own excepted).
+
+    A process that shows no environment at all is read once more after the pass: one caught
+    in an exec shows none for a moment (its new stack, which holds the block, is laid out
+    after the exec's point of no return), and a daemon that left its session is found by its
+    marker alone on a host without cgroups."""
     snap = ProcSnapshot()
     me = os.getpid()
+    blank: list[int] = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -97,14 +103,26 @@ def snapshot() -> ProcSnapshot:
             env = environ(pid)
         except OSError:
             continue
-        at = env.find(_NEEDLE)
-        while at >= 0:
-            start = at + len(_NEEDLE)
-            end = env.find(b"\0", start)
-            value = env[start:] if end < 0 else env[start:end]
-            snap.marked.setdefault(value.decode("utf-8", "replace"), set()).add(pid)
-            at = env.find(_NEEDLE, start)
+        if env:
+            _note_markers(snap, pid, env)
+        else:
+            blank.append(pid)
+    for pid in blank:
+        try:
+            _note_markers(snap, pid, environ(pid))
+        except OSError:
+            continue
     return snap
+
+
+def _note_markers(snap: ProcSnapshot, pid: int, env: bytes) -> None:
+    at = env.find(_NEEDLE)
+    while at >= 0:
+        start = at + len(_NEEDLE)
+        end = env.find(b"\0", start)
+        value = env[start:] if end < 0 else env[start:end]
+        snap.marked.setdefault(value.decode("utf-8", "replace"), set()).add(pid)
+        at = env.find(_NEEDLE, start)
 
 
 class _Pending:
