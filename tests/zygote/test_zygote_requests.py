@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterator
 import anyio
 import psutil
 import pytest
-from act_reports import ACT, HERE, start_and_wait_for_report
+from act_reports import ACT, HERE, cgroups_named, gone_or_zombie, start_and_wait_for_report
 
 from tether.parent import zygote as zygote_module
 from tether.parent.env import build_child_env
@@ -103,7 +103,7 @@ async def test_a_stalled_zygote_holds_up_only_its_spawn_and_is_given_up_with_the
     assert result.failure is not None, result
     assert f"the zygote did not answer within {REPLY:g}s" in result.message, result
     assert ticker.longest < REPLY / 2, f"the event loop stalled for {ticker.longest:.2f}s"
-    assert not _alive(zygote), "the zygote that did not answer outlived the supervisor"
+    assert gone_or_zombie(zygote), "the zygote that did not answer outlived the supervisor"
 
 
 async def test_the_next_run_after_a_zygote_was_given_up_gets_a_new_zygote(
@@ -196,23 +196,13 @@ async def test_spawns_that_overlap_each_get_their_own_child_alone_in_its_own_cgr
                 assert result.failure is not None and result.failure.kind == "cancelled"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def _tether_cgroups_of(sup: Supervisor) -> list[str]:
     """The cgroups of this supervisor's runs that still exist (its zygote's standbys' aside)."""
-    standbys = {str(d) for d in (sup._zygote.standby_cgroups if sup._zygote else [])}
-    prefix = f"tether-{os.getpid()}-"
+    standbys = set(sup._zygote.standby_cgroups if sup._zygote else [])
     return [
         str(d)
-        for parent in host().parents.values()
-        if parent.is_dir()
-        for d in parent.iterdir()
-        if d.name.startswith(prefix) and "zygote" not in d.name and str(d) not in standbys
+        for d in cgroups_named(f"tether-{os.getpid()}-")
+        if "zygote" not in d.name and d not in standbys
     ]
 
 
