@@ -58,7 +58,9 @@ from tether.protocol import (
     Notification,
     decode_params,
     encode_notification,
+    encode_response,
 )
+from tether.protocol.depth import view_exceeds_depth
 from tether.protocol.messages import (
     PROTOCOL_VERSION,
     AgentDefinition,
@@ -73,6 +75,7 @@ from tether.protocol.messages import (
     ToolCall,
     Usage,
 )
+from tether.protocol.onepass import decode_reply
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -425,6 +428,7 @@ async def _spawn_rounds(
                 report = await child.dispose()
                 s[f"{key}.dispose_polite"].append(ms(time.perf_counter_ns() - t1))
                 s[f"{key}.rung"].append(float(report.rung == "shutdown"))
+        s["context.zygote_spawn_exit"].append(await _spawn_then_exit(zygote))
         if rnd <= p.whole_runs:
             for key, cfg in (("", PROCESS), ("_sandbox", SANDBOX)):
                 if key and not sandbox:
@@ -443,6 +447,22 @@ async def _spawn_rounds(
                 assert result.success, result.message
         if rnd == 0:
             s.clear()
+
+
+async def _spawn_then_exit(zygote: Zygote) -> float:
+    """A zygote child's spawn → ready plus its own exit, with nothing between: what a whole
+    run cannot do without (the result carries the exit status), in ms."""
+    t0 = time.perf_counter_ns()
+    async with tethered(TETHER_CHILD, zygote=zygote) as child:
+        await initialize(child)
+        ready = time.perf_counter_ns() - t0
+        await child.session.shutdown()
+        t1 = time.perf_counter_ns()
+        await child.session.exit()
+        exited = await child.proc.wait_for(5.0)
+        gone = time.perf_counter_ns() - t1
+    assert exited, "the zygote child did not exit on `exit`"
+    return ms(ready + gone)
 
 
 def _spawn_figures(res: Results, p: Plan, s: Samples) -> None:
@@ -623,6 +643,18 @@ def _spawn_figures(res: Results, p: Plan, s: Samples) -> None:
             "for all rounds, its zygote started in the dropped round 0), measured right after it; "
             "process isolation",
             floor="context.run_one",
+        )
+    )
+    res.add(
+        Figure(
+            "context.zygote_spawn_exit",
+            "a zygote child's spawn → ready and its exit, nothing between",
+            "ms",
+            s["context.zygote_spawn_exit"],
+            "as the zygote spawn → ready, plus, once `shutdown` is answered, from sending "
+            "`exit` to the exit seen on the pidfd (the child's `os._exit` and the kernel "
+            "unmapping its copy of the zygote's address space); no run, no sweep, no reap",
+            floor="tether.zygote_spawn_ready",
         )
     )
     if s["context.run_one_zygote_sandbox"]:
@@ -873,6 +905,19 @@ def raw_transfer(proc: subprocess.Popen[bytes], mode: str, blob: bytes) -> float
     return mb_per_s(len(blob), time.perf_counter_ns() - t0)
 
 
+def line_codec_ns(pad: str) -> int:
+    """In this process: the `bigpong` child's encode of its reply, then the parent's depth
+    check and one typed decode of that line, as its reader does them in place; in ns."""
+    t0 = time.perf_counter_ns()
+    line = encode_response(7, {"pad": pad})
+    view = memoryview(line)[:-1]  # the framer hands the decoder the line without its newline
+    deep = view_exceeds_depth(view)
+    ok, _ = decode_reply(view, 7, "ping")
+    took = time.perf_counter_ns() - t0
+    assert ok and not deep
+    return took
+
+
 async def transfer_group(res: Results, p: Plan) -> None:
     s = Samples()
     blob = b"x" * MIB
@@ -895,6 +940,11 @@ async def transfer_group(res: Results, p: Plan) -> None:
                 "tether.transfer_p2c": mb_per_s(MIB, (await tether_pings(p2c, 1, pad))[0]),
                 "tether.transfer_c2p": mb_per_s(MIB, (await tether_pings(c2p, 1))[0]),
             }
+            # The raw pipe's own time for this round plus the line's encode and decode, which
+            # tether cannot overlap with the transfer (the reply is whole before its first
+            # byte goes out, and decoded after its last one comes in).
+            raw_ns = MIB / got["floor.transfer_c2p"] * 1e3
+            got["context.transfer_c2p_codec"] = mb_per_s(MIB, raw_ns + line_codec_ns(pad["pad"]))
             if rnd >= 2:
                 for key, value in got.items():
                     s[key].append(value)
@@ -941,6 +991,21 @@ async def transfer_group(res: Results, p: Plan) -> None:
             "a `ping` that `proto.py bigpong` answers with a 1 MiB `pad` member; from the "
             "request call to the typed result (the parent's reader, framer, envelope decode "
             "and typed decode of a 1 MiB line)",
+            floor="floor.transfer_c2p",
+        )
+    )
+    res.add(
+        Figure(
+            "context.transfer_c2p_codec",
+            "the raw pipe's 1 MiB plus the line's encode and decode",
+            "MB/s",
+            s["context.transfer_c2p_codec"],
+            "per round, the raw child → parent transfer's own time plus, timed in this "
+            "process, `encode_response` of the `bigpong` reply (what its child does before the "
+            "first byte) and the parent's depth check and one typed decode of that line (what "
+            "its reader does after the last byte): what a 1 MiB JSON line moves at over a "
+            "transport as fast as that round's raw pipe (tether's own, its pipe grown to 1 MiB, "
+            "can be faster than the raw pipe's 64 KiB one in a round where that is slow)",
             floor="floor.transfer_c2p",
         )
     )

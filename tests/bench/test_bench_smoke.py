@@ -63,6 +63,8 @@ FIGURES = {
     "context.fleet_ping_one",
     "tether.zygote_spawn_ready",
     "context.run_one_zygote",
+    "context.zygote_spawn_exit",
+    "context.transfer_c2p_codec",
     "tether.crash_result",
     "tether.swarm",
     "tether.swarm_rss",
@@ -161,6 +163,11 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     assert len(bounded) == 2
     for row in bounded:
         assert "importing anyio + msgspec + asyncio alone: " in row, row
+    # and the zygote's whole run and 1 MiB child → parent what tether cannot do without
+    (zygote_run,) = [row for row in rows if "one whole run through the zygote" in row]
+    assert "its spawn → ready and its exit alone: " in zygote_run, zygote_run
+    (c2p,) = [row for row in rows if "1 MiB child → parent" in row]
+    assert "the raw pipe plus the line's encode and decode alone: " in c2p, c2p
 
 
 @pytest.mark.timeout(120)

@@ -50,6 +50,32 @@ def test_a_missed_target_shows_the_bound_its_libraries_alone_set() -> None:
     assert row.endswith(f"| 9.00{X} | **missed** |")
 
 
+def test_the_zygote_run_shows_what_its_spawn_and_the_childs_exit_alone_take() -> None:
+    text = _rendered(
+        {
+            "context.run_one_zygote": 9.0,
+            "tether.zygote_spawn_ready": 3.0,
+            "context.zygote_spawn_exit": 5.4,
+        }
+    )
+    row = _row(text, "one whole run through the zygote")
+    assert f"9.00 ms vs 3.00 ms; its spawn → ready and its exit alone: 5.40 ms, 1.80{X}" in row
+    assert row.endswith(f"| 3.00{X} | **missed** |")
+
+
+def test_a_throughput_target_shows_the_bound_of_the_lines_encode_and_decode() -> None:
+    text = _rendered(
+        {
+            "tether.transfer_c2p": 600.0,
+            "floor.transfer_c2p": 2000.0,
+            "context.transfer_c2p_codec": 800.0,
+        }
+    )
+    row = _row(text, "1 MiB child → parent")
+    assert "the raw pipe plus the line's encode and decode alone: 800 ms, 0.40" in row
+    assert row.endswith(f"| 0.30{X} | **missed** |")
+
+
 def test_a_target_whose_bound_was_not_measured_is_judged_without_it() -> None:
     row = _row(_rendered({"tether.spawn_ready": 70.0, "floor.spawn_line": 10.0}), "cold exec")
     assert "alone" not in row
