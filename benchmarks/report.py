@@ -108,9 +108,19 @@ def _relative(
                 )
                 + "; rerun on a quieter machine)"
             )
-        return met, measured, f"{ratio:.2f}{X}"
+        return met, measured, f"{_ratio(ratio, limit)}{X}"
 
     return check
+
+
+def _ratio(ratio: float, limit: float) -> str:
+    """Two decimals, or as many as it takes to tell the ratio from the limit it is judged
+    against (1.3004 is missed against 1.3: "1.30" would read as met)."""
+    for places in range(2, 6):
+        text = f"{ratio:.{places}f}"
+        if float(text) != limit or ratio == limit:
+            return text
+    return text
 
 
 def _absolute(key: str, limit: float, at_most: bool) -> Check:

@@ -76,6 +76,17 @@ def test_a_throughput_target_shows_the_bound_of_the_lines_encode_and_decode() ->
     assert row.endswith(f"| 0.30{X} | **missed** |")
 
 
+def test_a_ratio_that_rounds_to_its_limit_is_printed_with_the_places_that_decide_it() -> None:
+    missed = _row(_rendered({"tether.agent_run": 130.04, "context.ping_tiny": 100.0}), "agent/run")
+    assert missed.endswith(f"| 1.3004{X} | **missed** |"), missed
+    met = _row(_rendered({"tether.agent_run": 129.96, "context.ping_tiny": 100.0}), "agent/run")
+    assert met.endswith(f"| 1.2996{X} | met |"), met
+    exact = _row(_rendered({"tether.agent_run": 130.0, "context.ping_tiny": 100.0}), "agent/run")
+    assert exact.endswith(f"| 1.30{X} | met |"), exact
+    far = _row(_rendered({"tether.agent_run": 180.0, "context.ping_tiny": 100.0}), "agent/run")
+    assert far.endswith(f"| 1.80{X} | **missed** |"), far
+
+
 def test_a_target_whose_bound_was_not_measured_is_judged_without_it() -> None:
     row = _row(_rendered({"tether.spawn_ready": 70.0, "floor.spawn_line": 10.0}), "cold exec")
     assert "alone" not in row
