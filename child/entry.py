@@ -58,9 +58,7 @@ def _agent_spec(argv: list[str]) -> str | None:
 
 def run(wire: WireFds, argv: list[str]) -> None:
     """Serve the protocol on `wire` until the parent is done, then end the process."""
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.INFO, format="tether-child: %(levelname)s %(message)s"
-    )
+    configure_logging()
     # A child run in place by its trampoline may still be joining its cgroups: nothing of an
     # agent's loads, and nothing is read from the wire, before it is in them.
     joined()
@@ -70,6 +68,15 @@ def run(wire: WireFds, argv: list[str]) -> None:
     sys.stderr.flush()
     # os._exit: worker threads (a tool blocked in a syscall) must not hold the process open.
     os._exit(code)
+
+
+def configure_logging() -> None:
+    """The child's log lines go to stderr, marked as the child's. Idempotent: a zygote's
+    standby configures it before it parks (in a forked child, setting a level walks every
+    logger, and each write copies a page shared with the zygote: ≈ 0.2 ms of a spawn)."""
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="tether-child: %(levelname)s %(message)s"
+    )
 
 
 def _end_startup() -> None:

@@ -142,6 +142,21 @@ def _replace_environment(env: dict[str, str]) -> None:
     ctypes.memmove(start, block + b"\0" * (end - start - len(block)), end - start)
 
 
+def _get_set() -> None:
+    """What a standby does before it parks that any request would have it do: let go of the
+    zygote's environment (Python's mapping and libc's: `_replace_environment` then has nothing
+    to clear), write the block /proc/PID/environ shows over with itself, and configure the
+    child's logging. Each of those writes first copies a page the standby shares with the
+    zygote; done here, none of it is on a spawn's path (≈ 0.4 ms there). The block keeps its
+    bytes: a parked standby still shows the zygote's environment, tree marker included."""
+    os.environ.clear()
+    if _libc.clearenv() != 0:
+        raise OSError(ctypes.get_errno(), "clearenv failed")
+    start, end = _environ_area()
+    ctypes.memmove(start, ctypes.string_at(start, end - start), end - start)
+    entry.configure_logging()
+
+
 def _userns_for(request: dict[str, Any]) -> int | None:
     """An fd of a user namespace with the mapping a sandboxed request's idmapped workspace
     needs; `None` when it needs none, or it could not be made (the child then makes its own,
@@ -298,6 +313,7 @@ def _stand_by(sock: socket.socket, zygote: int, cgroup: dict[str, Any] | None) -
         if cgroup is not None:
             join_cgroups(cgroup["procs"])
         _rehearse()
+        _get_set()
         sock.send(PARKED)
         data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 4)
         if not data:

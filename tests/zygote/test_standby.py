@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import anyio
 import psutil
@@ -55,6 +56,18 @@ async def test_a_parked_standby_holds_nothing_of_the_zygote_but_dev_null_and_its
         assert len(rest) == 1 and rest[0].startswith("socket:"), fds
         assert proc.num_threads() == 1, "the standby is single-threaded while it waits"
         assert os.getpgid(pid) == os.getpgid(zygote.pid), "no session of its own before a request"
+
+
+async def test_a_parked_standby_still_shows_the_zygotes_environment_tree_marker_included() -> None:
+    # Before it parks, a standby writes the block /proc/PID/environ reads over with itself (it
+    # copies the page there, not at the request): the bytes must not change, or the sweeps
+    # would see a process without its tree marker.
+    async with Supervisor(ZYGOTE) as sup:
+        zygote = await sup._zygote_ready()
+        standby = await _parked(zygote)
+        seen = Path(f"/proc/{standby}/environ").read_bytes()
+        assert seen == Path(f"/proc/{zygote.pid}/environ").read_bytes()
+        assert b"TETHER_TREE=" in seen
 
 
 async def test_a_spawn_after_a_pause_is_handed_to_the_standby_and_runs_to_its_result() -> None:
