@@ -135,11 +135,16 @@ def _replace_environment(env: dict[str, str]) -> None:
     if len(block) > end - start:
         raise OSError(f"the environment ({len(block)} bytes) exceeds the zygote's area")
     # libc's environment first: afterwards nothing points into the old block any more.
+    _clear_environment()
+    os.environ.update(env)  # setenv copies each value
+    ctypes.memmove(start, block + b"\0" * (end - start - len(block)), end - start)
+
+
+def _clear_environment() -> None:
+    """Python's environment mapping and libc's, both emptied."""
     os.environ.clear()
     if _libc.clearenv() != 0:
         raise OSError(ctypes.get_errno(), "clearenv failed")
-    os.environ.update(env)  # setenv copies each value
-    ctypes.memmove(start, block + b"\0" * (end - start - len(block)), end - start)
 
 
 def _get_set() -> None:
@@ -149,9 +154,7 @@ def _get_set() -> None:
     child's logging. Each of those writes first copies a page the standby shares with the
     zygote; done here, none of it is on a spawn's path (≈ 0.4 ms there). The block keeps its
     bytes: a parked standby still shows the zygote's environment, tree marker included."""
-    os.environ.clear()
-    if _libc.clearenv() != 0:
-        raise OSError(ctypes.get_errno(), "clearenv failed")
+    _clear_environment()
     start, end = _environ_area()
     ctypes.memmove(start, ctypes.string_at(start, end - start), end - start)
     entry.configure_logging()
