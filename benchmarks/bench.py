@@ -40,18 +40,18 @@ import psutil
 
 from benchmarks.providers import providers_group
 from benchmarks.report import SOAK_HEADING, Figure, Results, render, section, with_section
-from tether.parent import cgroup_join
-from tether.parent.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_key
-from tether.parent.env import build_child_env
-from tether.parent.events import ChildEvent, Event
-from tether.parent.host import host
-from tether.parent.isolation import choose_level
-from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.spawning import child_env, spawn_child
-from tether.parent.supervised import SupervisedChild
-from tether.parent.supervisor import Supervisor
-from tether.parent.zygote import Zygote, ZygoteSpawner
+from tether.parent.process import cgroup_join
+from tether.parent.process.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_key
+from tether.parent.process.env import build_child_env
+from tether.parent.process.host import host
+from tether.parent.process.isolation import choose_level
+from tether.parent.process.limits import DisposePolicy, Limits
+from tether.parent.process.spawn import child_env, spawn_child
+from tether.parent.process.supervised import SupervisedChild
+from tether.parent.process.zygote import Zygote, ZygoteSpawner
+from tether.parent.run.events import ChildEvent, Event
+from tether.parent.run.supervisor import Supervisor
 from tether.protocol import (
     ConnectionClosed,
     Decoder,
@@ -579,10 +579,10 @@ def _spawn_figures(res: Results, p: Plan, s: Samples) -> None:
                 "a fresh process joins a fresh cgroup (every hierarchy a child joins)",
                 "ms",
                 s["context.cgroup_join"],
-                "`tether.parent.cgroup_join.measure`: a `python -I -S` child writes its pid to "
-                "each `cgroup.procs` of a new cgroup on the tier in use and times the writes; "
-                "part of every spawn above (trampoline or forked child). Without the cgroup2 "
-                "mount option `favordynmods` the first write waits for an RCU grace period",
+                "`tether.parent.process.cgroup_join.measure`: a `python -I -S` child writes its "
+                "pid to each `cgroup.procs` of a new cgroup on the tier in use and times the "
+                "writes; part of every spawn above (trampoline or forked child). Without the "
+                "cgroup2 mount option `favordynmods` the first write waits for an RCU grace period",
                 floor="tether.zygote_spawn_ready",
             )
         )
@@ -1650,7 +1650,7 @@ LONG_TRANSCRIPT = 1000
 
 async def _pad_transcript(sup: Supervisor, agent_id: str, messages: int) -> int:
     """Grow an idle agent's stored transcript to `messages` (user/assistant pairs of ~1 KB)."""
-    from tether.parent.sessions import Activation
+    from tether.parent.agents.sessions import Activation
 
     await sup.agents.dispose(agent_id)
     store = await sup.agents.store()
@@ -1674,7 +1674,7 @@ async def _pad_transcript(sup: Supervisor, agent_id: str, messages: int) -> int:
 
 async def continue_group(res: Results, p: Plan, workspace: str) -> None:
     """A follow-up to a live child beside `ping`; a cold resume beside a fresh spawn."""
-    from tether.parent.runs import Continuation
+    from tether.parent.run.handle import Continuation
 
     s = Samples()
     per = max(1, p.follow_ups // p.rounds)

@@ -37,14 +37,14 @@ from typing import Any
 import anyio
 import psutil
 
-from tether.parent.config import ChildConfig
-from tether.parent.env import build_child_env
-from tether.parent.host import host
-from tether.parent.limits import Limits, raise_open_files_limit
-from tether.parent.process import SpawnError
-from tether.parent.spawning import spawn_child
-from tether.parent.supervised import SupervisedChild
-from tether.parent.zygote import Zygote, ZygoteSpawner
+from tether.parent.process.config import ChildConfig
+from tether.parent.process.env import build_child_env
+from tether.parent.process.host import host
+from tether.parent.process.limits import Limits, raise_open_files_limit
+from tether.parent.process.proc import SpawnError
+from tether.parent.process.spawn import spawn_child
+from tether.parent.process.supervised import SupervisedChild
+from tether.parent.process.zygote import Zygote, ZygoteSpawner
 from tether.protocol.messages import PROTOCOL_VERSION, InitializeParams, PeerInfo
 
 MIB = 1 << 20

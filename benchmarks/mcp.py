@@ -3,7 +3,7 @@ call beside a plain run of the same sub-agent.
 
 `.venv/bin/python -m benchmarks.mcp [--starts 5] [--rounds 7]`:
 
-- start: `python -m tether.parent.cli mcp ...` spawned by the MCP SDK's stdio client, from just
+- start: `python -m tether.parent.cli.main mcp ...` spawned by the MCP SDK's stdio client, from just
   before the spawn to the `initialize` result; beside it, `python -c "import mcp.server.lowlevel"`
   alone (the SDK's import, most of the start) and `tether task-schema` (the interpreter, tether
   and the delegation layer, no SDK);

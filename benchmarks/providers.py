@@ -22,9 +22,9 @@ from typing import Any
 import anyio
 
 from benchmarks.report import Figure, Results
-from tether.parent.isolation import choose_level
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.supervisor import Supervisor
+from tether.parent.process.isolation import choose_level
+from tether.parent.run.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parents[1]
 ACP_AGENT = ROOT / "tests" / "children" / "acp_agent.py"
@@ -48,8 +48,8 @@ def _floor_python(s: defaultdict[str, list[float]]) -> None:
 async def _bare_in_memory_run(workspace: str) -> None:
     """The runtime and a parent endpoint over memory pipes, no supervisor, no provider."""
     from tether.child.server import serve_streams
-    from tether.parent.broker import Broker, RunModels
-    from tether.parent.session import ChildSession
+    from tether.parent.run.broker import Broker, RunModels
+    from tether.parent.run.child_session import ChildSession
     from tether.protocol.connection import Connection
     from tether.protocol.messages import (
         PROTOCOL_VERSION,

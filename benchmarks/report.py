@@ -296,7 +296,7 @@ def machine() -> dict[str, str]:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    from tether.parent.host import host
+    from tether.parent.process.host import host
 
     return {
         "CPU": f"{cpu}, {os.cpu_count()} logical CPUs",
@@ -311,7 +311,7 @@ def machine() -> dict[str, str]:
 
 
 def _cgroup2_mount() -> str:
-    from tether.parent.cgroup_join import cgroup2_mount
+    from tether.parent.process.cgroup_join import cgroup2_mount
 
     got = cgroup2_mount()
     if got is None:

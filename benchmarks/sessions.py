@@ -29,8 +29,8 @@ from pathlib import Path
 import anyio
 import msgspec
 
-from tether.parent.sessions import Activation, SessionStore
-from tether.parent.sessions.db import Synchronous
+from tether.parent.agents.sessions import Activation, SessionStore
+from tether.parent.agents.sessions.db import Synchronous
 from tether.protocol.messages import AgentDefinition, ChatMessage, ToolCall, Usage
 
 TURN_BYTES = 2048

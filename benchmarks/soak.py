@@ -40,13 +40,13 @@ import anyio
 import psutil
 
 from benchmarks.report import SOAK_HEADING, machine, with_section
-from tether.parent.config import ChildConfig, PoolSpec
-from tether.parent.host import host
-from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.supervisor import Supervisor
-from tether.parent.tree import TREE_ENV, marker_prefix
-from tether.parent.zygote import standby_pids
+from tether.parent.process.config import ChildConfig, PoolSpec
+from tether.parent.process.host import host
+from tether.parent.process.limits import DisposePolicy, Limits
+from tether.parent.process.tree import TREE_ENV, marker_prefix
+from tether.parent.process.zygote import standby_pids
+from tether.parent.run.supervisor import Supervisor
 from tether.protocol.messages import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,7 +33,7 @@ from benchmarks.bench import (
     popen,
     tethered,
 )
-from tether.parent.env import build_child_env
+from tether.parent.process.env import build_child_env
 
 INIT = (
     b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":'

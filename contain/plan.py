@@ -3,8 +3,8 @@ contained-exec sequence (`sequence.py`) in the new process.
 
 A plan is plain JSON (it travels in the trampoline's argv and the zygote's spawn request), so
 what a child was granted can be logged, compared and tested without starting one. The parent
-builds it (`tether.parent.isolation.plan_for`); this module holds its shape and the fixed part
-of the policy: the system paths every sandboxed child may read.
+builds it (`tether.parent.process.isolation.plan_for`); this module holds its shape and the
+fixed part of the policy: the system paths every sandboxed child may read.
 """
 
 from __future__ import annotations

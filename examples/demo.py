@@ -19,14 +19,14 @@ from pathlib import Path
 
 import anyio
 
-from tether.parent.cli import render
-from tether.parent.delegation.live import LiveView
-from tether.parent.delegation.orchestrate_cli import render_orchestration
-from tether.parent.events import Event
-from tether.parent.limits import Limits
-from tether.parent.progress import printer
-from tether.parent.roles import role
-from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.cli.live import LiveView
+from tether.parent.cli.main import render
+from tether.parent.cli.orchestrate import render_orchestration
+from tether.parent.cli.progress import printer
+from tether.parent.process.limits import Limits
+from tether.parent.run.events import Event
+from tether.parent.run.roles import role
+from tether.parent.run.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import AgentDefinition
 
 HERE = Path(__file__).resolve().parent

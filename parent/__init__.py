@@ -11,18 +11,18 @@ change between releases.
 
 from typing import TYPE_CHECKING
 
-from tether.parent.broker import ApprovePolicy, ParentTool
-from tether.parent.config import ChildConfig, PoolSpec
-from tether.parent.events import ChildEvent, Event, EventStream, RunFinished, RunStarted
-from tether.parent.host import host
-from tether.parent.launchers import Launcher, resolve_launcher
-from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models import ModelProvider, resolve_model
 from tether.parent.models.scripted import ScriptedModel
+from tether.parent.process.config import ChildConfig, PoolSpec
+from tether.parent.process.host import host
+from tether.parent.process.launchers import Launcher, resolve_launcher
+from tether.parent.process.limits import DisposePolicy, Limits
 from tether.parent.providers.acp_provider import AcpProvider
 from tether.parent.providers.base import Provider, SubagentRequest, SubagentRun
-from tether.parent.runs import Continuation, RunHandle
-from tether.parent.supervisor import Supervisor
+from tether.parent.run.broker import ApprovePolicy, ParentTool
+from tether.parent.run.events import ChildEvent, Event, EventStream, RunFinished, RunStarted
+from tether.parent.run.handle import Continuation, RunHandle
+from tether.parent.run.supervisor import Supervisor
 from tether.protocol.messages import (
     AgentDefinition,
     Artifact,
@@ -41,8 +41,7 @@ from tether.protocol.messages import (
 )
 
 if TYPE_CHECKING:
-    from tether.parent.agent_tools import agent_tools, continuable_runner
-    from tether.parent.agents import (
+    from tether.parent.agents.service import (
         AgentBusy,
         AgentError,
         AgentHandle,
@@ -50,17 +49,18 @@ if TYPE_CHECKING:
         AgentUnavailable,
         CannotResume,
     )
+    from tether.parent.agents.tools import agent_tools, continuable_runner
 
 # Continuable agents load the session store (SQLite) on first use, not with this package.
 _LAZY = {
-    "AgentBusy": "tether.parent.agents",
-    "AgentError": "tether.parent.agents",
-    "AgentHandle": "tether.parent.agents",
-    "AgentUnavailable": "tether.parent.agents",
-    "Agents": "tether.parent.agents",
-    "CannotResume": "tether.parent.agents",
-    "agent_tools": "tether.parent.agent_tools",
-    "continuable_runner": "tether.parent.agent_tools",
+    "AgentBusy": "tether.parent.agents.service",
+    "AgentError": "tether.parent.agents.service",
+    "AgentHandle": "tether.parent.agents.service",
+    "AgentUnavailable": "tether.parent.agents.service",
+    "Agents": "tether.parent.agents.service",
+    "CannotResume": "tether.parent.agents.service",
+    "agent_tools": "tether.parent.agents.tools",
+    "continuable_runner": "tether.parent.agents.tools",
 }
 
 

@@ -74,7 +74,7 @@ def host_pid() -> Callable[[Path], int]:
 
 
 def _tier_params() -> list[object]:
-    from tether.parent.host import TIERS, host
+    from tether.parent.process.host import TIERS, host
 
     params: list[object] = []
     for tier in TIERS:

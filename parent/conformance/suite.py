@@ -23,7 +23,7 @@ from tether.parent.conformance.checks import (
     scripted_complete,
 )
 from tether.parent.conformance.wire import CheckFailed, open_wire
-from tether.parent.env import build_child_env
+from tether.parent.process.env import build_child_env
 
 CHECK_DEADLINE = 60.0
 DEFAULT_JOBS = 4

@@ -24,8 +24,8 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from tether.parent.process import ChildProcess, SpawnError, SpawnSpec
-from tether.parent.ring import ByteRing
+from tether.parent.process.proc import ChildProcess, SpawnError, SpawnSpec
+from tether.parent.process.ring import ByteRing
 from tether.protocol import ErrorCode, LocalProtocolError
 from tether.protocol.codec import ErrorResponse, RequestId, Response
 from tether.protocol.connection import (
@@ -315,7 +315,7 @@ async def open_wire(
     command: Sequence[str], env: Mapping[str, str], model: Model
 ) -> AsyncIterator[Wire]:
     """A fresh child for one check; killed (its whole process group) and reaped on exit."""
-    from tether.parent.spawning import missing_command
+    from tether.parent.process.spawn import missing_command
 
     missing = missing_command(command, env)
     if missing:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from tether.parent.delegation.snapshot import Snapshot, WorkspaceDiff, diff, take_snapshot
     from tether.parent.delegation.tool import TaskRequest, TaskTool, task_tool
     from tether.parent.delegation.verification import VerifierPolicy
-    from tether.parent.evidence import parse_verdict
+    from tether.parent.run.evidence import parse_verdict
 
 _LAZY: dict[str, str] = {
     "BUILTIN_ROLES": "tether.parent.delegation.builtins",
@@ -80,7 +80,7 @@ _LAZY: dict[str, str] = {
     "load_definitions": "tether.parent.delegation.files",
     "load_registry": "tether.parent.delegation.files",
     "orchestrate": "tether.parent.delegation.orchestrator",
-    "parse_verdict": "tether.parent.evidence",
+    "parse_verdict": "tether.parent.run.evidence",
     "read_ledger": "tether.parent.delegation.ledger",
     "take_snapshot": "tether.parent.delegation.snapshot",
     "task_status": "tether.parent.delegation.output",

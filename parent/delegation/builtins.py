@@ -7,7 +7,7 @@ child enforces (mutating tools are hard-denied, whatever a definition lists).
 
 The verifier is the adversarial exception: every other role reports what it found, the
 verifier assigns the verdict the orchestrator may not assign itself, and its instructions
-demand a final `VERDICT: PASS|FAIL|PARTIAL` line the parent parses (`tether.parent.evidence`).
+demand a final `VERDICT: PASS|FAIL|PARTIAL` line the parent parses (`tether.parent.run.evidence`).
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ from tether.parent.delegation.snapshot import (
 )
 from tether.parent.delegation.tool import TaskRequest, TaskTool, task_tool
 from tether.parent.delegation.verification import VerifierPolicy, fix_prompt, verifier_prompt
-from tether.parent.evidence import parse_verdict
+from tether.parent.run.evidence import parse_verdict
 from tether.protocol.messages import (
     AgentDefinition,
     Artifact,

@@ -48,9 +48,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
-from tether.parent.agent_tools import agent_tools
-from tether.parent.agents import DEFAULT_KEEP_ALIVE
-from tether.parent.broker import ParentTool
+from tether.parent.agents.service import DEFAULT_KEEP_ALIVE
+from tether.parent.agents.tools import agent_tools
 from tether.parent.delegation.builtins import builtin_registry
 from tether.parent.delegation.definitions import Registry, SubagentDefinition
 from tether.parent.delegation.delegator import DEFAULT_MAX_CONCURRENT, Delegator
@@ -65,9 +64,10 @@ from tether.parent.delegation.prompts import (
 )
 from tether.parent.delegation.runner import TREE_SPENT, ProviderRunner, SupervisorRunner
 from tether.parent.delegation.verification import VerifierPolicy
-from tether.parent.limits import Limits
 from tether.parent.models import ModelProvider
-from tether.parent.runs import EventCallback
+from tether.parent.process.limits import Limits
+from tether.parent.run.broker import ParentTool
+from tether.parent.run.handle import EventCallback
 from tether.protocol import ErrorCode, WireError
 from tether.protocol.messages import (
     AgentDefinition,
@@ -81,9 +81,9 @@ from tether.protocol.messages import (
 )
 
 if TYPE_CHECKING:
-    from tether.parent.config import ChildConfig
-    from tether.parent.runs import RunHandle
-    from tether.parent.supervisor import Supervisor
+    from tether.parent.process.config import ChildConfig
+    from tether.parent.run.handle import RunHandle
+    from tether.parent.run.supervisor import Supervisor
 
 DEFAULT_ORCHESTRATOR_STEPS = 40
 ORCHESTRATOR_TYPE = "orchestrator"

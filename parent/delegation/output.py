@@ -13,7 +13,7 @@
 - `failed_verification`: it finished, but the verifier still answered FAIL after the allowed
   fix cycles;
 - `needs_input`: a continuable sub-agent stopped to ask its orchestrator `question`; the answer
-  goes to it with `send_message` (`agent_tools.py`).
+  goes to it with `send_message` (`agents/tools.py`).
 
 Only `completed` means the work is done; with a verification, `verification.verdict` says how
 far it was checked (`PARTIAL`: not verified).
@@ -26,7 +26,7 @@ from typing import Any, Literal
 import msgspec
 from msgspec import Struct, field
 
-from tether.parent import evidence
+from tether.parent.run import evidence
 from tether.protocol.messages import Artifact, FailureKind, RunResult, SkippedPath
 
 TaskStatus = Literal[

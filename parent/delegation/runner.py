@@ -21,7 +21,8 @@ Theory of operation
    description, and *no parent tools*: a sub-agent's model has no `task` tool, and a child
    that asks the parent for one anyway is refused by the broker (no nesting). Sub-agent runs are
    not continuable unless the runner has a `keep_alive`: then each `spawn` sub-agent is a
-   continuable agent (`tether.parent.agents`) its orchestrator continues with `send_message`.
+   continuable agent (`tether.parent.agents.service`) its orchestrator continues with
+   `send_message`.
 4. progress: each of the child's events is relayed through `request.progress`.
 5. usage: after every brokered turn the broker's running count goes to `request.report_usage`
    (the child's own claims are never used), then the tree budget is checked; once
@@ -44,15 +45,15 @@ from typing import TYPE_CHECKING
 import anyio
 
 from tether.parent.delegation.delegator import RunRequest
-from tether.parent.events import ChildEvent, Event
-from tether.parent.limits import Limits
 from tether.parent.models import ModelProvider
+from tether.parent.process.limits import Limits
+from tether.parent.run.events import ChildEvent, Event
 from tether.protocol.messages import Failure, ModelCompleteParams, ModelCompleteResult, RunResult
 
 if TYPE_CHECKING:
-    from tether.parent.config import ChildConfig
-    from tether.parent.runs import RunHandle
-    from tether.parent.supervisor import Supervisor
+    from tether.parent.process.config import ChildConfig
+    from tether.parent.run.handle import RunHandle
+    from tether.parent.run.supervisor import Supervisor
 
 SPAWN = "spawn"
 ProviderRunner = Callable[[RunRequest], Awaitable[RunResult]]
@@ -179,7 +180,7 @@ class SupervisorRunner:
 
     async def continuable(self, request: RunRequest) -> RunResult:
         """Run the sub-agent as a continuable agent of the supervisor (see `keep_alive`)."""
-        from tether.parent.agent_tools import run_continuable
+        from tether.parent.agents.tools import run_continuable
 
         assert self.keep_alive is not None
         try:

@@ -4,7 +4,7 @@ After a build-mode sub-agent completes, the parent diffs the workspace (`snapsho
 the change touches at least `min_files` files (added + modified + deleted), or the diff could
 not be complete, a verifier sub-agent (explore mode, whatever its definition says) checks it,
 given the task, the author's summary and the changed-file list. Its verdict is parsed by the
-parent (`tether.parent.evidence`): PASS or PARTIAL end the cycle; FAIL sends the findings back
+parent (`tether.parent.run.evidence`): PASS or PARTIAL end the cycle; FAIL sends the findings back
 to a build sub-agent of the same type to fix, then the whole change (measured again from the
 first snapshot) is verified again, at most `max_fix_cycles` times. A FAIL after the last cycle is
 surfaced (`status: "failed_verification"`). A sub-agent that did not complete is never

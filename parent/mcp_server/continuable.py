@@ -22,16 +22,16 @@ import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tether.parent.agent_tools import LIST_AGENTS, SEND_MESSAGE, agent_tools
+from tether.parent.agents.tools import LIST_AGENTS, SEND_MESSAGE, agent_tools
 from tether.parent.delegation.runner import SupervisorRunner
 from tether.parent.mcp_server.tools import ServedTool, from_parent_tool
 
 if TYPE_CHECKING:
-    from tether.parent.config import ChildConfig
     from tether.parent.delegation.delegator import Runner
-    from tether.parent.limits import Limits
     from tether.parent.models import ModelProvider
-    from tether.parent.supervisor import Supervisor
+    from tether.parent.process.config import ChildConfig
+    from tether.parent.process.limits import Limits
+    from tether.parent.run.supervisor import Supervisor
 
 
 HINTS: dict[str, dict[str, bool]] = {

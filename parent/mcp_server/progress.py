@@ -32,7 +32,7 @@ from tether.parent.delegation.events import (
     SubagentQueued,
     SubagentStarted,
 )
-from tether.parent.terminal import clean
+from tether.parent.run.terminal import clean
 
 LABEL_CHARS = 80
 TEXT_CHARS = 200

@@ -28,7 +28,7 @@ from tether.parent.delegation.events import SubagentEvent
 from tether.parent.delegation.output import TaskOutput
 from tether.parent.mcp_server.progress import describe
 from tether.parent.mcp_server.tools import Answer, CallContext, ServedTool
-from tether.parent.terminal import clean
+from tether.parent.run.terminal import clean
 
 TITLE = "Delegate to a tether sub-agent"
 NOT_ERRORS = frozenset({"completed", "needs_input"})

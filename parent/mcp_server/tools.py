@@ -24,7 +24,7 @@ from typing import Any
 
 import jsonschema
 
-from tether.parent.broker import ParentTool
+from tether.parent.run.broker import ParentTool
 from tether.protocol.messages import ToolCallParams
 
 MCP_RUN_ID = "mcp"

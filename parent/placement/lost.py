@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tether.parent.broker import Brokered
+from tether.parent.run.broker import Brokered
 from tether.protocol.messages import Failure, FailureKind, Rung, RunResult, RunStatus
 
 _WHY = {

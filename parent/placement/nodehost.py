@@ -43,14 +43,14 @@ from typing import Any
 import anyio
 import psutil
 
-from tether.parent.broker import Brokered, ParentTool
-from tether.parent.config import ChildConfig
-from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.placement.lost import lost_result, node_label
 from tether.parent.placement.relay import forwarding_error
 from tether.parent.placement.wire import DisposedRun, HostInfo, HostReport, NodeRun, Refused
-from tether.parent.runs import RunHandle
-from tether.parent.supervisor import Supervisor
+from tether.parent.process.config import ChildConfig
+from tether.parent.run.broker import Brokered, ParentTool
+from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted
+from tether.parent.run.handle import RunHandle
+from tether.parent.run.supervisor import Supervisor
 from tether.protocol.messages import (
     ModelCompleteParams,
     ModelCompleteResult,

@@ -45,18 +45,6 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from tether.parent.broker import ApprovePolicy, ParentTool, TurnHook, resolve_models
-from tether.parent.config import ChildConfig
-from tether.parent.events import (
-    DEFAULT_EVENT_BUFFER,
-    ChildEvent,
-    Event,
-    EventStream,
-    RunFinished,
-    RunStarted,
-)
-from tether.parent.launchers import Bwrap, Launcher, Local, Pidns, resolve_launcher
-from tether.parent.limits import Limits
 from tether.parent.models import ModelProvider
 from tether.parent.placement.lost import (
     engine_failure,
@@ -74,7 +62,19 @@ from tether.parent.placement.policy import (
 )
 from tether.parent.placement.relay import BrokerRelay, DriverBroker, RunContext
 from tether.parent.placement.wire import HostInfo, HostReport, NodeRun, Refused
-from tether.parent.roles import resolve_agent
+from tether.parent.process.config import ChildConfig
+from tether.parent.process.launchers import Bwrap, Launcher, Local, Pidns, resolve_launcher
+from tether.parent.process.limits import Limits
+from tether.parent.run.broker import ApprovePolicy, ParentTool, TurnHook, resolve_models
+from tether.parent.run.events import (
+    DEFAULT_EVENT_BUFFER,
+    ChildEvent,
+    Event,
+    EventStream,
+    RunFinished,
+    RunStarted,
+)
+from tether.parent.run.roles import resolve_agent
 from tether.protocol.messages import AgentDefinition, ChatMessage, RunResult
 
 EventCallback = Callable[[Event], None]

@@ -29,7 +29,8 @@ from typing import Any
 
 import anyio
 
-from tether.parent.broker import (
+from tether.parent.placement.wire import Answer, Ask
+from tether.parent.run.broker import (
     ApprovePolicy,
     Brokered,
     ParentTool,
@@ -37,7 +38,6 @@ from tether.parent.broker import (
     TurnHook,
     call_parent_tool,
 )
-from tether.parent.placement.wire import Answer, Ask
 from tether.protocol import ErrorCode, RemoteError, WireError
 from tether.protocol.messages import (
     ModelCompleteParams,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.parent.config import ChildConfig
-from tether.parent.limits import Limits
+from tether.parent.process.config import ChildConfig
+from tether.parent.process.limits import Limits
 from tether.protocol.messages import AgentDefinition, ChatMessage, Rung, ToolSpec
 
 

@@ -39,7 +39,7 @@ cut (`observed.cancelled`) and the caller's ladder takes the agent down.
 
 Nothing the agent does raises out of `run()`: garbage, an oversize line, silence, a crash, a
 malformed answer or an error answer all end as an `AcpOutcome` whose `observed` record says
-what happened, in the terms `tether.parent.classify` turns into a `failure.kind`. The caller
+what happened, in the terms `tether.parent.run.classify` turns into a `failure.kind`. The caller
 adds what only it saw (exit status, signal, rung, stderr tail) before classifying;
 `AcpOutcome.result()` classifies without it.
 
@@ -74,8 +74,6 @@ from anyio import CancelScope
 from anyio.abc import ByteReceiveStream, ByteSendStream
 from pydantic import ValidationError
 
-from tether.parent.classify import Observed, classify, failure_of
-from tether.parent.events import ChildEvent
 from tether.parent.providers.acp_mapping import (
     UpdateFolder,
     cancelled_answer,
@@ -90,6 +88,8 @@ from tether.parent.providers.acp_transport import (
     PipeTransport,
 )
 from tether.parent.providers.confined_fs import ConfinedFiles, FileRefused
+from tether.parent.run.classify import Observed, classify, failure_of
+from tether.parent.run.events import ChildEvent
 from tether.protocol.messages import (
     Artifact,
     ChatMessage,

@@ -43,7 +43,7 @@ from acp.schema import (
     ToolCallStart,
 )
 
-from tether.parent.events import ChildEvent
+from tether.parent.run.events import ChildEvent
 from tether.protocol.messages import ChatMessage, RunStatus
 
 EVENT_PREVIEW_CHARS = 2_000

@@ -58,11 +58,11 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from tether.parent.env import build_child_env
-from tether.parent.isolation import GatewayNetwork, probe_host
-from tether.parent.launchers import Local, resolve_launcher
+from tether.parent.process.env import build_child_env
+from tether.parent.process.isolation import GatewayNetwork, probe_host
+from tether.parent.process.launchers import Local, resolve_launcher
+from tether.parent.process.spawn import missing_command
 from tether.parent.providers.base import Provider, SubagentRequest, SubagentRun, command_of
-from tether.parent.spawning import missing_command
 from tether.protocol.messages import (
     ModelCompleteParams,
     ModelCompleteResult,
@@ -72,7 +72,7 @@ from tether.protocol.messages import (
 )
 
 if TYPE_CHECKING:
-    from tether.parent.broker import Broker
+    from tether.parent.run.broker import Broker
 
 AGENT_ENV: Mapping[str, str] = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
 """Set for every ACP agent unless the config sets it: agents built on Claude Code otherwise

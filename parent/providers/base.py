@@ -34,7 +34,7 @@ A `SubagentRun` gives a provider the run's powers without the supervisor's inter
 request; the run's `Broker` (`complete()` a model turn through the parent's provider, counted
 and held to the run's budgets; `approve()` through the run's policy); `emit()` progress
 events; the isolation level and containment tier chosen for the run; `spawn()`, which starts a
-process through the one spawn path every child takes (`spawning.spawn_child`: scrubbed
+process through the one spawn path every child takes (`process.spawn.spawn_child`: scrubbed
 environment, limits, cgroup, sandbox, keeper registration, the dispose ladder when the context
 ends) and shares the run's `Observed` with it; `gateway()`, the supervisor's model gateway for
 a foreign agent's own model client; and `cancel_requested`, set when the caller cancels.
@@ -53,14 +53,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from tether.parent.classify import Observed
-from tether.parent.config import ChildConfig
-from tether.parent.events import ChildEvent, Event, RunStarted
-from tether.parent.isolation import Choice, GatewayNetwork
-from tether.parent.launchers import resolve_launcher
-from tether.parent.process import SpawnError
-from tether.parent.runs import launcher_name
-from tether.parent.spawning import child_env, missing_command, spawn_child
+from tether.parent.process.config import ChildConfig
+from tether.parent.process.isolation import Choice, GatewayNetwork
+from tether.parent.process.launchers import resolve_launcher
+from tether.parent.process.proc import SpawnError
+from tether.parent.process.spawn import child_env, missing_command, spawn_child
+from tether.parent.run.classify import Observed
+from tether.parent.run.events import ChildEvent, Event, RunStarted
+from tether.parent.run.handle import launcher_name
 from tether.protocol.messages import (
     AgentDefinition,
     AgentRunParams,
@@ -74,12 +74,12 @@ from tether.protocol.messages import (
 )
 
 if TYPE_CHECKING:
-    from tether.parent.broker import Broker
     from tether.parent.gateway import Gateway
-    from tether.parent.host import Host
-    from tether.parent.limits import Limits
-    from tether.parent.runs import RunHandle
-    from tether.parent.supervised import SupervisedProcess
+    from tether.parent.process.host import Host
+    from tether.parent.process.limits import Limits
+    from tether.parent.process.supervised import SupervisedProcess
+    from tether.parent.run.broker import Broker
+    from tether.parent.run.handle import RunHandle
 
 log = logging.getLogger("tether.parent")
 

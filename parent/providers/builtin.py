@@ -21,15 +21,15 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from tether.parent.config import DEFAULT_COMMAND
-from tether.parent.env import build_child_env
+from tether.parent.process.config import DEFAULT_COMMAND
+from tether.parent.process.env import build_child_env
+from tether.parent.process.spawn import missing_command
 from tether.parent.providers.base import (
     Provider,
     ProviderRegistry,
     SubagentRequest,
     command_of,
 )
-from tether.parent.spawning import missing_command
 
 SPAWN = "spawn"
 FORK = "fork"

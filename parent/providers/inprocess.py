@@ -30,13 +30,13 @@ import time
 
 import anyio
 
-from tether.parent.classify import Observed
-from tether.parent.config import ChildConfig
-from tether.parent.events import RunStarted
-from tether.parent.isolation import Choice
+from tether.parent.process.config import ChildConfig
+from tether.parent.process.isolation import Choice
+from tether.parent.process.spawn import child_env, version
 from tether.parent.providers.base import Provider, SubagentRequest, SubagentRun
-from tether.parent.session import ChildSession
-from tether.parent.spawning import child_env, version
+from tether.parent.run.child_session import ChildSession
+from tether.parent.run.classify import Observed
+from tether.parent.run.events import RunStarted
 from tether.protocol import (
     ConnectionClosed,
     LocalProtocolError,

@@ -33,10 +33,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether.parent.delegation.definitions import DefinitionError
-from tether.parent.env import build_child_env
+from tether.parent.process.env import build_child_env
+from tether.parent.process.spawn import missing_command
 from tether.parent.providers.base import NAME_PATTERN, Provider, SubagentRequest
 from tether.parent.providers.builtin import CommandProvider
-from tether.parent.spawning import missing_command
 
 KINDS = ("acp", "command")
 KEYS = ("name", "kind", "command", "summary", "readPaths", "env", "handshake")

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from agent_models import Commanded
 
 from tether.parent import Supervisor
-from tether.parent.agents import AgentError
+from tether.parent.agents.service import AgentError
 
 
 def say(obj: object) -> None:

@@ -12,7 +12,7 @@ import pytest
 from agent_models import Commanded, users
 
 from tether.parent import Supervisor
-from tether.parent.sessions import SessionStore
+from tether.parent.agents.sessions import SessionStore
 from tether.protocol.messages import Usage
 
 pytestmark = pytest.mark.anyio
@@ -239,8 +239,8 @@ async def test_each_activation_has_its_own_wall_clock(state: Path, workspace: Pa
 async def test_ids_that_are_garbled_or_unknown_are_refused_before_anything_runs(
     state: Path,
 ) -> None:
-    from tether.parent.agents import AgentUnavailable
-    from tether.parent.sessions import BadAgentId
+    from tether.parent.agents.service import AgentUnavailable
+    from tether.parent.agents.sessions import BadAgentId
 
     async with Supervisor(state_dir=state) as sup:
         with pytest.raises(BadAgentId, match="not an agent id"):
@@ -254,8 +254,8 @@ async def test_a_lease_taken_over_elsewhere_disposes_of_the_warm_child_at_once(
 ) -> None:
     import sqlite3
 
-    from tether.parent.agents import AgentBusy
-    from tether.parent.sessions import DB_NAME
+    from tether.parent.agents.service import AgentBusy
+    from tether.parent.agents.sessions import DB_NAME
 
     async with Supervisor(state_dir=state) as sup:
         agent = await sup.spawn_agent(

@@ -13,7 +13,7 @@ from agent_hosts import wait_dead
 from agent_models import TURN_USAGE, Commanded, users
 
 from tether.parent import Supervisor
-from tether.parent.sessions import SessionStore
+from tether.parent.agents.sessions import SessionStore
 from tether.protocol.messages import Usage
 
 

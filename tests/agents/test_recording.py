@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.parent.recording import (
+from tether.parent.agents.transcript import (
     closing_results,
     common_prefix,
     open_calls,

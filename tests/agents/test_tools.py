@@ -12,8 +12,8 @@ import pytest
 from agent_models import Commanded
 
 from tether.parent import Supervisor
-from tether.parent.agent_tools import agent_tools, continuable_runner
-from tether.parent.broker import ParentTool
+from tether.parent.agents.tools import agent_tools, continuable_runner
+from tether.parent.run.broker import ParentTool
 from tether.protocol.messages import (
     ChatMessage,
     ModelCompleteParams,

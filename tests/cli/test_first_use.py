@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.parent.spawning import version
+from tether.parent.process.spawn import version
 
 TETHER = [sys.executable, "-m", "tether.parent.cli"]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -127,7 +127,7 @@ def test_an_idle_limit_below_the_heartbeat_headroom_is_warned_about(tmp_path: Pa
 
 
 def test_a_run_under_bwrap_names_its_launcher_in_progress_and_json(tmp_path: Path) -> None:
-    from tether.parent.doctor import _bwrap
+    from tether.parent.cli.doctor import _bwrap
 
     if not _bwrap()["works"]:
         pytest.skip(f"bwrap does not work here: {_bwrap().get('why')}")
@@ -151,7 +151,7 @@ def test_a_run_under_bwrap_names_its_launcher_in_progress_and_json(tmp_path: Pat
 def test_the_readmes_runs_work_on_a_scratch_copy_and_leave_the_checkout_alone(
     tmp_path: Path,
 ) -> None:
-    from tether.parent.doctor import _bwrap
+    from tether.parent.cli.doctor import _bwrap
 
     root = EXAMPLES.parent
     before = sorted(p.name for p in (EXAMPLES / "workspace").iterdir())

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tether.parent.events import ChildEvent, RunFinished, RunStarted
-from tether.parent.progress import describe
+from tether.parent.cli.progress import describe
+from tether.parent.run.events import ChildEvent, RunFinished, RunStarted
 from tether.protocol.messages import Failure, RunResult
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.parent.terminal import clean
+from tether.parent.run.terminal import clean
 
 CHILDREN = Path(__file__).resolve().parent.parent / "children"
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x1b[0m \x9b31m \u202eevil\u202c \x00bell\x07"

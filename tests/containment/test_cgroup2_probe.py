@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.parent.host import _children_get_controllers, _enable_controllers
+from tether.parent.process.host import _children_get_controllers, _enable_controllers
 
 UNIFIED = Path("/sys/fs/cgroup/unified")
 

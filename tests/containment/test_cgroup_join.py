@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from tether.parent import cgroup_join
-from tether.parent.host import PREFIX, host
+from tether.parent.process import cgroup_join
+from tether.parent.process.host import PREFIX, host
 
 MOUNTINFO = (
     "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.parent.cli import main
-from tether.parent.host import host
+from tether.parent.cli.main import main
+from tether.parent.process.host import host
 
 
 def test_doctor_reports_every_key_as_json_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,10 +22,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tether.parent.cgroups import ChildCgroup, sweep_stale
-from tether.parent.host import host
-from tether.parent.limits import DisposePolicy, Limits
-from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.process.cgroups import ChildCgroup, sweep_stale
+from tether.parent.process.host import host
+from tether.parent.process.limits import DisposePolicy, Limits
+from tether.parent.run.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 

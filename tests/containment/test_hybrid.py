@@ -23,10 +23,10 @@ import anyio
 import psutil
 import pytest
 
-from tether.parent.cgroups import ChildCgroup
-from tether.parent.host import TIERS, Host, available, choose, host, probe
-from tether.parent.limits import DisposePolicy, Limits
-from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.process.cgroups import ChildCgroup
+from tether.parent.process.host import TIERS, Host, available, choose, host, probe
+from tether.parent.process.limits import DisposePolicy, Limits
+from tether.parent.run.supervisor import ChildConfig, Supervisor
 
 CHILDREN = Path(__file__).parent.parent / "children"
 FORK_LOOP = (
@@ -316,7 +316,7 @@ async def test_a_cgroup2_oom_is_read_from_memory_events(tmp_path: Path) -> None:
 
 
 def test_doctor_names_the_hybrid_tier_and_how_it_tears_a_tree_down() -> None:
-    from tether.parent import doctor
+    from tether.parent.cli import doctor
 
     got = doctor.report()
     assert "hybrid" in got["cgroups"] and got["tiers"]["hybrid"] == available(probe("hybrid"))

@@ -18,7 +18,7 @@ import anyio
 import psutil
 import pytest
 
-from tether.parent.launchers import (
+from tether.parent.process.launchers import (
     Bwrap,
     Docker,
     Kubectl,
@@ -29,8 +29,8 @@ from tether.parent.launchers import (
     Ssh,
     resolve_launcher,
 )
-from tether.parent.limits import DisposePolicy, Limits
-from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.process.limits import DisposePolicy, Limits
+from tether.parent.run.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 
@@ -331,8 +331,8 @@ def _kill_token(token: str) -> None:
 
 
 def test_one_registry_names_every_launcher_for_the_resolver_the_cli_and_doctor() -> None:
-    from tether.parent.doctor import report
-    from tether.parent.launchers import LAUNCHERS, launcher_usages
+    from tether.parent.cli.doctor import report
+    from tether.parent.process.launchers import LAUNCHERS, launcher_usages
 
     for kind in LAUNCHERS.values():
         built = resolve_launcher(f"{kind.name}:x" if kind.argument else kind.name)

@@ -22,8 +22,8 @@ import psutil
 import pytest
 
 from tether.parent import ChildConfig, Supervisor
-from tether.parent.launchers import Pidns, resolve_launcher
-from tether.parent.limits import DisposePolicy
+from tether.parent.process.launchers import Pidns, resolve_launcher
+from tether.parent.process.limits import DisposePolicy
 
 pytestmark = pytest.mark.anyio
 
@@ -52,8 +52,8 @@ def _gone_within(pid: int, seconds: float) -> bool:
 def test_the_launcher_is_registered_and_maps_a_user_namespace_only_without_root() -> None:
     launcher = resolve_launcher("pidns")
     assert isinstance(launcher, Pidns)
-    from tether.parent.launchers import LaunchContext
-    from tether.parent.limits import Limits
+    from tether.parent.process.launchers import LaunchContext
+    from tether.parent.process.limits import Limits
 
     ctx = LaunchContext(
         command=["cmd", "arg"], env={}, explicit_env={}, workspace="/", limits=Limits()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.parent.host import TIERS, available, host, probe
-from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.process.host import TIERS, available, host, probe
+from tether.parent.run.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 
@@ -73,7 +73,7 @@ def test_nothing_reaps_by_anything_but_a_pid() -> None:
         for path in sorted((ROOT / folder).rglob("*.py"))
         # The PID namespace's init reaps every orphan of its namespace: that is its job, and
         # nothing else in its process waits for anything.
-        if path.relative_to(ROOT).as_posix() != "parent/_pidns.py"
+        if path.relative_to(ROOT).as_posix() != "parent/process/_pidns.py"
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Call) and _reaps_any_child(node)
     ]

@@ -6,7 +6,7 @@ import pytest
 
 from tether.parent.delegation import BUILTIN_ROLES, builtin_registry
 from tether.parent.delegation.prompts import ORCHESTRATOR_SYSTEM_PROMPT, SUBAGENT_SYSTEM_PROMPT
-from tether.parent.roles import ROLES, resolve_agent, role
+from tether.parent.run.roles import ROLES, resolve_agent, role
 from tether.protocol.messages import AgentDefinition
 
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.parent.cli import main as tether_main
+from tether.parent.cli.main import main as tether_main
 from tether.parent.delegation import (
     Registry,
     SubagentDefinition,
@@ -258,14 +258,15 @@ def test_the_installed_tether_command_has_task_schema() -> None:
 
 
 def test_the_cli_offers_exactly_the_tools_formats() -> None:
-    from tether.parent.delegation import cli, tool
+    from tether.parent.cli import task_schema
+    from tether.parent.delegation import tool
 
-    assert list(cli.FORMATS) == list(tool.FORMATS)
+    assert list(task_schema.FORMATS) == list(tool.FORMATS)
 
 
 def test_importing_the_supervisor_does_not_import_the_schema_validator() -> None:
     code = (
-        "import sys, tether.parent.supervisor, tether.parent.cli; "
+        "import sys, tether.parent.run.supervisor, tether.parent.cli.main; "
         "sys.exit(1 if 'jsonschema' in sys.modules else 0)"
     )
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=False)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tether.parent.delegation import parse_verdict
-from tether.parent.evidence import verdicts
+from tether.parent.run.evidence import verdicts
 
 # The rule, `VERDICT:\s*(PASS|FAIL|PARTIAL)`, with the markdown emphasis the parser
 # also accepts between the two words.

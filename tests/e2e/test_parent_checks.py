@@ -139,7 +139,7 @@ def test_the_verdict_parser_never_reads_pass_where_the_text_does_not_say_it() ->
     from hypothesis import given
     from hypothesis import strategies as st
 
-    from tether.parent.evidence import parse_verdict
+    from tether.parent.run.evidence import parse_verdict
 
     @given(st.text())
     def check(text: str) -> None:

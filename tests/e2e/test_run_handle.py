@@ -10,9 +10,9 @@ import anyio
 import psutil
 import pytest
 
-from tether.parent.events import ChildEvent, Event, RunStarted
-from tether.parent.limits import DisposePolicy
-from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.process.limits import DisposePolicy
+from tether.parent.run.events import ChildEvent, Event, RunStarted
+from tether.parent.run.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.parent.limits import DisposePolicy, Limits
-from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.process.limits import DisposePolicy, Limits
+from tether.parent.run.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 
@@ -53,7 +53,15 @@ def test_out_of_range_limits_are_bad_usage_on_the_command_line(tmp_path: Path) -
     import subprocess
 
     done = subprocess.run(
-        [sys.executable, "-m", "tether.parent.cli", "run", "go", "--open-files", "99999999999"],
+        [
+            sys.executable,
+            "-m",
+            "tether.parent.cli",
+            "run",
+            "go",
+            "--open-files",
+            "99999999999",
+        ],
         capture_output=True,
         text=True,
         timeout=30,

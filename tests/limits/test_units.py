@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.parent.config import DEFAULT_COMMAND
-from tether.parent.limits import Limits, parse_duration, parse_size
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.supervisor import Supervisor
-from tether.parent.usage import idle_warning, limits_from_flags
+from tether.parent.process.config import DEFAULT_COMMAND
+from tether.parent.process.limits import Limits, parse_duration, parse_size
+from tether.parent.run.checks import idle_warning, limits_from_flags
+from tether.parent.run.supervisor import Supervisor
 from tether.protocol.messages import HEARTBEAT_SECONDS
 
 UNITS = (("h", 3600), ("m", 60), ("s", 1), ("ms", 0.001))

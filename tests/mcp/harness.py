@@ -1,7 +1,7 @@
 """Driving `tether mcp` as a real subprocess with the MCP SDK's own stdio client, scripting its
 sub-agents' models, and watching its process tree.
 
-`serve(tmp_path, *args)` starts `python -m tether.parent.cli mcp ARGS` through the SDK's
+`serve(tmp_path, *args)` starts `python -m tether.parent.cli.main mcp ARGS` through the SDK's
 `stdio_client`, initializes a `ClientSession`, and hands back a `Server`: the session, the
 `initialize` result, the server's pid and where its stderr goes. `Progress` records a call's
 progress notifications and waits for one that matches. `tree(pid)` and `marked(pid)` find the
@@ -27,7 +27,7 @@ import psutil
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from tether.parent.zygote import standby_pids
+from tether.parent.process.zygote import standby_pids
 
 WAIT = 30.0
 """Generous: the machine may be busy."""

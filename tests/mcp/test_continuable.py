@@ -23,8 +23,9 @@ from harness import (
     workspace,
 )
 
-from tether.parent import ScriptedModel, Supervisor, cli
-from tether.parent.agent_tools import LIST_AGENTS_SPEC, SEND_MESSAGE_SPEC, continuable_runner
+from tether.parent import ScriptedModel, Supervisor
+from tether.parent.agents.tools import LIST_AGENTS_SPEC, SEND_MESSAGE_SPEC, continuable_runner
+from tether.parent.cli import main as cli
 from tether.parent.delegation import Delegator, TaskOutput, builtin_registry
 
 pytestmark = pytest.mark.anyio

@@ -8,9 +8,9 @@ import json
 import re
 from pathlib import Path
 
-from tether.parent.cli import _parser
+from tether.parent.cli.main import _parser
+from tether.parent.cli.mcp import listing
 from tether.parent.delegation import builtin_registry
-from tether.parent.mcp_server.cli import listing
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "mcp.md").read_text()

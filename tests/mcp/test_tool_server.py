@@ -18,9 +18,9 @@ from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
-from tether.parent.broker import ParentTool
 from tether.parent.mcp_server.server import ToolServer
 from tether.parent.mcp_server.tools import Answer, CallContext, ServedTool, from_parent_tool
+from tether.parent.run.broker import ParentTool
 from tether.protocol.messages import ToolCallParams, ToolCallResult, ToolSpec
 
 pytestmark = pytest.mark.anyio

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from harness import WAIT, command, model_script
 
-from tether.parent import cli
+from tether.parent.cli import main as cli
 from tether.parent.delegation import builtin_registry, task_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,9 +99,9 @@ def test_only_the_mcp_server_modules_import_the_sdk() -> None:
 def test_the_cli_and_the_rest_of_tether_load_without_the_sdk() -> None:
     code = (
         "import sys, json\n"
-        "import tether.parent, tether.parent.cli, tether.parent.delegation.orchestrator\n"
-        "import tether.parent.mcp_server.cli, tether.parent.mcp_server.task\n"
-        "tether.parent.cli._parser().parse_args(['mcp', '--model', 'm'])\n"
+        "import tether.parent, tether.parent.cli.main, tether.parent.delegation.orchestrator\n"
+        "import tether.parent.cli.mcp, tether.parent.mcp_server.task\n"
+        "tether.parent.cli.main._parser().parse_args(['mcp', '--model', 'm'])\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('mcp', 'mcp_types', 'starlette', 'uvicorn'))))\n"
     )

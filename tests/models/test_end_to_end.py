@@ -15,8 +15,8 @@ import psutil
 import pytest
 from model_server import ModelServer, Reply
 
-from tether.parent.limits import Limits
-from tether.parent.supervisor import Supervisor
+from tether.parent.process.limits import Limits
+from tether.parent.run.supervisor import Supervisor
 from tether.protocol.messages import Usage
 
 pytestmark = pytest.mark.anyio

@@ -12,14 +12,14 @@ from pathlib import Path
 
 from book import ORCHESTRATOR, call, complete, script, task, turn
 
+from tether.parent.cli.live import LiveView, TreeState
 from tether.parent.delegation.events import (
     SubagentCompleted,
     SubagentProgress,
     SubagentQueued,
     SubagentStarted,
 )
-from tether.parent.delegation.live import LiveView, TreeState
-from tether.parent.events import ChildEvent, RunFinished, RunStarted
+from tether.parent.run.events import ChildEvent, RunFinished, RunStarted
 from tether.protocol.messages import RunResult
 
 TETHER = [sys.executable, "-m", "tether.parent.cli"]

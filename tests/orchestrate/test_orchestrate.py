@@ -23,7 +23,7 @@ from tether.parent.delegation.events import (
     SubagentQueued,
     SubagentStarted,
 )
-from tether.parent.events import Event
+from tether.parent.run.events import Event
 
 pytestmark = pytest.mark.anyio
 

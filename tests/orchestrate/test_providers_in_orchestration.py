@@ -15,7 +15,7 @@ from book import ORCHESTRATOR, Recorder, complete, script, task, turn
 
 from tether.parent import Supervisor
 from tether.parent.delegation import SubagentDefinition, builtin_registry
-from tether.parent.events import Event, RunFinished
+from tether.parent.run.events import Event, RunFinished
 
 pytestmark = pytest.mark.anyio
 

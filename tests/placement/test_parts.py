@@ -11,12 +11,12 @@ import sys
 import anyio
 import pytest
 
-from tether.parent.broker import Brokered, ParentTool, RunModels
-from tether.parent.events import ChildEvent, RunFinished, RunStarted
 from tether.parent.placement.lost import engine_failure, lost_result, unplaced_result
 from tether.parent.placement.nodehost import EventBatcher
 from tether.parent.placement.relay import BrokerRelay, DriverBroker, RunContext, forwarding_error
 from tether.parent.placement.wire import Answer, Ask
+from tether.parent.run.broker import Brokered, ParentTool, RunModels
+from tether.parent.run.events import ChildEvent, RunFinished, RunStarted
 from tether.protocol import ErrorCode
 from tether.protocol.messages import (
     ChatMessage,
@@ -187,7 +187,7 @@ def test_engine_failures_read_as_sentences_naming_the_node_and_the_last_rung() -
 def test_nothing_imports_ray_unless_a_placement_is_entered() -> None:
     code = (
         "import json, sys\n"
-        "import tether.parent, tether.parent.cli, tether.parent.placement\n"
+        "import tether.parent, tether.parent.cli.main, tether.parent.placement\n"
         "from tether.parent.placement import RayPlacement\n"
         "from tether.parent.placement import nodehost, relay, policy, lost\n"
         "RayPlacement(nodes='all', per_node=2)\n"

@@ -27,10 +27,10 @@ import psutil
 import pytest
 
 from tether.parent import ChildConfig, Supervisor
-from tether.parent.events import ChildEvent, Event, RunFinished, RunStarted
-from tether.parent.limits import DisposePolicy
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.placement import RayPlacement, RemoteRun
+from tether.parent.process.limits import DisposePolicy
+from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.protocol.messages import (
     ChatMessage,
     ModelCompleteParams,

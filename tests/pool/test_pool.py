@@ -12,9 +12,9 @@ import anyio
 import psutil
 import pytest
 
-from tether.parent.limits import Limits
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.supervisor import ChildConfig, PoolSpec, Supervisor
+from tether.parent.process.limits import Limits
+from tether.parent.run.supervisor import ChildConfig, PoolSpec, Supervisor
 
 pytestmark = pytest.mark.anyio
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tether.parent.isolation import probe_host
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.supervisor import ChildConfig, PoolSpec, Supervisor
+from tether.parent.process.isolation import probe_host
+from tether.parent.run.supervisor import ChildConfig, PoolSpec, Supervisor
 
 pytestmark = [
     pytest.mark.anyio,

@@ -14,8 +14,8 @@ import anyio
 import pytest
 from agent_process import ACP_AGENT, spawned
 
-from tether.parent.events import ChildEvent
 from tether.parent.providers.acp import AcpDriver, AcpLimits, AcpOutcome, AcpTask
+from tether.parent.run.events import ChildEvent
 from tether.protocol.messages import ChatMessage, ToolApproveParams, ToolApproveResult, Usage
 
 pytestmark = pytest.mark.anyio

@@ -12,7 +12,6 @@ import anyio
 import pytest
 from acp.schema import AgentMessageChunk, PermissionOption, UsageUpdate
 
-from tether.parent.events import ChildEvent
 from tether.parent.providers.acp_mapping import (
     UpdateFolder,
     is_mutation,
@@ -21,6 +20,7 @@ from tether.parent.providers.acp_mapping import (
     stop_outcome,
 )
 from tether.parent.providers.acp_transport import PipeTransport
+from tether.parent.run.events import ChildEvent
 from tether.protocol.messages import ChatMessage, ToolCall
 
 

@@ -15,10 +15,10 @@ import anyio
 import pytest
 
 from tether.parent import ChildConfig, Limits, ScriptedModel, Supervisor
-from tether.parent.events import ChildEvent, Event, RunStarted
-from tether.parent.isolation import probe_host
-from tether.parent.limits import DisposePolicy
+from tether.parent.process.isolation import probe_host
+from tether.parent.process.limits import DisposePolicy
 from tether.parent.providers.base import Provider, SubagentRequest, SubagentRun
+from tether.parent.run.events import ChildEvent, Event, RunStarted
 from tether.protocol.messages import (
     AgentDefinition,
     ChatMessage,

@@ -20,11 +20,11 @@ import pytest
 from agent_process import isolated, tree
 
 from tether.parent import Limits, Supervisor
-from tether.parent.events import ChildEvent, Event
 from tether.parent.gateway import Gateway, Grant
-from tether.parent.isolation import probe_host
+from tether.parent.process.isolation import probe_host
 from tether.parent.providers.acp import AcpDriver, AcpLimits, AcpOutcome, AcpTask
 from tether.parent.providers.acp_provider import AcpProvider
+from tether.parent.run.events import ChildEvent, Event
 from tether.protocol.messages import (
     AgentDefinition,
     ChatMessage,

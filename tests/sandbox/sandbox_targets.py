@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from tether.parent.events import Event, RunStarted
-from tether.parent.isolation import probe_host
-from tether.parent.limits import DisposePolicy
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.process.isolation import probe_host
+from tether.parent.process.limits import DisposePolicy
+from tether.parent.run.events import Event, RunStarted
+from tether.parent.run.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import RunResult
 
 HERE = Path(__file__).parent

@@ -28,9 +28,9 @@ from sandbox_targets import (
     not_refused,
 )
 
-from tether.parent import zygote as zygote_module
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.supervisor import Supervisor
+from tether.parent.process import zygote as zygote_module
+from tether.parent.run.supervisor import Supervisor
 
 pytestmark = [pytest.mark.anyio, needs_sandbox]
 

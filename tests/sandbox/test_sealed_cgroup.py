@@ -14,12 +14,12 @@ import psutil
 import pytest
 from sandbox_targets import config, needs_sandbox, run_bash
 
-from tether.parent import supervised
-from tether.parent.cgroups import ChildCgroup, cgroupfs_mount_points
-from tether.parent.host import Host
-from tether.parent.launchers import Local, resolve_launcher
-from tether.parent.spawning import sealed_in_cgroup
-from tether.parent.supervisor import Supervisor
+from tether.parent.process import supervised
+from tether.parent.process.cgroups import ChildCgroup, cgroupfs_mount_points
+from tether.parent.process.host import Host
+from tether.parent.process.launchers import Local, resolve_launcher
+from tether.parent.process.spawn import sealed_in_cgroup
+from tether.parent.run.supervisor import Supervisor
 
 pytestmark = pytest.mark.anyio
 SPAWNERS = pytest.mark.parametrize("spawner", ["exec", "zygote"])

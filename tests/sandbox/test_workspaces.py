@@ -10,7 +10,7 @@ import pytest
 
 import tether.contain
 from tether.parent import ChildConfig, Supervisor
-from tether.parent.isolation import probe_host, workspace_problem
+from tether.parent.process.isolation import probe_host, workspace_problem
 
 pytestmark = pytest.mark.anyio
 

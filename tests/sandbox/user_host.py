@@ -19,9 +19,9 @@ from pathlib import Path
 import anyio
 import msgspec
 
-from tether.parent.limits import DisposePolicy
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.process.limits import DisposePolicy
+from tether.parent.run.supervisor import ChildConfig, Supervisor
 
 PY = sys.executable
 
@@ -76,7 +76,7 @@ async def hold(c: dict) -> None:  # type: ignore[type-arg]
 
 
 async def acp(c: dict) -> None:  # type: ignore[type-arg]
-    from tether.parent.events import ChildEvent
+    from tether.parent.run.events import ChildEvent
 
     agent = Path(__file__).resolve().parent.parent / "children" / "acp_agent.py"
     model = ScriptedModel.from_json('{"turns": [{"text": "gateway answers"}]}')

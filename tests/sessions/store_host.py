@@ -23,7 +23,7 @@ import sys
 
 import anyio
 
-from tether.parent.sessions import (
+from tether.parent.agents.sessions import (
     Activation,
     Busy,
     LeaseLost,

@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 from session_hosts import Host
 
-from tether.parent.sessions import SessionStore
+from tether.parent.agents.sessions import SessionStore
 from tether.protocol.messages import Usage
 
 WRITERS = 4
@@ -38,7 +38,7 @@ def test_concurrent_writer_processes_all_finish_and_every_turn_is_stored(
 
 
 def test_many_tasks_writing_through_one_store_do_not_trip_over_each_other(state: Path) -> None:
-    from tether.parent.sessions import Activation
+    from tether.parent.agents.sessions import Activation
     from tether.protocol.messages import AgentDefinition, ChatMessage
 
     async def run() -> None:

@@ -16,7 +16,7 @@ import anyio
 import pytest
 from session_hosts import Host
 
-from tether.parent.sessions import DB_NAME, Activation, SessionStore
+from tether.parent.agents.sessions import DB_NAME, Activation, SessionStore
 
 
 def _turns_stored(messages: list[str]) -> list[int]:

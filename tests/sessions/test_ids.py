@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.parent.sessions import BadAgentId, is_agent_id, new_agent_id, parse_agent_id
+from tether.parent.agents.sessions import BadAgentId, is_agent_id, new_agent_id, parse_agent_id
 
 ID = re.compile(r"ag_[0-9a-f]{20}")
 

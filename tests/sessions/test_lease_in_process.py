@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tether.parent.sessions import (
+from tether.parent.agents.sessions import (
     Activation,
     Busy,
     LeaseLost,

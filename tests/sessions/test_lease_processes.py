@@ -14,16 +14,16 @@ import anyio
 import pytest
 from session_hosts import Host
 
-from tether.parent.sessions import (
+from tether.parent.agents.sessions import (
     Activation,
     AgentSummary,
     Busy,
     LeasePolicy,
     SessionStore,
 )
-from tether.parent.sessions.db import Database
-from tether.parent.sessions.owner import this_process
-from tether.parent.sessions.paths import prepare_database
+from tether.parent.agents.sessions.db import Database
+from tether.parent.agents.sessions.owner import this_process
+from tether.parent.agents.sessions.paths import prepare_database
 from tether.protocol.messages import AgentDefinition
 
 
@@ -141,7 +141,7 @@ def _write_lease(state: Path, agent_id: str, *, pid: int, start: int) -> None:
 
 
 def _start_of(pid: int) -> int:
-    from tether.parent.sessions.owner import start_ticks
+    from tether.parent.agents.sessions.owner import start_ticks
 
     start = start_ticks(pid)
     assert start is not None

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import anyio
 
-from tether.parent.sessions import DB_NAME, SessionStore
-from tether.parent.sessions.db import Database
-from tether.parent.sessions.paths import prepare_database
+from tether.parent.agents.sessions import DB_NAME, SessionStore
+from tether.parent.agents.sessions.db import Database
+from tether.parent.agents.sessions.paths import prepare_database
 
 TRY_WRITE = """
 import sqlite3, sys

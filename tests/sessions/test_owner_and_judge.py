@@ -14,8 +14,8 @@ import psutil
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.parent.sessions.lease import Clock, LeaseRow, heartbeat_age, judge
-from tether.parent.sessions.owner import ProcessIdentity, probe, start_ticks, this_process
+from tether.parent.agents.sessions.lease import Clock, LeaseRow, heartbeat_age, judge
+from tether.parent.agents.sessions.owner import ProcessIdentity, probe, start_ticks, this_process
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tether.parent.sessions import DB_NAME, SessionStore, StoreUnavailable, default_state_dir
+from tether.parent.agents.sessions import DB_NAME, SessionStore, StoreUnavailable, default_state_dir
 
 
 def _mode(path: Path) -> int:

@@ -14,14 +14,14 @@ import anyio
 import msgspec
 import pytest
 
-from tether.parent.sessions import (
+from tether.parent.agents.sessions import (
     DB_NAME,
     SCHEMA_VERSION,
     Activation,
     SchemaTooNew,
     SessionStore,
 )
-from tether.parent.sessions.schema import (
+from tether.parent.agents.sessions.schema import (
     MIGRATIONS,
     V1,
     Migration,
@@ -159,7 +159,7 @@ def test_migrations_must_be_numbered_in_order(state: Path) -> None:
 def test_processes_opening_a_fresh_database_together_migrate_it_once(state: Path) -> None:
     code = (
         "import anyio, sys\n"
-        "from tether.parent.sessions import SessionStore\n"
+        "from tether.parent.agents.sessions import SessionStore\n"
         "async def main():\n"
         "    async with SessionStore(sys.argv[1]) as s:\n"
         "        await s.list_agents()\n"
@@ -181,10 +181,10 @@ def test_docs_show_the_schema_the_code_builds() -> None:
     blocks = re.findall(r"^```sql\n(.*?)^```$", text, re.MULTILINE | re.DOTALL)
     assert built in blocks, (
         "docs/sessions.md must carry the schema exactly as "
-        "`python -m tether.parent.sessions schema` prints it:\n" + built
+        "`python -m tether.parent.agents.sessions schema` prints it:\n" + built
     )
     printed = subprocess.run(
-        [sys.executable, "-m", "tether.parent.sessions", "schema"],
+        [sys.executable, "-m", "tether.parent.agents.sessions", "schema"],
         capture_output=True,
         text=True,
         check=True,
@@ -195,7 +195,7 @@ def test_docs_show_the_schema_the_code_builds() -> None:
 def test_a_v1_database_takes_the_real_v2_and_its_old_agents_have_no_spawn_settings(
     state: Path,
 ) -> None:
-    from tether.parent.sessions import SpawnSettings
+    from tether.parent.agents.sessions import SpawnSettings
 
     async def write_with_v1() -> str:
         async with SessionStore(state, migrations=(V1,)) as store:

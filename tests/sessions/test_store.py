@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.parent.sessions import (
+from tether.parent.agents.sessions import (
     DB_NAME,
     Activation,
     AgentSummary,
@@ -22,7 +22,7 @@ from tether.parent.sessions import (
     StoreBounds,
     TranscriptFull,
 )
-from tether.parent.sessions.queries import decode_message, encode_message
+from tether.parent.agents.sessions.queries import decode_message, encode_message
 from tether.protocol.messages import AgentDefinition, ChatMessage, ToolCall, Usage
 
 pytestmark = pytest.mark.anyio
@@ -365,7 +365,7 @@ def test_a_stored_message_is_within_its_bound_and_keeps_its_shape(
 
 
 def test_the_store_refuses_use_outside_its_context(state: Path) -> None:
-    from tether.parent.sessions import StoreUnavailable
+    from tether.parent.agents.sessions import StoreUnavailable
 
     store = SessionStore(state)
 
@@ -415,7 +415,7 @@ async def test_a_splice_past_the_transcript_bound_stores_nothing(state: Path) ->
 
 
 async def test_spawn_settings_are_stored_with_the_agent_and_read_back(state: Path) -> None:
-    from tether.parent.sessions import SpawnSettings
+    from tether.parent.agents.sessions import SpawnSettings
 
     settings = SpawnSettings(
         model="scripted:/tmp/x.json",

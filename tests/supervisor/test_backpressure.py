@@ -9,9 +9,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tether.parent.broker import MAX_MODEL_CALLS
-from tether.parent.limits import Limits
-from tether.parent.supervisor import Supervisor
+from tether.parent.process.limits import Limits
+from tether.parent.run.broker import MAX_MODEL_CALLS
+from tether.parent.run.supervisor import Supervisor
 from tether.protocol.messages import (
     AgentDefinition,
     ChatMessage,

@@ -11,11 +11,11 @@ import anyio
 import msgspec
 import pytest
 
-from tether.parent.config import DEFAULT_COMMAND, ChildConfig
-from tether.parent.host import host
-from tether.parent.limits import DisposePolicy, Limits
-from tether.parent.spawning import spawn_child
-from tether.parent.supervised import SupervisedChild
+from tether.parent.process.config import DEFAULT_COMMAND, ChildConfig
+from tether.parent.process.host import host
+from tether.parent.process.limits import DisposePolicy, Limits
+from tether.parent.process.spawn import spawn_child
+from tether.parent.process.supervised import SupervisedChild
 from tether.protocol.messages import PROTOCOL_VERSION, Empty, InitializeParams, PeerInfo
 from tether.wire.pipesize import BUDGET
 

@@ -13,9 +13,9 @@ from typing import Any
 import anyio
 import pytest
 
-from tether.parent.events import ChildEvent, Event
-from tether.parent.limits import DisposePolicy
-from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.process.limits import DisposePolicy
+from tether.parent.run.events import ChildEvent, Event
+from tether.parent.run.supervisor import ChildConfig, Supervisor
 from tether.protocol import DEFAULT_MAX_MESSAGE_DEPTH
 
 pytestmark = pytest.mark.anyio

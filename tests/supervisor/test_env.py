@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.parent.env import ALLOWLIST, build_child_env, looks_secret
+from tether.parent.process.env import ALLOWLIST, build_child_env, looks_secret
 
 BASE = {
     "PATH": "/usr/bin:/bin",

@@ -20,9 +20,9 @@ import anyio
 import psutil
 import pytest
 
-from tether.parent.events import Event, RunStarted
-from tether.parent.limits import DisposePolicy, Limits
-from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
+from tether.parent.process.limits import DisposePolicy, Limits
+from tether.parent.run.events import Event, RunStarted
+from tether.parent.run.supervisor import ChildConfig, RunHandle, Supervisor
 from tether.protocol.messages import (
     ChatMessage,
     ModelCompleteParams,

@@ -10,8 +10,8 @@ import anyio
 import psutil
 import pytest
 
-from tether.parent.events import ChildEvent, Event
-from tether.parent.supervisor import Supervisor, _dispose_at_exit
+from tether.parent.run.events import ChildEvent, Event
+from tether.parent.run.supervisor import Supervisor, _dispose_at_exit
 
 CHILDREN = Path(__file__).resolve().parent.parent / "children"
 

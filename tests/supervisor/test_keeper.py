@@ -13,10 +13,10 @@ import anyio
 import psutil
 import pytest
 
-from tether.parent.events import Event, RunStarted
-from tether.parent.limits import DisposePolicy
-from tether.parent.supervisor import ChildConfig, Supervisor
-from tether.parent.tree import marker_prefix, new_tree_marker
+from tether.parent.process.limits import DisposePolicy
+from tether.parent.process.tree import marker_prefix, new_tree_marker
+from tether.parent.run.events import Event, RunStarted
+from tether.parent.run.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 
@@ -82,9 +82,9 @@ def test_the_keeper_kills_a_registered_cgroups_members_that_nothing_else_links_t
     import subprocess
     import time
 
-    from tether.parent.cgroups import ChildCgroup
-    from tether.parent.host import host
-    from tether.parent.keeper import KEEPER
+    from tether.parent.process.cgroups import ChildCgroup
+    from tether.parent.process.host import host
+    from tether.parent.process.keeper import KEEPER
 
     tier = host()
     if tier.tier == "process-group":
@@ -121,9 +121,9 @@ def test_the_keeper_removes_a_registered_cgroup_that_stays_busy_after_its_sweep(
     import subprocess
     import time
 
-    from tether.parent.cgroups import ChildCgroup
-    from tether.parent.host import host
-    from tether.parent.keeper import KEEPER
+    from tether.parent.process.cgroups import ChildCgroup
+    from tether.parent.process.host import host
+    from tether.parent.process.keeper import KEEPER
 
     tier = host()
     if tier.tier == "process-group":
@@ -167,7 +167,7 @@ def test_the_keeper_kills_a_marked_process_whose_main_thread_exited_alone(
     import subprocess
     import time
 
-    from tether.parent.keeper import KEEPER
+    from tether.parent.process.keeper import KEEPER
 
     pidfile = tmp_path / "lone.pid"
     lone = CHILDREN / "lone_thread.py"

@@ -10,11 +10,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tether.parent.config import ChildConfig
-from tether.parent.host import host
-from tether.parent.limits import DisposePolicy, Limits
-from tether.parent.spawning import handshake, spawn_child
-from tether.parent.supervised import SupervisedChild
+from tether.parent.process.config import ChildConfig
+from tether.parent.process.host import host
+from tether.parent.process.limits import DisposePolicy, Limits
+from tether.parent.process.spawn import handshake, spawn_child
+from tether.parent.process.supervised import SupervisedChild
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

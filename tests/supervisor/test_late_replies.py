@@ -14,8 +14,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tether.parent.limits import DisposePolicy, Limits
-from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.process.limits import DisposePolicy, Limits
+from tether.parent.run.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import RunResult
 
 pytestmark = pytest.mark.anyio

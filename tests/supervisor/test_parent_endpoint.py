@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tether.parent.events import Event
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.supervisor import Supervisor
+from tether.parent.run.events import Event
+from tether.parent.run.supervisor import Supervisor
 
 CHILDREN = Path(__file__).resolve().parent.parent / "children"
 

@@ -14,9 +14,9 @@ import anyio
 import psutil
 import pytest
 
-from tether.parent import _keeper as keeper_module
-from tether.parent import tree
-from tether.parent.tree import TREE_ENV, fresh_snapshot, snapshot, tree_procs
+from tether.parent.process import _keeper as keeper_module
+from tether.parent.process import tree
+from tether.parent.process.tree import TREE_ENV, fresh_snapshot, snapshot, tree_procs
 
 pytestmark = pytest.mark.anyio
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tether.parent.config import ChildConfig
-from tether.parent.host import host
-from tether.parent.launchers import LaunchContext, Launcher
-from tether.parent.limits import DisposePolicy, Limits
-from tether.parent.spawning import spawn_child
-from tether.parent.supervised import SupervisedChild, SupervisedProcess
+from tether.parent.process.config import ChildConfig
+from tether.parent.process.host import host
+from tether.parent.process.launchers import LaunchContext, Launcher
+from tether.parent.process.limits import DisposePolicy, Limits
+from tether.parent.process.spawn import spawn_child
+from tether.parent.process.supervised import SupervisedChild, SupervisedProcess
 
 pytestmark = pytest.mark.anyio
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from tether.parent.pipes import stdio_pipes
-from tether.parent.process import ChildProcess, SpawnError, SpawnSpec
+from tether.parent.process.pipes import stdio_pipes
+from tether.parent.process.proc import ChildProcess, SpawnError, SpawnSpec
 
 
 def open_fds() -> set[int]:

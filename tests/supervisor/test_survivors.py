@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.parent.supervised import SupervisedChild
-from tether.parent.supervisor import Supervisor
+from tether.parent.process.supervised import SupervisedChild
+from tether.parent.run.supervisor import Supervisor
 
 
 @pytest.mark.anyio

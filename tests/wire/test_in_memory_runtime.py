@@ -12,10 +12,10 @@ import anyio
 import pytest
 
 from tether.child.server import serve_streams
-from tether.parent.broker import Broker, RunModels
-from tether.parent.events import ChildEvent
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.session import ChildSession
+from tether.parent.run.broker import Broker, RunModels
+from tether.parent.run.child_session import ChildSession
+from tether.parent.run.events import ChildEvent
 from tether.protocol import ConnectionClosed, ErrorCode, RemoteError
 from tether.protocol.connection import Connection
 from tether.protocol.messages import (

@@ -10,9 +10,9 @@ from typing import Any
 import anyio
 import psutil
 
-from tether.parent.events import ChildEvent, Event
-from tether.parent.host import host
-from tether.parent.supervisor import RunHandle, Supervisor
+from tether.parent.process.host import host
+from tether.parent.run.events import ChildEvent, Event
+from tether.parent.run.supervisor import RunHandle, Supervisor
 
 HERE = Path(__file__).parent
 ACT = f"{HERE / 'agents.py'}:act"

@@ -25,13 +25,13 @@ from tether.contain.inplace import (
 )
 from tether.contain.plan import Plan
 from tether.contain.sequence import EXEC_FAILED
-from tether.parent.config import DEFAULT_COMMAND
-from tether.parent.env import build_child_env
-from tether.parent.isolation import trampoline_in_place
-from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.process import TRAMPOLINE, ChildProcess, SpawnSpec
-from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.parent.process.config import DEFAULT_COMMAND
+from tether.parent.process.env import build_child_env
+from tether.parent.process.isolation import trampoline_in_place
+from tether.parent.process.limits import DisposePolicy, Limits
+from tether.parent.process.proc import TRAMPOLINE, ChildProcess, SpawnSpec
+from tether.parent.run.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 

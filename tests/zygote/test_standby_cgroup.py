@@ -15,12 +15,12 @@ import psutil
 import pytest
 from act_reports import ACT, HERE, cgroups_named, gone_or_zombie, start_and_wait_for_report
 
-from tether.parent import zygote as zygote_module
-from tether.parent.cgroups import ChildCgroup
-from tether.parent.host import host
-from tether.parent.limits import DisposePolicy, Limits
-from tether.parent.supervisor import ChildConfig, Supervisor
-from tether.parent.zygote import Zygote, standby_pids
+from tether.parent.process import zygote as zygote_module
+from tether.parent.process.cgroups import ChildCgroup
+from tether.parent.process.host import host
+from tether.parent.process.limits import DisposePolicy, Limits
+from tether.parent.process.zygote import Zygote, standby_pids
+from tether.parent.run.supervisor import ChildConfig, Supervisor
 
 pytestmark = [
     pytest.mark.anyio,

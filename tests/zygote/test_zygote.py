@@ -20,18 +20,18 @@ import psutil
 import pytest
 from act_reports import ACT, HERE, cgroups_named, start_and_wait_for_report, status_field
 
-from tether.parent import zygote as zygote_module
-from tether.parent._keeper import REMOVE_SECONDS
-from tether.parent.env import build_child_env
-from tether.parent.events import RunStarted
-from tether.parent.host import PREFIX
-from tether.parent.isolation import private_env, probe_host
-from tether.parent.limits import DisposePolicy, Limits
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.process import SpawnError
-from tether.parent.supervisor import ChildConfig, PoolSpec, Supervisor
-from tether.parent.tree import TREE_ENV
-from tether.parent.zygote import Zygote, ZygoteProcess
+from tether.parent.process import zygote as zygote_module
+from tether.parent.process._keeper import REMOVE_SECONDS
+from tether.parent.process.env import build_child_env
+from tether.parent.process.host import PREFIX
+from tether.parent.process.isolation import private_env, probe_host
+from tether.parent.process.limits import DisposePolicy, Limits
+from tether.parent.process.proc import SpawnError
+from tether.parent.process.tree import TREE_ENV
+from tether.parent.process.zygote import Zygote, ZygoteProcess
+from tether.parent.run.events import RunStarted
+from tether.parent.run.supervisor import ChildConfig, PoolSpec, Supervisor
 
 pytestmark = pytest.mark.anyio
 

@@ -16,13 +16,13 @@ import psutil
 import pytest
 from act_reports import ACT, HERE, cgroups_named, gone_or_zombie, start_and_wait_for_report
 
-from tether.parent import zygote as zygote_module
-from tether.parent.env import build_child_env
-from tether.parent.host import host
-from tether.parent.limits import DisposePolicy
-from tether.parent.process import SpawnError
-from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
-from tether.parent.zygote import Zygote
+from tether.parent.process import zygote as zygote_module
+from tether.parent.process.env import build_child_env
+from tether.parent.process.host import host
+from tether.parent.process.limits import DisposePolicy
+from tether.parent.process.proc import SpawnError
+from tether.parent.process.zygote import Zygote
+from tether.parent.run.supervisor import ChildConfig, RunHandle, Supervisor
 
 pytestmark = pytest.mark.anyio
 

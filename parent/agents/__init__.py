@@ -1,0 +1,1 @@
+"""Continuable agents: durable sessions, their transcripts, and the tools that continue them."""

@@ -1,0 +1,95 @@
+"""Where the session database lives, and keeping it private.
+
+The state directory is `$XDG_STATE_HOME/tether` (an absolute `XDG_STATE_HOME` only, as the
+XDG spec says), else `~/.local/state/tether`, unless the caller names one. Transcripts hold
+whatever the agents read, so: every directory component we create is made 0700 (chmod after
+mkdir, so the umask cannot widen it); a directory that already exists is left as it is; the
+database and SQLite's `-wal`/`-shm` files beside it are 0600 (SQLite gives those the database
+file's mode, and we tighten any we find wider). The database path must be a regular file owned
+by us, and is never opened outside SQLite (see `_tighten`).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+
+from tether.parent.agents.sessions.errors import StoreUnavailable
+
+DB_NAME = "sessions.sqlite3"
+SIDECARS = ("-wal", "-shm")
+
+
+def default_state_dir(env: Mapping[str, str] | None = None, home: Path | None = None) -> Path:
+    env = os.environ if env is None else env
+    xdg = env.get("XDG_STATE_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "tether"
+    return (home or Path.home()) / ".local" / "state" / "tether"
+
+
+def resolve_state_dir(state_dir: str | os.PathLike[str] | None) -> Path:
+    return default_state_dir() if state_dir is None else Path(state_dir)
+
+
+def ensure_private_dir(path: Path) -> None:
+    missing = []
+    p = path
+    while not os.path.lexists(p):
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            continue  # another process made it first
+        os.chmod(d, 0o700)
+    if not path.is_dir():
+        raise StoreUnavailable(f"the state directory {path} is not a directory")
+
+
+def _tighten(path: Path) -> bool:
+    """Check an existing file is a regular file of ours and make it 0600; `False` if absent.
+
+    Only `lstat` and `chmod` by path, never `open`: POSIX record locks belong to the process,
+    and closing any descriptor of a file releases all of them, so opening and closing the
+    database or its -wal/-shm files here would silently drop the locks a connection of this
+    process holds (SQLite guards only its own descriptors against that).
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(st.st_mode):
+        raise StoreUnavailable(f"{path} is a symlink; the session database must be a real file")
+    if not stat.S_ISREG(st.st_mode):
+        raise StoreUnavailable(f"{path} is not a regular file")
+    if st.st_uid != os.geteuid():
+        raise StoreUnavailable(f"{path} belongs to uid {st.st_uid}, not to us")
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o600)
+    return True
+
+
+def prepare_database(state_dir: Path) -> Path:
+    """Make the state directory and the database file private; the database's path."""
+    ensure_private_dir(state_dir)
+    db = state_dir / DB_NAME
+    if not _tighten(db):
+        try:
+            fd = os.open(
+                db, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+            )
+        except FileExistsError:
+            _tighten(db)  # another process created it first
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot create the session database {db}: {exc}") from exc
+        else:
+            # A new inode nobody can hold a lock on yet: closing it here is harmless.
+            os.fchmod(fd, 0o600)
+            os.close(fd)
+    for suffix in SIDECARS:
+        _tighten(Path(f"{db}{suffix}"))
+    return db

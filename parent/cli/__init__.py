@@ -1,0 +1,1 @@
+"""The `tether` command line: one module per subcommand, and the options they share."""

@@ -1,0 +1,243 @@
+"""`tether doctor`: what this host offers for containment, what enforces each limit, and which
+providers can run a sub-agent here."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+from tether.contain import landlock, seccomp
+from tether.contain.plan import DEFAULT_SANDBOX_ID
+from tether.parent.process import cgroup_join
+from tether.parent.process.host import ROOT, TIERS, Host, available, probe
+from tether.parent.process.isolation import FORCE_ABI_ENV, probe_host
+from tether.parent.process.keeper import KEEPER
+from tether.parent.process.launchers import LAUNCHERS
+
+
+def _bwrap() -> dict[str, Any]:
+    path = shutil.which("bwrap")
+    if path is None:
+        return {"installed": False, "works": False, "why": "not installed (Debian: bubblewrap)"}
+    try:
+        got = subprocess.run(
+            [path, "--unshare-net", "--ro-bind", "/", "/", "true"],
+            capture_output=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"installed": True, "path": path, "works": False, "why": str(exc)}
+    if got.returncode != 0:
+        why = got.stderr.decode(errors="replace").strip() or f"exit status {got.returncode}"
+        return {
+            "installed": True,
+            "path": path,
+            "works": False,
+            "why": f"cannot create namespaces (user namespaces unavailable?): {why}",
+        }
+    return {"installed": True, "path": path, "works": True}
+
+
+def _landlock() -> dict[str, Any]:
+    abi = landlock.kernel_abi()
+    if abi == 0:
+        return {"available": False, "why": "landlock_create_ruleset: not built in or disabled"}
+    return {"available": True, "abi": abi}
+
+
+def _isolation() -> dict[str, Any]:
+    got = probe_host()
+    out: dict[str, Any] = {
+        "auto": got.best,
+        "sandbox": got.why_not is None,
+        "landlockAbi": got.landlock_abi,
+        "seccomp": seccomp.available(),
+    }
+    if got.forced:
+        out["forced"] = f"{FORCE_ABI_ENV}={os.environ.get(FORCE_ABI_ENV, '')}"
+    if got.why_not is not None:
+        out["why"] = got.why_not
+        out["warning"] = (
+            "this host cannot sandbox children: they run with process isolation only and can "
+            "read what the supervisor's user can read and reach the network"
+        )
+    elif got.root:
+        out["uid"] = DEFAULT_SANDBOX_ID
+        out["privateMounts"] = True
+    return out
+
+
+def _pidfd() -> dict[str, Any]:
+    try:
+        fd = os.pidfd_open(os.getpid())
+    except (AttributeError, OSError) as exc:
+        return {"available": False, "why": str(exc)}
+    os.close(fd)
+    return {"available": True}
+
+
+def _subreaper() -> dict[str, Any]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_get_child_subreaper = 37
+    flag = ctypes.c_int(0)
+    if libc.prctl(pr_get_child_subreaper, ctypes.byref(flag), 0, 0, 0) != 0:
+        return {"available": False, "why": os.strerror(ctypes.get_errno())}
+    return {"available": True, "this_process": bool(flag.value)}
+
+
+def _cgroups() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for tier in TIERS[:-1]:
+        got = probe(tier)
+        out[tier] = {
+            "available": available(got),
+            "where": {k: str(v) for k, v in got.parents.items()},
+            **({"why": got.why} if got.why else {}),
+        }
+    unified = ROOT / "cgroup.controllers"
+    unified = unified if unified.exists() else ROOT / "unified" / "cgroup.controllers"
+    if unified.exists():
+        out["cgroup2"]["mount"] = str(unified.parent)
+        out["cgroup2"]["controllers"] = unified.read_text().split()
+    return out
+
+
+def _teardown(auto: Host) -> str:
+    """How a child's tree is taken down on the tier `auto` picked."""
+    if "unified" in auto.parents:
+        how = (
+            "cgroup.kill"
+            if "cgroup.kill" in auto.v2_files
+            else "cgroup.freeze, SIGKILL each member, thaw"
+            if auto.v2_files
+            else "cgroup.kill (where the kernel lacks it: cgroup.freeze, SIGKILL each, thaw)"
+        )
+        return f"{how} on the child's v2 cgroup; cgroup.events says when it is empty"
+    if auto.tier == "cgroup1":
+        return "freeze (v1 freezer), SIGKILL every member, thaw"
+    return "kill(-pgid), then each process of the tree found by parentage, session and marker"
+
+
+def _launchers() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kind in LAUNCHERS.values():
+        arg = "x" if kind.argument else ""
+        program = kind.make(arg).program
+        found = shutil.which(program) if program else None
+        out[kind.usage] = {
+            "summary": kind.summary,
+            "program": program,
+            "installed": program is None or found is not None,
+        }
+    return out
+
+
+def _providers(agents: str | None) -> list[dict[str, Any]]:
+    from tether.parent.providers.builtin import builtin_providers
+
+    registry = builtin_providers()
+    if agents is not None:
+        from tether.parent.delegation.files import load_providers
+
+        for provider in load_providers(agents):
+            registry.register(provider, replace=True)
+    return registry.report()
+
+
+def report(agents: str | None = None) -> dict[str, Any]:
+    """The report; `agents`: a definitions file whose `[[provider]]` tables are listed too."""
+    tiers = {t: probe(t) for t in TIERS}
+    auto = next(h for t, h in tiers.items() if available(h))
+    cg = auto.tier != "process-group"
+    passed_over = [f"{t}: {h.why}" for t, h in tiers.items() if not available(h)]
+    why = "the most complete tier available" + (
+        f"; passed over {'; '.join(passed_over)}" if passed_over else ""
+    )
+    root = os.geteuid() == 0
+    mem = auto.enforces("memory") if cg else False
+    pids = auto.enforces("pids") if cg else False
+    nproc = "RLIMIT_NPROC (per user" + (", and not applied to root)" if root else ")")
+    limits = {
+        "memory": f"the child's cgroup ({auto.tier}: whole tree, oom kill)"
+        if mem
+        else "RLIMIT_DATA (per process: a Python child gets MemoryError)",
+        "cpu": "RLIMIT_CPU (per process: SIGXCPU at the soft limit, SIGKILL at the hard)",
+        "wall": "the supervisor's deadline, then the dispose ladder",
+        "idle": "the supervisor's idle watchdog",
+        "processes": f"the child's cgroup ({auto.tier} pids.max: whole tree)" if pids else nproc,
+        "open_files": "RLIMIT_NOFILE (per process)",
+        "file_size": "RLIMIT_FSIZE (per process: SIGXFSZ, or EFBIG in Python)",
+    }
+    return {
+        "python": sys.version.split()[0],
+        "root": root,
+        "cgroups": _cgroups(),
+        "tiers": {t: available(h) for t, h in tiers.items()},
+        "auto": {"tier": auto.tier, "why": why, "teardown": _teardown(auto)},
+        "cgroupJoin": cgroup_join.report(auto) if cg else {"joinMs": None},
+        "bwrap": _bwrap(),
+        "landlock": _landlock(),
+        "isolation": _isolation(),
+        "pidfd": _pidfd(),
+        "subreaper": _subreaper(),
+        "keeper": {"available": KEEPER.exists(), "script": str(KEEPER)},
+        "launchers": _launchers(),
+        "limits": limits,
+        "providers": _providers(agents),
+    }
+
+
+def render(r: dict[str, Any]) -> str:
+    lines = [f"tether doctor (python {r['python']}, {'root' if r['root'] else 'not root'})"]
+    lines.append(f"containment: auto picks {r['auto']['tier']} — {r['auto']['why']}")
+    lines.append(f"  teardown: {r['auto']['teardown']}")
+    for tier, info in r["cgroups"].items():
+        state = "available" if info["available"] else "not available"
+        where = ", ".join(f"{k} at {v}" for k, v in info["where"].items())
+        lines.append(f"  {tier}: {state}" + (f" ({where})" if where else ""))
+        if info.get("why"):
+            lines.append(f"    why: {info['why']}")
+    lines.append("  process-group: always available (session/group + tree walk + tree marker)")
+    join = r["cgroupJoin"]
+    if join["joinMs"] is not None:
+        lines.append(f"  a child's cgroup join: {join['joinMs']:.2f} ms")
+        if join.get("advice"):
+            lines.append(f"    tip: {join['advice']}")
+    b = r["bwrap"]
+    lines.append(
+        "bwrap: "
+        + ("works" if b["works"] else ("installed, " if b["installed"] else ""))
+        + ("" if b["works"] else f"does not work: {b['why']}")
+    )
+    ll = r["landlock"]
+    lines.append(
+        "landlock: " + (f"ABI {ll['abi']}" if ll["available"] else f"no ({ll.get('why', '')})")
+    )
+    iso = r["isolation"]
+    if iso["sandbox"]:
+        how = f"Landlock ABI {iso['landlockAbi']}, seccomp, no_new_privs"
+        if "uid" in iso:
+            how += f", uid/gid {iso['uid']} with no capability, private mounts"
+        lines.append(f"isolation: auto picks sandbox ({how})")
+    else:
+        lines.append(f"isolation: auto picks PROCESS ONLY: WARNING: {iso['warning']}")
+        lines.append(f"  why: {iso['why']}")
+    lines.append("pidfd: " + ("yes" if r["pidfd"]["available"] else "no"))
+    lines.append("subreaper: " + ("yes" if r["subreaper"]["available"] else "no"))
+    lines.append("keeper: " + ("yes" if r["keeper"]["available"] else "missing"))
+    lines.append("launchers:")
+    for usage, info in r["launchers"].items():
+        state = "ready" if info["installed"] else f"{info['program']} not installed"
+        lines.append(f"  {usage}: {info['summary']} ({state})")
+    lines.append("limits, and what enforces each here:")
+    for name, how in r["limits"].items():
+        lines.append(f"  {name}: {how}")
+    lines.append("providers (tether run --provider NAME):")
+    for p in r["providers"]:
+        state = "ready" if p["ready"] else f"not ready: {p['why']}"
+        lines.append(f"  {p['name']}: {p['summary']} ({state})")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""A child process: spawned, contained, watched and always taken down again."""

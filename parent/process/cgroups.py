@@ -1,0 +1,277 @@
+"""Per-child cgroups: the containment tier that sees every process a child starts.
+
+Where they may be created is the host's business (`host.py`). A child's cgroup is created before
+it is spawned and joined before the child's first line runs, so nothing it does escapes it: a
+setsid + double-fork daemon is still a member. Dispose kills by membership, then the cgroup is
+removed. Names carry the supervisor's pid, so cgroups left behind by a supervisor that was
+SIGKILLed are found and swept at the next start (`sweep_stale`).
+
+A child has one directory per hierarchy it is in: `unified` (the v2 hierarchy: the `cgroup2`
+and `hybrid` tiers) and/or `memory`, `pids`, `freezer` (v1: the `cgroup1` tier; `hybrid` takes
+`memory` and `pids` from v1 for its limits). What each does depends on which it has:
+
+- kill: with a v2 directory, `cgroup.kill` — the kernel kills every member and anything forked
+  meanwhile, in one write; where it is missing (kernels before 5.14) the cgroup is frozen
+  first (`cgroup.freeze`: a frozen member can neither fork nor exit, so its pid cannot be
+  reused), every member is SIGKILLed (fatal signals reach frozen tasks on v2), and it is
+  thawed. On v1 only: the same dance with `freezer.state`.
+- empty: a v2 directory announces it (`cgroup.events` says `populated 0`; the kernel flags
+  the file, `wait_empty` sleeps on that) where v1 membership has to be read again and again.
+- limits and what they saw: `memory.max`/`pids.max` and `memory.events`/`pids.events` in a v2
+  directory on the `cgroup2` tier, the v1 files in the `memory`/`pids` directories otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from tether.parent.process.host import PREFIX, Host
+
+
+def cgroupfs_mount_points() -> list[str]:
+    """Where a cgroup filesystem (v1 or v2) is mounted in this process's mount namespace; the
+    mount points are unescaped as /proc/self/mountinfo escapes them (`\\040` is a space)."""
+    points: list[str] = []
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                fields, _, rest = line.partition(" - ")
+                parts = fields.split()
+                if len(parts) > 4 and rest.split(" ", 1)[0] in ("cgroup", "cgroup2"):
+                    points.append(_unescape_mount(parts[4]))
+    except OSError:
+        pass
+    return points
+
+
+def _unescape_mount(path: str) -> str:
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        path = path.replace(code, char)
+    return path
+
+
+@dataclass
+class ChildCgroup:
+    """The cgroups of one child (one directory per v1 controller, or one on v2)."""
+
+    host: Host
+    dirs: dict[str, Path]
+
+    @classmethod
+    def create(cls, host: Host, name: str, *, memory: int | None, pids: int | None) -> ChildCgroup:
+        dirs: dict[str, Path] = {}
+        try:
+            for controller, parent in host.parents.items():
+                d = parent / f"{PREFIX}{name}"
+                d.mkdir()
+                dirs[controller] = d
+            cg = cls(host, dirs)
+            cg.limit(memory=memory, pids=pids)
+        except OSError:
+            cls(host, dirs).remove()
+            raise
+        return cg
+
+    def limit(self, *, memory: int | None, pids: int | None) -> None:
+        """Write the limits (`create` does; a standby's cgroup is made without them and gets
+        its child's later); raises `OSError`."""
+        if self.host.tier == "cgroup2":
+            d = self.dirs["unified"]
+            if memory is not None:
+                (d / "memory.max").write_text(str(memory))
+                with contextlib.suppress(OSError):
+                    (d / "memory.swap.max").write_text("0")
+                with contextlib.suppress(OSError):
+                    (d / "memory.oom.group").write_text("1")
+            if pids is not None:
+                (d / "pids.max").write_text(str(pids))
+            return
+        if memory is not None and "memory" in self.dirs:
+            d = self.dirs["memory"]
+            (d / "memory.limit_in_bytes").write_text(str(memory))
+            with contextlib.suppress(OSError):  # absent when swap accounting is off
+                (d / "memory.memsw.limit_in_bytes").write_text(str(memory))
+        if pids is not None and "pids" in self.dirs:
+            (self.dirs["pids"] / "pids.max").write_text(str(pids))
+
+    @property
+    def procs_files(self) -> list[str]:
+        """The `cgroup.procs` files the trampoline writes its own pid into."""
+        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+
+    def members(self) -> set[int]:
+        found: set[int] = set()
+        for d in self.dirs.values():
+            found |= _procs(d)
+        return found
+
+    # --- what happened ------------------------------------------------------------------------
+
+    def _kv(self, controller: str, filename: str) -> dict[str, int]:
+        d = self.dirs.get(controller)
+        if d is None:
+            return {}
+        out: dict[str, int] = {}
+        with contextlib.suppress(OSError):
+            for line in (d / filename).read_text().splitlines():
+                k, _, v = line.partition(" ")
+                with contextlib.suppress(ValueError):
+                    out[k] = int(v)
+        return out
+
+    def oom_kills(self) -> int:
+        if self.host.tier == "cgroup2":
+            return self._kv("unified", "memory.events").get("oom_kill", 0)
+        return self._kv("memory", "memory.oom_control").get("oom_kill", 0)
+
+    def pids_max_hits(self) -> int:
+        controller = "unified" if self.host.tier == "cgroup2" else "pids"
+        return self._kv(controller, "pids.events").get("max", 0)
+
+    # --- emptiness (v2) -----------------------------------------------------------------------
+
+    @property
+    def announces_empty(self) -> bool:
+        """Whether this cgroup says when it is empty (it has a v2 directory)."""
+        return "unified" in self.dirs
+
+    def populated(self) -> bool | None:
+        """Whether any live process is in the v2 cgroup (zombies do not count); `None` without
+        a v2 directory, or when it cannot be read."""
+        if "unified" not in self.dirs:
+            return None
+        events = self._kv("unified", "cgroup.events")
+        return bool(events["populated"]) if "populated" in events else None
+
+    async def wait_empty(self) -> None:
+        """Return once the v2 cgroup is empty (or its state cannot be read: the caller's own
+        checks take over). Bound it with a deadline of your own.
+
+        The kernel flags `cgroup.events` when it changes, as an exceptional condition (POLLPRI)
+        that asyncio's selector, which waits for readability, cannot see; so the file goes into
+        an epoll set of its own, registered for POLLPRI, and the loop waits for *that* to
+        become readable. No thread, no polling, and an fd of any number (no select())."""
+        unified = self.dirs.get("unified")
+        if unified is None:
+            raise ValueError("only a v2 cgroup announces that it is empty")
+        try:
+            fd = os.open(unified / "cgroup.events", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return
+        ep = select.epoll(flags=select.EPOLL_CLOEXEC)
+        try:
+            ep.register(fd, select.EPOLLPRI)
+            while True:
+                # Reading re-arms the flag: a change after this read wakes the wait.
+                os.lseek(fd, 0, os.SEEK_SET)
+                if b"populated 0" in os.read(fd, 4096):
+                    return
+                await anyio.wait_readable(ep.fileno())
+                ep.poll(0)
+        except OSError:
+            return
+        finally:
+            ep.close()
+            os.close(fd)
+
+    # --- teardown -----------------------------------------------------------------------------
+
+    def kill(self) -> None:
+        """SIGKILL every member, including any forked while we were at it."""
+        unified = self.dirs.get("unified")
+        if unified is None:
+            self._freeze_and_kill_v1()
+            return
+        try:
+            (unified / "cgroup.kill").write_text("1")
+        except OSError:
+            self.freeze_and_kill()
+        # The v1 directories beside a v2 one (`hybrid`) are not frozen, so their members are
+        # not killed by pid here (a pid read there may be reused by the time it is signalled):
+        # anyone in them but not in the v2 cgroup is left to the sweep, which signals verified
+        # process handles (`tree.signal_procs`).
+
+    def freeze_and_kill(self) -> None:
+        """Kill the members of the v2 cgroup the way kernels without `cgroup.kill` allow: freeze
+        it (no member can fork or exit, so no pid is reused under us), SIGKILL each member
+        (fatal signals reach frozen tasks on v2), thaw."""
+        unified = self.dirs["unified"]
+        with contextlib.suppress(OSError):
+            (unified / "cgroup.freeze").write_text("1")
+        _kill_each(_procs(unified))
+        with contextlib.suppress(OSError):
+            (unified / "cgroup.freeze").write_text("0")
+
+    def _freeze_and_kill_v1(self) -> None:
+        freezer = self.dirs.get("freezer")
+        if freezer is not None:
+            with contextlib.suppress(OSError):
+                (freezer / "freezer.state").write_text("FROZEN")
+        _kill_each(self.members())
+        if freezer is not None:
+            with contextlib.suppress(OSError):
+                (freezer / "freezer.state").write_text("THAWED")
+
+    def remove(self, timeout: float = 1.0) -> bool:
+        """Remove the directories once empty; returns whether all are gone."""
+        deadline = time.monotonic() + timeout
+        for d in list(self.dirs.values()):
+            while True:
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() >= deadline:
+                        return False
+                    time.sleep(0.005)
+        return True
+
+
+def _procs(d: Path) -> set[int]:
+    with contextlib.suppress(OSError, ValueError):
+        return {int(x) for x in (d / "cgroup.procs").read_text().split()}
+    return set()
+
+
+def _kill_each(pids: set[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)  # members are frozen: none can exit and be reused
+
+
+def sweep_stale(host: Host) -> list[Path]:
+    """Remove cgroups left by supervisors that are no longer alive (killing any members)."""
+    removed: list[Path] = []
+    for parent in host.parents.values():
+        with contextlib.suppress(OSError):
+            for d in parent.iterdir():
+                if not d.name.startswith(PREFIX) or not d.is_dir():
+                    continue
+                owner = d.name[len(PREFIX) :].split("-", 1)[0]
+                if not owner.isdigit() or _pid_alive(int(owner)):
+                    continue
+                cg = ChildCgroup(host, {k: d for k, p in host.parents.items() if p == parent})
+                cg.kill()
+                if cg.remove(timeout=0.5):
+                    removed.append(d)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

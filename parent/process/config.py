@@ -1,0 +1,99 @@
+"""How children are started and taken down: `ChildConfig`, and the warm pool's `PoolSpec`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.parent.process.host import Host
+from tether.parent.process.launchers import Launcher
+from tether.parent.process.limits import DisposePolicy, Limits
+from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES
+
+DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-I", "-m", "tether.child")
+
+
+@dataclass(frozen=True)
+class ChildConfig:
+    """How children are started and taken down; one per supervisor, overridable per run."""
+
+    command: Sequence[str] = DEFAULT_COMMAND
+    pass_env: Sequence[str] = ()
+    """Names or globs of parent variables the child may inherit beyond the allowlist."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Explicit values merged over the scrubbed environment."""
+    handshake_timeout: float = 10.0
+    dispose: DisposePolicy = field(default_factory=DisposePolicy)
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    stderr_ring_bytes: int = 64 * 1024
+    cancel_grace: float = 2.0
+    """After `agent/cancel`, how long the child has to answer `aborted` itself."""
+    containment: str = "auto"
+    """The containment tier: `auto` (the most complete this host offers), `cgroup2`, `hybrid`,
+    `cgroup1` or `process-group`. A tier this host does not offer is refused at `start()`."""
+    launcher: str | Launcher = "local"
+    """An argv prefix the command runs under (`local`, `bwrap`, `ssh:HOST`, `docker:IMAGE`,
+    ..., or a `Launcher`); see `launchers.py` for what each provides."""
+    spawner: str = "auto"
+    """How a child process starts: `auto` (the default: `zygote` for tether's own child —
+    the default command, optionally with a custom agent, under the local launcher — and
+    `exec` for anything else, or when the zygote cannot serve a run, which the run's
+    `RunStarted` then says), `exec` (a fresh interpreter through the trampoline) or `zygote`
+    (forked from a per-supervisor process that already imported the child runtime, with the
+    same containment, sandbox included; see `zygote.py`; refused for any other command or
+    launcher)."""
+    isolation: str = "auto"
+    """`sandbox`, `process`, or `auto` (the strongest this host supports); see
+    `isolation.py` and docs/containment.md. `sandbox` on a host that cannot provide it is
+    refused at `start()`."""
+    sandbox_user: tuple[int, int] | None = None
+    """(uid, gid) sandboxed children run as when the supervisor is root; `None`: tether's
+    dedicated default (`tether.contain.plan.DEFAULT_SANDBOX_ID`)."""
+    read_paths: Sequence[str] = ()
+    """More paths a sandboxed child may read (and execute), beyond what it is granted."""
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """Keep `size` initialized children ready for runs (`Supervisor(pool=PoolSpec(2))`).
+
+    A run whose settings match the pool's (the child config's command, environment, containment,
+    launcher and message cap, and the limits a child is spawned under: memory, cpu, processes,
+    open files, file size) takes a ready child, its handshake already done; any other run
+    spawns cold. Wall and idle limits are the run's own and start when it takes the child.
+    A child serves one run only. Only the local launcher can be pooled (other launchers build
+    their argv around the run's workspace)."""
+
+    size: int
+    limits: Limits = field(default_factory=Limits)
+    config: ChildConfig | None = None
+    """The children's config; `None`: the supervisor's."""
+    workspace: str | os.PathLike[str] | None = None
+    """The workspace the pool's children are sandboxed for (a sandboxed child is confined to
+    one workspace from its first instruction, so only runs in this workspace take one).
+    Required when the pool's isolation level is `sandbox`."""
+
+
+def pool_key(
+    cfg: ChildConfig, limits: Limits, tier: Host, level: str, workspace: str | None
+) -> tuple[Any, ...]:
+    """What a child is spawned with; runs that agree on it can share a pool."""
+    return (
+        level,
+        workspace if level == "sandbox" else None,
+        cfg.sandbox_user,
+        tuple(cfg.read_paths),
+        tuple(cfg.command),
+        tuple(cfg.pass_env),
+        tuple(sorted(cfg.env.items())),
+        tier.tier,
+        cfg.launcher if isinstance(cfg.launcher, str) else id(cfg.launcher),
+        cfg.max_message_bytes,
+        cfg.stderr_ring_bytes,
+        cfg.spawner,
+        dataclasses.replace(limits, wall=None, idle=None),
+    )

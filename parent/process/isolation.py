@@ -1,0 +1,583 @@
+"""Isolation levels: which one a run gets, and the plan that gives a child exactly that.
+
+Theory of operation
+-------------------
+Two levels, chosen per run (`ChildConfig(isolation=...)`, `tether run --isolation`):
+
+- `sandbox`: the child runs in a Landlock domain with a seccomp filter and no_new_privs; when
+  the supervisor is root, also as a dedicated unprivileged uid/gid with every capability
+  dropped, in a private mount namespace (private /tmp, /var/tmp, /dev/shm; directories it
+  cannot traverse covered; the workspace bind-mounted idmapped). What the child may read is
+  named path by path: the system directories, named /etc entries, the interpreter, the child's
+  import path, tether's own folders and absolute paths in the command; it writes only the
+  workspace and its private temp directories. See docs/containment.md for what each part stops.
+- `process`: the environment scrub, session, limits and containment tier only.
+
+`auto` (the default) is the strongest level this host supports. Whether `sandbox` works is
+decided once per process by *trying it* (`probe_host()`): a throwaway child gets the full sandbox
+and runs `/bin/true`, so a host that has Landlock but blocks user namespaces or idmapped
+mounts is found out before a run, not in one. A host that cannot sandbox is said loudly:
+`auto` settles for `process` with a warning in every result, one stderr line per supervisor
+and in `tether doctor`; asking for `sandbox` there is bad usage with one actionable message.
+
+`plan_for()` is the one place a child's plan is computed: a pure function of the run's
+command, workspace, config and the host, so what a child was granted is inspectable.
+
+`TETHER_LANDLOCK_ABI=N` in the supervisor's environment caps the Landlock ABI the probe
+reports (0: Landlock unavailable), to exercise the degraded paths on a capable host.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tether.contain import argv as config_word
+from tether.contain import landlock, seccomp
+from tether.contain.inplace import import_path_writable, runs_in_place, trampoline_argv
+from tether.contain.plan import (
+    DEFAULT_SANDBOX_ID,
+    PRIVATE_HOME,
+    PRIVATE_RUNTIME,
+    Plan,
+    system_reads,
+)
+from tether.protocol.messages import IsolationLevel
+
+LEVELS = ("sandbox", "process")
+CHOICES = ("auto", *LEVELS)
+FORCE_ABI_ENV = "TETHER_LANDLOCK_ABI"
+MIN_ABI_ROOT = 2
+"""As root the uid change and seccomp close what later ABIs add; ABI 2 is needed so renames
+across directories (mv, pip, git) work inside the workspace instead of failing with EXDEV."""
+MIN_ABI_USER = 6
+"""Without a uid change, the child shares the supervisor's uid: only ABI 6's signal scoping
+keeps it from killing the supervisor, and ABI 3's TRUNCATE from truncating the user's files."""
+TRIAL_SECONDS = 20.0
+
+SANDBOX_PACKAGES = (
+    "tether.contain",
+    "tether.protocol",
+    "tether.wire",
+    "tether.child",
+    "tether.parent",
+)
+
+
+@dataclass(frozen=True)
+class HostIsolation:
+    """What this host offers for isolation."""
+
+    root: bool
+    landlock_abi: int
+    """The ABI a sandbox is built for: the kernel's, capped at `landlock.MAX_ABI` and by
+    `TETHER_LANDLOCK_ABI`; 0 without Landlock."""
+    why_not: str | None
+    """Why `sandbox` is unavailable here; `None` when it works."""
+    forced: bool = False
+    """`TETHER_LANDLOCK_ABI` lowered the ABI."""
+
+    @property
+    def best(self) -> str:
+        return "sandbox" if self.why_not is None else "process"
+
+
+@dataclass(frozen=True)
+class Choice:
+    level: IsolationLevel
+    warning: str | None = None
+    """Why the level is weaker than `sandbox`, when `auto` had to settle for less."""
+
+
+@dataclass(frozen=True)
+class GatewayNetwork:
+    """A sandboxed foreign agent's one network destination, the model gateway (see
+    `tether.contain.netns`): `channel` set, a private network namespace whose only listener
+    is the gateway's socket on 127.0.0.1:`port`, made inside and sent back over the inherited
+    UNIX socket `channel`; `channel` `None` (no namespace can be made), the host's network
+    with TCP connect to `port` only."""
+
+    port: int
+    channel: int | None = None
+
+    def to_json(self) -> dict[str, int]:
+        out = {"port": self.port}
+        if self.channel is not None:
+            out["channel"] = self.channel
+        return out
+
+
+@dataclass
+class Setup:
+    """What `plan_for` decided for one child."""
+
+    plan: Plan
+    env: dict[str, str] = field(default_factory=dict)
+    """Variables the sandbox sets (HOME, TMPDIR, XDG_*), unless the caller set them."""
+    cleanup: Callable[[], None] | None = None
+    """Run once the child is gone (removes a non-root sandbox's private directory)."""
+
+
+_probed: dict[str, HostIsolation] = {}
+
+
+def probe_host() -> HostIsolation:
+    """What this host supports, tried once per process (per `TETHER_LANDLOCK_ABI` value)."""
+    forced = os.environ.get(FORCE_ABI_ENV, "")
+    if forced not in _probed:
+        _probed[forced] = _probe(forced)
+    return _probed[forced]
+
+
+def _probe(forced: str) -> HostIsolation:
+    root = os.geteuid() == 0
+    kernel = landlock.kernel_abi()
+    abi = min(kernel, landlock.MAX_ABI)
+    is_forced = False
+    if forced:
+        try:
+            cap = int(forced)
+        except ValueError:
+            cap = 0
+        if cap < abi:
+            abi, is_forced = max(cap, 0), True
+    need = MIN_ABI_ROOT if root else MIN_ABI_USER
+    why: str | None = None
+    how = f" ({FORCE_ABI_ENV}={forced})" if is_forced else ""
+    if abi == 0:
+        why = (
+            f"Landlock is not available{how} (needs Linux 5.13+ with landlock in the lsm= "
+            "boot list)"
+        )
+    elif abi < need:
+        why = (
+            f"Landlock ABI {abi}{how} is older than the {need} a "
+            f"{'root' if root else 'non-root'} supervisor's sandbox needs "
+            f"(Linux {'5.19' if need == 2 else '6.12'}+)"
+        )
+    elif not seccomp.available():
+        why = "seccomp filters are not available on this kernel or architecture"
+    else:
+        why = _trial(abi, root)
+    return HostIsolation(root=root, landlock_abi=abi, why_not=why, forced=is_forced)
+
+
+def _trial(abi: int, root: bool) -> str | None:
+    """Sandbox a throwaway child that runs /bin/true; why it failed, or `None`."""
+    from tether.parent.process.proc import TRAMPOLINE
+
+    true = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
+    with tempfile.TemporaryDirectory(prefix="tether-probe-") as ws:
+        setup = plan_for(
+            "sandbox",
+            command=[true],
+            workspace=ws,
+            host=HostIsolation(root=root, landlock_abi=abi, why_not=None),
+            interpreter=False,
+        )
+        word = config_word.encode(
+            {"pdeathsig": 0, "ppid": os.getpid(), "plan": setup.plan.to_json()}
+        )
+        try:
+            got = subprocess.run(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    str(TRAMPOLINE),
+                    word,
+                    "--",
+                    true,
+                ],
+                env={"PATH": "/usr/bin:/bin", **setup.env},
+                capture_output=True,
+                timeout=TRIAL_SECONDS,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"a trial sandbox could not run: {exc}"
+        finally:
+            if setup.cleanup is not None:
+                setup.cleanup()
+    if got.returncode != 0:
+        last = (got.stderr.decode(errors="replace").strip().splitlines() or [""])[-1]
+        return f"a trial sandbox failed on this host: {last[:300] or f'exit {got.returncode}'}"
+    return None
+
+
+def choose_level(
+    requested: str, host: HostIsolation | None = None, *, remote_launcher: str | None = None
+) -> Choice:
+    """The level for `requested` (`auto`, `sandbox`, `process`); raises `ValueError` for an
+    unknown name or a `sandbox` this host cannot provide. `remote_launcher`: the child runs
+    elsewhere (ssh, docker, kubectl), where no local sandbox reaches it."""
+    if requested not in CHOICES:
+        raise ValueError(f"isolation {requested!r}: expected one of {', '.join(CHOICES)}")
+    if requested == "process":
+        return Choice("process")
+    if remote_launcher is not None:
+        if requested == "sandbox":
+            raise ValueError(
+                f"isolation 'sandbox' cannot reach a child started by the {remote_launcher!r} "
+                "launcher (it runs on another host or in a container); pass "
+                "isolation='process' and rely on the launcher's own isolation"
+            )
+        return Choice(
+            "process",
+            f"the child runs under the {remote_launcher!r} launcher, outside this host's "
+            "sandbox: its isolation is the launcher's",
+        )
+    host = host or probe_host()
+    if host.why_not is None:
+        return Choice("sandbox")
+    if requested == "sandbox":
+        raise ValueError(
+            f"isolation 'sandbox' is not available on this host: {host.why_not}. Run "
+            "`tether doctor` for details, or pass isolation='process' (--isolation process) "
+            "to run with process isolation only"
+        )
+    return Choice(
+        "process",
+        f"this host cannot sandbox children ({host.why_not}); running with process "
+        "isolation only: a hostile child can read what the supervisor's user can read and "
+        "reach the network",
+    )
+
+
+# --- the plan -----------------------------------------------------------------------------------
+
+
+def _pth_dirs(site_dir: str) -> list[str]:
+    """Directories a site-packages `.pth` file adds to the import path (not `import` lines)."""
+    found: list[str] = []
+    try:
+        names = sorted(n for n in os.listdir(site_dir) if n.endswith(".pth"))
+    except OSError:
+        return found
+    for name in names:
+        try:
+            lines = Path(site_dir, name).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in lines:
+            line = line.strip()
+            if not line or line.startswith(("#", "import ", "import\t")):
+                continue
+            path = os.path.join(site_dir, line)
+            if os.path.isdir(path):
+                found.append(path)
+    return found
+
+
+@functools.cache
+def interpreter_reads() -> tuple[str, ...]:
+    """What a `python -I` child needs to read: the interpreter's prefixes and executable, the
+    standard library, site-packages and the directories its `.pth` files add, and tether's
+    own package folders (both the path Python imports them by and, for an editable install,
+    the sources its links point to). Never the supervisor's working directory or other
+    entries of its own `sys.path`."""
+    paths = [
+        sys.prefix,
+        sys.exec_prefix,
+        sys.base_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+    ]
+    scheme = sysconfig.get_paths()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        if key in scheme:
+            paths.append(scheme[key])
+    for key in ("purelib", "platlib"):
+        if key in scheme:
+            paths += _pth_dirs(scheme[key])
+    for name in SANDBOX_PACKAGES:
+        # Located, not imported: the parent never loads the child's code.
+        spec = importlib.util.find_spec(name)
+        for where in (spec.submodule_search_locations or []) if spec else []:
+            paths += [where, os.path.dirname(os.path.dirname(where))]
+            init = os.path.join(where, "__init__.py")
+            if os.path.islink(init):
+                paths.append(os.path.dirname(os.path.realpath(init)))
+    return tuple(paths)
+
+
+@functools.cache
+def interpreter_code() -> tuple[str, ...]:
+    """`interpreter_reads()` that exist, each as given and resolved: the import path of a `-I`
+    child (a `.pth` or `sitecustomize` it runs can only come from there). Resolved once, as
+    `interpreter_reads` is: every sandboxed spawn asks."""
+    return tuple(_normalized(list(interpreter_reads())))
+
+
+def trampoline_in_place(command: Sequence[str], plan: Mapping[str, Any] | None) -> bool:
+    """Whether the trampoline may become `command` in place (`tether.contain.inplace`): tether's
+    own child, and nothing of its import path where the child may write."""
+    return runs_in_place(command) and not import_path_writable(plan, interpreter_code())
+
+
+def _named_paths(arg: str) -> list[str]:
+    """Absolute paths in one argument: itself, the value of `--flag=PATH`, and the file of a
+    `PATH:callable` agent spec."""
+    candidates = [arg]
+    if arg.startswith("-") and "=" in arg:
+        candidates.append(arg.split("=", 1)[1])
+    for c in list(candidates):
+        if ":" in c:
+            candidates.append(c.rsplit(":", 1)[0])
+    return [c for c in candidates if os.path.isabs(c) and os.path.exists(c)]
+
+
+def command_reads(command: Sequence[str]) -> list[str]:
+    """Absolute paths a command names: a directory as is, a file with its directory (an
+    interpreter imports a script's siblings; `/` itself is never granted)."""
+    found: list[str] = []
+    for arg in command:
+        for path in _named_paths(arg):
+            found.append(path)
+            if not os.path.isdir(path) and os.path.dirname(path) != "/":
+                found.append(os.path.dirname(path))
+    return found
+
+
+@functools.cache
+def _base_reads(interpreter: bool) -> tuple[str, ...]:
+    """The system paths, and Python's own when `interpreter`: the same for every child."""
+    return tuple(_normalized([*system_reads(), *(interpreter_reads() if interpreter else [])]))
+
+
+def _normalized(paths: Sequence[str]) -> list[str]:
+    """Existing absolute paths, each also in its resolved form, `/` never."""
+    out: set[str] = set()
+    for raw in paths:
+        if not raw or not os.path.isabs(raw) or not os.path.exists(raw):
+            continue
+        for path in (os.path.normpath(raw), os.path.realpath(raw)):
+            if path != "/":
+                out.add(path)
+    return sorted(out)
+
+
+_KEPT_FROM_WORKSPACES = (
+    "/usr", "/etc", "/bin", "/sbin", "/lib", "/boot", "/root",
+    "/dev", "/proc", "/sys", "/run", "/tmp", "/var/tmp",
+)  # fmt: skip
+"""What a sandboxed workspace may not be or contain: the system, and the places the sandbox
+replaces with private mounts (a workspace there would be hidden, or would open the system)."""
+
+
+def workspace_problem(workspace: str, *, protects_code: bool = False) -> str | None:
+    """Why `workspace` cannot be a sandboxed run's workspace, or `None` when it can.
+    `protects_code`: the sandbox mounts the interpreter's code inside the workspace read-only
+    (`Plan.protect`: a root supervisor's private mounts, no launcher)."""
+    ws = os.path.realpath(workspace)
+    for kept in _KEPT_FROM_WORKSPACES:
+        if kept == ws or kept.startswith(ws.rstrip("/") + "/"):
+            return (
+                f"workspace {ws!r} cannot be sandboxed: it is or contains {kept}, which the "
+                "sandbox keeps read-only or replaces with a private mount; use a directory of "
+                "its own (one under /tmp works)"
+            )
+    inside = ("/usr/", "/etc/", "/bin/", "/sbin/", "/lib/", "/boot/", "/dev/", "/proc/", "/sys/")
+    if ws.startswith(inside):
+        return (
+            f"workspace {ws!r} cannot be sandboxed: it lies in the system's own directories, "
+            "which a sandboxed child must not write"
+        )
+    code = code_inside(ws)
+    if ws in code or (code and not protects_code):
+        fix = (
+            ""
+            if ws in code
+            else (
+                ", or run the supervisor as root (it then mounts that code read-only inside the "
+                "workspace)"
+            )
+        )
+        return (
+            f"workspace {ws!r} cannot be sandboxed: it is or contains {code[0]}, code the "
+            "supervisor and every new child run outside the sandbox (a child could change what "
+            f"they import); use a directory that does not hold the virtualenv or tether itself{fix}"
+        )
+    return None
+
+
+def code_inside(ws: str) -> list[str]:
+    """The directories of the interpreter's own import path (prefixes, standard library,
+    site-packages, `.pth` directories, tether's package folders and their sources), as given
+    and resolved, that the resolved workspace `ws` is or contains."""
+    return [p for p in interpreter_code() if p == ws or p.startswith(ws.rstrip("/") + "/")]
+
+
+def plan_for(
+    level: str,
+    *,
+    command: Sequence[str],
+    workspace: str | None,
+    host: HostIsolation | None = None,
+    sandbox_user: tuple[int, int] | None = None,
+    read_paths: Sequence[str] = (),
+    inside_launcher: bool = False,
+    interpreter: bool = True,
+    network: GatewayNetwork | None = None,
+    workspace_read_only: bool = False,
+) -> Setup:
+    """The plan for one child at `level`. `inside_launcher`: the sandbox is applied inside a
+    launcher that made its own mount namespace and user (bwrap), so it adds Landlock, seccomp
+    and no_new_privs only. `interpreter=False` leaves Python's own paths out (the probe).
+    `network`: a foreign agent's way to the model gateway (`GatewayNetwork`);
+    `workspace_read_only`: the workspace is granted read only."""
+    if level != "sandbox":
+        return Setup(Plan())
+    net = network.to_json() if network is not None else None
+    host = host or probe_host()
+    ws = os.path.realpath(workspace) if workspace else None
+    reads = {*_base_reads(interpreter), *_normalized([*command_reads(command), *read_paths])}
+    if ws is not None:
+        reads = {p for p in reads if not (p == ws or p.startswith(ws.rstrip("/") + "/"))}
+    granted = sorted(reads)
+    abi = host.landlock_abi
+    if inside_launcher:
+        plan = Plan(
+            "sandbox",
+            abi,
+            workspace=ws,
+            reads=granted,
+            writes=["/tmp", "/dev/shm"],
+            home=PRIVATE_HOME,
+            cwd=ws,
+            network=net,
+            workspace_read_only=workspace_read_only,
+        )
+        return Setup(plan, private_env("/tmp"))
+    if host.root:
+        uid, gid = sandbox_user or (DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)
+        owner = None
+        if ws is not None:
+            st = os.stat(ws)
+            owner = (st.st_uid, st.st_gid)
+        plan = Plan(
+            "sandbox",
+            abi,
+            uid=uid,
+            gid=gid,
+            workspace=ws,
+            owner=owner,
+            reads=granted,
+            writes=["/tmp", "/var/tmp", "/dev/shm"],
+            private_mounts=True,
+            home=PRIVATE_HOME,
+            cwd=ws,
+            network=net,
+            workspace_read_only=workspace_read_only,
+            protect=code_inside(ws) if ws is not None else [],
+        )
+        return Setup(plan, private_env("/tmp"))
+    private = tempfile.mkdtemp(prefix="tether-sandbox-")
+    for sub in ("home", "tmp", "run"):
+        os.mkdir(os.path.join(private, sub), 0o700)
+    plan = Plan(
+        "sandbox",
+        abi,
+        workspace=ws,
+        reads=granted,
+        writes=[private, "/dev/shm"],
+        home=os.path.join(private, "home"),
+        cwd=ws,
+        network=net,
+        workspace_read_only=workspace_read_only,
+    )
+    env = private_env(private)
+    env["TMPDIR"] = os.path.join(private, "tmp")
+    return Setup(plan, env, lambda: shutil.rmtree(private, ignore_errors=True))
+
+
+ISOLATION_ENV = "TETHER_ISOLATION"
+"""Tells the child runtime it is sandboxed, so its tools mark denials as the sandbox's."""
+
+
+def private_env(tmp: str) -> dict[str, str]:
+    """What a sandboxed child's environment gets: its level, and HOME, TMPDIR and XDG_* in
+    its private temp directory `tmp`."""
+    home = PRIVATE_HOME if tmp == "/tmp" else os.path.join(tmp, "home")
+    return {
+        ISOLATION_ENV: "sandbox",
+        "HOME": home,
+        "TMPDIR": tmp,
+        "XDG_CONFIG_HOME": f"{home}/.config",
+        "XDG_CACHE_HOME": f"{home}/.cache",
+        "XDG_DATA_HOME": f"{home}/.local/share",
+        "XDG_STATE_HOME": f"{home}/.local/state",
+        "XDG_RUNTIME_DIR": PRIVATE_RUNTIME if tmp == "/tmp" else os.path.join(tmp, "run"),
+    }
+
+
+def merged_env(env: Mapping[str, str], setup: Setup, explicit: Mapping[str, str]) -> dict[str, str]:
+    """The child's environment with the sandbox's variables, except those the caller set."""
+    out = dict(env)
+    for key, value in setup.env.items():
+        if key not in explicit:
+            out[key] = value
+    return out
+
+
+@dataclass
+class Spawnable:
+    """A child's command and plan, ready for a `SpawnSpec`."""
+
+    argv: list[str]
+    outer_plan: dict[str, object] | None
+    """The plan the trampoline (or the zygote's fork) applies; `None` when the sandbox goes
+    inside the launcher instead."""
+    setup: Setup
+
+
+def isolation_setup(
+    level: str,
+    *,
+    command: Sequence[str],
+    workspace: str | None,
+    sandbox_user: tuple[int, int] | None = None,
+    read_paths: Sequence[str] = (),
+    launcher: object | None = None,
+    network: GatewayNetwork | None = None,
+    workspace_read_only: bool = False,
+) -> Spawnable:
+    """The one place a child's isolation is decided: its plan (`plan_for`), and where it is
+    applied. bwrap must be the outer layer (inside a Landlock domain it cannot set up its
+    namespaces), so under a launcher that says `sandbox_inside`, the command becomes the
+    trampoline with the plan, run by the launcher, and the outer trampoline applies none.
+    The inner plan is reduced to Landlock, seccomp and no_new_privs only when the launcher
+    isolates the filesystem itself (bwrap); `pidns` gets the whole plan, applied inside its
+    namespace (the outer one would forbid the namespace to the shim)."""
+    inside = bool(getattr(launcher, "sandbox_inside", False)) and level == "sandbox"
+    provides = getattr(launcher, "provides", None)
+    reduced = inside and bool(getattr(provides, "filesystem_isolation", False))
+    setup = plan_for(
+        level,
+        command=command,
+        workspace=workspace,
+        sandbox_user=sandbox_user,
+        read_paths=read_paths,
+        inside_launcher=reduced,
+        network=network,
+        workspace_read_only=workspace_read_only,
+    )
+    if inside:
+        from tether.parent.process.proc import TRAMPOLINE
+
+        config = config_word.encode({"plan": setup.plan.to_json()})
+        in_place = trampoline_in_place(command, setup.plan.to_json())
+        argv = trampoline_argv(str(TRAMPOLINE), config, command, in_place=in_place)
+        return Spawnable(argv, None, setup)
+    plan = setup.plan.to_json() if setup.plan.sandboxed else None
+    return Spawnable(list(command), plan, setup)

@@ -1,0 +1,389 @@
+"""Spawning one child the way every child is spawned, and its handshake.
+
+`spawn_child()` is the one place a child process is made: the scrubbed environment with a
+fresh tree marker, the child's own cgroup (on a cgroup tier) with its limits, rlimits for the
+rest, the launcher's argv around the command, and the process started through the trampoline
+(exec) or forked by the zygote — either way contained before the child's first line runs. It
+returns a `SupervisedChild` for a child that speaks tether's protocol, or, with `wire="raw"`,
+a `SupervisedProcess` whose pipes the caller drives (a foreign agent: every provider that runs
+a process goes through here). `handshake()` sends `initialize` within the config's timeout and
+records what went wrong.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import resource
+import shutil
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Literal, Protocol, overload
+
+import anyio
+
+from tether.parent.process.cgroups import ChildCgroup, cgroupfs_mount_points
+from tether.parent.process.config import DEFAULT_COMMAND, ChildConfig
+from tether.parent.process.env import build_child_env
+from tether.parent.process.host import Host
+from tether.parent.process.isolation import GatewayNetwork, isolation_setup, merged_env
+from tether.parent.process.launchers import LaunchContext, Launcher, Local, resolve_launcher
+from tether.parent.process.limits import Limits, inherited_open_files
+from tether.parent.process.proc import ChildProcess, SpawnError, SpawnSpec
+from tether.parent.process.supervised import SupervisedChild, SupervisedProcess
+from tether.parent.process.tree import TREE_ENV, new_tree_marker
+from tether.parent.process.zygote import ZygoteProcess
+from tether.parent.process.zygote import supported as zygote_supported
+from tether.protocol import ConnectionClosed, RemoteError, RemoteProtocolError
+from tether.protocol.messages import (
+    PROTOCOL_VERSION,
+    ClientCapabilities,
+    InitializeParams,
+    PeerInfo,
+)
+
+log = logging.getLogger("tether.parent")
+
+Spawner = Callable[[SpawnSpec], Awaitable[ChildProcess]]
+"""Starts the process for a spec: `exec_spawn` (exec through the trampoline) or the zygote's
+fork, which is a request to the zygote, awaited."""
+
+
+async def exec_spawn(spec: SpawnSpec) -> ChildProcess:
+    """The exec spawner: `ChildProcess.spawn` (it returns once the trampoline has exec'd)."""
+    return ChildProcess.spawn(spec)
+
+
+class AutoSpawner:
+    """The default spawner of tether's own child (`spawner="auto"`): the zygote's fork, or
+    exec through the trampoline when the zygote cannot serve this child (it could not start,
+    the child's environment does not fit it, it died). `fallback` says why exec ran."""
+
+    def __init__(self, fork: Spawner | None, fallback: str | None = None) -> None:
+        self._fork = fork
+        self.fallback = fallback
+        """Why the zygote did not start the child (`None`: it did, or nothing was started)."""
+
+    async def child_cgroup(
+        self, host: Host, name: str, *, memory: int | None, pids: int | None
+    ) -> ChildCgroup:
+        return await cgroup_maker(self._fork)(host, name, memory=memory, pids=pids)
+
+    async def __call__(self, spec: SpawnSpec) -> ChildProcess:
+        if self._fork is not None:
+            try:
+                return await self._fork(spec)
+            except SpawnError as exc:
+                self.fallback = f"the zygote could not fork the child: {exc}"
+        log.warning("starting the child by exec: %s", self.fallback)
+        return ChildProcess.spawn(spec)
+
+
+class CgroupMaker(Protocol):
+    def __call__(
+        self, host: Host, name: str, *, memory: int | None, pids: int | None
+    ) -> Awaitable[ChildCgroup]: ...
+
+
+async def new_cgroup(host: Host, name: str, *, memory: int | None, pids: int | None) -> ChildCgroup:
+    """The cgroup maker of a spawner that makes none itself: a new cgroup."""
+    return ChildCgroup.create(host, name, memory=memory, pids=pids)
+
+
+def cgroup_maker(spawner: Spawner | None) -> CgroupMaker:
+    """How a child's cgroup is made for `spawner`: a spawner may make it itself (a
+    `child_cgroup` method: the zygote's standby waits in a cgroup made ahead), or it is new."""
+    made: CgroupMaker | None = getattr(spawner, "child_cgroup", None)
+    return made if made is not None else new_cgroup
+
+
+def spawner_name(proc: ChildProcess) -> str:
+    """Which spawner started this process: `zygote` or `exec`."""
+    return "zygote" if isinstance(proc, ZygoteProcess) else "exec"
+
+
+def child_env(cfg: ChildConfig) -> dict[str, str]:
+    """The environment a child of this config starts with (before its tree marker)."""
+    return build_child_env(os.environ, pass_through=cfg.pass_env, explicit=cfg.env)
+
+
+@overload
+async def spawn_child(
+    cfg: ChildConfig,
+    limits: Limits,
+    host: Host,
+    tag: str,
+    *,
+    launcher: Launcher | None = None,
+    workspace: str | None = None,
+    spawner: Spawner | None = None,
+    level: str = "process",
+    wire: Literal["tether"] = "tether",
+    network: GatewayNetwork | None = None,
+    workspace_read_only: bool = False,
+) -> SupervisedChild: ...
+
+
+@overload
+async def spawn_child(
+    cfg: ChildConfig,
+    limits: Limits,
+    host: Host,
+    tag: str,
+    *,
+    launcher: Launcher | None = None,
+    workspace: str | None = None,
+    spawner: Spawner | None = None,
+    level: str = "process",
+    wire: Literal["raw"],
+    network: GatewayNetwork | None = None,
+    workspace_read_only: bool = False,
+) -> SupervisedProcess: ...
+
+
+async def spawn_child(
+    cfg: ChildConfig,
+    limits: Limits,
+    host: Host,
+    tag: str,
+    *,
+    launcher: Launcher | None = None,
+    workspace: str | None = None,
+    spawner: Spawner | None = None,
+    level: str = "process",
+    wire: Literal["tether", "raw"] = "tether",
+    network: GatewayNetwork | None = None,
+    workspace_read_only: bool = False,
+) -> SupervisedProcess:
+    """Start one child at isolation `level` (its plan computed by `isolation_setup`, the one
+    place that decides it); raises `SpawnError` when it cannot start (nothing is left
+    behind). `wire="raw"`: a foreign agent whose pipes the caller drives. `network`: a
+    sandboxed foreign agent's way to the model gateway (its `channel` descriptor is passed to
+    the child); `workspace_read_only`: the sandbox grants the workspace read only."""
+    setup = isolation_setup(
+        level,
+        command=cfg.command,
+        workspace=workspace,
+        sandbox_user=cfg.sandbox_user,
+        read_paths=cfg.read_paths,
+        launcher=launcher,
+        network=network,
+        workspace_read_only=workspace_read_only,
+    )
+    in_cgroup = host.tier != "process-group"
+    try:
+        marker = new_tree_marker()
+        env = merged_env(child_env(cfg), setup.setup, cfg.env)
+        env[TREE_ENV] = marker
+        argv = setup.argv
+        if launcher is not None and not isinstance(launcher, Local):
+            argv = launcher.argv(
+                LaunchContext(
+                    command=argv,
+                    env=env,
+                    explicit_env=dict(cfg.env),
+                    workspace=workspace or ".",
+                    limits=limits,
+                    read_paths=tuple(cfg.read_paths),
+                )
+            )
+        rlimits = limits.rlimits(
+            memory_in_cgroup=in_cgroup and host.enforces("memory"),
+            pids_in_cgroup=in_cgroup and host.enforces("pids"),
+        )
+        inherited = inherited_open_files()
+        if inherited is not None and "RLIMIT_NOFILE" not in rlimits:
+            # The supervisor raised its own soft limit (`raise_open_files_limit`); the child
+            # starts with the one it would have inherited.
+            rlimits["RLIMIT_NOFILE"] = (inherited, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    except BaseException:
+        if setup.setup.cleanup is not None:
+            setup.setup.cleanup()
+        raise
+    # Made last, right before the spawner runs: a zygote's standby may already be in it.
+    try:
+        cgroup = (
+            await cgroup_maker(spawner)(
+                host,
+                f"{os.getpid()}-{tag}-{os.urandom(3).hex()}",
+                memory=limits.memory_bytes,
+                pids=limits.processes,
+            )
+            if in_cgroup
+            else None
+        )
+    except BaseException as exc:
+        if setup.setup.cleanup is not None:
+            setup.setup.cleanup()
+        if isinstance(exc, OSError):
+            raise SpawnError(f"cannot create the child's cgroup: {exc.strerror or exc}") from exc
+        raise
+    spec = SpawnSpec(
+        argv,
+        env,
+        cwd=None,
+        rlimits=rlimits,
+        cgroup_procs=cgroup.procs_files if cgroup else [],
+        plan=setup.outer_plan,
+        pass_fds=(network.channel,) if network is not None and network.channel is not None else (),
+    )
+    try:
+        proc = await (spawner or exec_spawn)(spec)
+    except BaseException:
+        if cgroup is not None:
+            cgroup.remove()
+        if setup.setup.cleanup is not None:
+            setup.setup.cleanup()
+        raise
+    child: SupervisedProcess
+    if wire == "raw":
+        child = SupervisedProcess(
+            proc, marker, dispose=cfg.dispose, cgroup=cgroup, ring_bytes=cfg.stderr_ring_bytes
+        )
+    else:
+        child = SupervisedChild(
+            proc,
+            marker,
+            dispose=cfg.dispose,
+            cgroup=cgroup,
+            max_message_bytes=cfg.max_message_bytes,
+            ring_bytes=cfg.stderr_ring_bytes,
+        )
+    child.observed.limits = limits
+    child.sealed_in_cgroup = sealed_in_cgroup(cgroup, setup.outer_plan, launcher)
+    child.cleanup = setup.setup.cleanup
+    return child
+
+
+async def handshake(child: SupervisedChild, cfg: ChildConfig) -> bool:
+    """`initialize`, within the handshake timeout; whether the child is ready for a run. What
+    went wrong is recorded in `child.observed`."""
+    observed = child.observed
+    seconds = cfg.handshake_timeout
+    try:
+        with anyio.fail_after(seconds):
+            await child.session.initialize(
+                InitializeParams(
+                    protocol_version=PROTOCOL_VERSION,
+                    client_info=PeerInfo(name="tether-supervisor", version=version()),
+                    capabilities=ClientCapabilities(),
+                    max_message_bytes=cfg.max_message_bytes,
+                )
+            )
+    except TimeoutError:
+        observed.handshake = seconds
+        return False
+    except ConnectionClosed:
+        return False
+    except RemoteError as exc:
+        observed.protocol_error = f"the child refused initialize: {exc.message}"
+        return False
+    except RemoteProtocolError as exc:
+        observed.protocol_error = exc.message
+        return False
+    child.ready = True
+    return True
+
+
+def sealed_in_cgroup(
+    cgroup: ChildCgroup | None,
+    plan: Mapping[str, object] | None,
+    launcher: Launcher | None,
+    mounts: Callable[[], list[str]] = cgroupfs_mount_points,
+) -> bool:
+    """Whether nothing of a child's tree can leave its cgroup, so that its v2 cgroup saying
+    `populated 0` proves the whole tree is gone (`SupervisedProcess.sealed_in_cgroup`).
+
+    So: the cgroup has a v2 directory; the child runs on this host (no launcher but the local
+    one) under a sandbox that our trampoline or the zygote applied before its first
+    instruction (`plan`, the outer plan); that sandbox has Landlock (no write outside the paths
+    it grants, so no `cgroup.procs` anywhere) and seccomp (`clone3` refused, so no
+    `CLONE_INTO_CGROUP`); and no path it grants for writing is, or holds, a cgroup filesystem.
+    `mounts`: the cgroup filesystems' mount points (this host's, by default)."""
+    if cgroup is None or not cgroup.announces_empty or not plan:
+        return False
+    if launcher is not None and not isinstance(launcher, Local):
+        return False
+    if plan.get("level") != "sandbox" or not plan.get("seccomp"):
+        return False
+    abi = plan.get("abi")
+    if not isinstance(abi, int) or abi < 1:
+        return False
+    writes = [plan.get("workspace"), *_paths(plan.get("writes")), plan.get("home")]
+    granted = [os.path.normpath(str(p)) for p in writes if p]
+    for point in mounts():
+        for path in granted:
+            if _within(point, path) or _within(path, point):
+                return False
+    return True
+
+
+def _paths(value: object) -> list[object]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or root == "/" or path.startswith(root.rstrip("/") + "/")
+
+
+def missing_command(command: Sequence[str], env: Mapping[str, str], what: str = "") -> str | None:
+    """Why `command` cannot be started with `env`'s PATH, or `None` when it can."""
+    exe = command[0]
+    if what:
+        exe_missing = missing_command(command, env)
+        return f"{exe_missing} ({what})" if exe_missing else None
+    if os.sep in exe:
+        if not os.path.exists(exe):
+            return f"cannot start {exe!r}: no such file"
+        if not os.access(exe, os.X_OK):
+            return f"cannot start {exe!r}: not executable"
+        return None
+    if shutil.which(exe, path=env.get("PATH", os.defpath)) is None:
+        return f"cannot start {exe!r}: command not found on the child's PATH"
+    return None
+
+
+def check_spawner(cfg: ChildConfig) -> None:
+    """Refuse a spawner the config cannot use (bad usage, before anything is spawned)."""
+    if cfg.spawner in ("exec", "auto"):
+        return
+    if cfg.spawner != "zygote":
+        raise ValueError(f"spawner {cfg.spawner!r}: expected 'auto', 'exec' or 'zygote'")
+    why = zygote_unfit(cfg)
+    if why is not None:
+        raise ValueError(why)
+
+
+def zygote_unfit(cfg: ChildConfig) -> str | None:
+    """Why the zygote cannot start this config's children, or `None` when it can."""
+    if tuple(cfg.command[: len(DEFAULT_COMMAND)]) != DEFAULT_COMMAND:
+        return (
+            "spawner='zygote' forks tether's own child runtime: it serves only the default "
+            f"command ({' '.join(DEFAULT_COMMAND)}), not {' '.join(cfg.command)!r}"
+        )
+    if not isinstance(resolve_launcher(cfg.launcher), Local):
+        return "spawner='zygote' forks local children only (launcher='local')"
+    why = zygote_supported()
+    if why is not None:
+        return f"spawner='zygote' is not available on this host: {why}"
+    return None
+
+
+def wants_zygote(cfg: ChildConfig) -> bool:
+    """Whether this config's children are forked by the zygote: `zygote`, or `auto` for
+    tether's own child under the local launcher on a host that supports it."""
+    if cfg.spawner == "zygote":
+        return True
+    return cfg.spawner == "auto" and zygote_unfit(cfg) is None
+
+
+@functools.cache
+def version() -> str:
+    """tether's installed version, read once: the metadata lookup parses the package's
+    METADATA file (≈ 1 ms), and every handshake names the version."""
+    try:
+        from importlib.metadata import version as installed
+
+        return installed("tether")
+    except Exception:
+        return "0"

@@ -1,0 +1,505 @@
+"""The parent's handle on one live child process: process, stderr ring, what was observed, the
+dispose ladder — and, for a child that speaks tether's protocol, its endpoint and typed session.
+
+Theory of operation
+-------------------
+A `SupervisedProcess` is made by `spawning.spawn_child()` (the process already runs) and used
+as an async context: `async with child:` runs its background jobs in a task group the child
+owns — the stderr drain into a bounded ring and the exit watch, and for a tether child the
+reader — and leaving the context disposes of the child, shielded, on every path. That is the
+one dispose site; a child lives as long as its context, through any number of runs. Everything
+the supervisor notices lands in one `Observed` record, which `classify` later turns into a
+result.
+
+Two kinds share it:
+
+- `SupervisedChild` speaks tether's protocol: the reader is the wire `Endpoint`, serving the
+  child's requests through whatever handlers are bound at the moment (`serve_with`), and the
+  ladder starts with the polite `shutdown` rung;
+- a raw `SupervisedProcess` (`spawn_child(..., wire="raw")`) is a foreign agent whose caller
+  speaks its protocol over `proc.stdin` / `proc.stdout` itself (the ACP provider); it has no
+  `shutdown` request, so its ladder starts at closing stdin. (Asking the agent to stop its
+  work, `session/cancel`, is the caller's business before it leaves the context.)
+
+The exit watch is what makes a dead child's output end at once even when a grandchild
+inherited its stdout and holds the pipe open (so no EOF ever comes): once the pidfd says the
+child exited, whatever it wrote is already in the pipe; the reader (ours or the caller's) takes
+it, and then our read end is closed, which the reader sees as end of stream — for a tether
+child, every pending request fails at once.
+
+`dispose()` is bounded and shielded from cancellation. Each rung runs only if the child is
+still alive after the previous one, and the last rung attempted is recorded:
+
+    shutdown  request `shutdown`, then `exit`, close stdin      (tether children only, and only
+                                                               one that is ready, not cut off,
+                                                               wire intact)
+    exit      (tether: the `exit` notification,) close stdin: the EOF lifeline; its grace
+              counts from when stdin closed, so after the shutdown rung closed it only what
+              is left of the grace is waited, and after a `shutdown` that went unanswered
+              none (EOF is queued behind that request: the wait was spent on that rung)
+    sigterm   SIGTERM + SIGCONT to the whole tree                (stopped processes wake to die)
+    sigkill   SIGKILL to the whole tree
+
+Then, whatever rung was reached: everything left of the tree (grandchildren that outlived the
+child, daemons that left its session) is SIGKILLed and the sweep repeats until nothing of the
+tree is alive or the kill grace runs out (a v2 cgroup is killed whole and waited on until it
+says it is empty); then the pipes are closed. A grandchild that holds
+the child's stdout never delays any of this, because exit is seen through the pidfd, not EOF.
+
+The sweep finds what is left of the tree by its cgroup's membership and, because a process can
+leave a cgroup (write its pid into another one's `cgroup.procs`), by scans of all of /proc for
+the child's session, process group and tree marker. A child that is `sealed_in_cgroup` cannot
+leave: its sandbox, applied before its first instruction, allows no write outside its
+workspace and temp directories (cgroupfs included) and refuses `clone3` (no
+`CLONE_INTO_CGROUP`); for it, a v2 cgroup that says `populated 0` is the whole answer and the
+scans, linear in the host's process count, are skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+import psutil
+
+from tether.parent.process._keeper import running
+from tether.parent.process.cgroups import ChildCgroup
+from tether.parent.process.limits import DisposePolicy
+from tether.parent.process.proc import EXEC_FAILED_MARKER, ChildProcess
+from tether.parent.process.ring import ByteRing
+from tether.parent.process.tree import fresh_snapshot, signal_procs, tree_procs
+from tether.parent.run.child_session import ChildSession
+from tether.parent.run.classify import Observed
+from tether.protocol import ConnectionClosed, ErrorCode, RemoteError, WireError
+from tether.protocol.connection import Connection
+from tether.protocol.messages import Rung
+from tether.wire import Endpoint, StreamEnd
+
+EXIT_DRAIN_SECONDS = 0.5
+"""After the child exits, how long its unread output may take to be read before the stream is
+ended anyway (only a grandchild that keeps writing into the inherited pipe can use it up)."""
+KILL_SETTLE = 0.05
+"""How long a v2 cgroup's members may take to die of `cgroup.kill` before they are killed by
+pid as well (see `_sweep`)."""
+
+log = logging.getLogger("tether.parent")
+
+RequestHandler = Callable[[str, Any], Awaitable[Any]]
+NotificationHandler = Callable[[str, Any], Awaitable[None] | None]
+"""Synchronous where it can be (the broker's relay of events), or a coroutine to await."""
+
+
+@dataclass
+class DisposeReport:
+    rung: Rung
+    seconds: float
+    survivors: list[int] = field(default_factory=list)
+
+
+async def _nobody_serves(method: str, params: Any) -> Any:
+    raise WireError(ErrorCode.NOT_INITIALIZED, f"no run has started in this child yet ({method})")
+
+
+def _nobody_listens(method: str, params: Any) -> None:
+    return None
+
+
+def _internal(method: str, exc: BaseException) -> str:
+    # The one place a parent-side failure becomes a wire error: no traceback or library text
+    # crosses to the child.
+    log.error("the parent failed to answer %s", method, exc_info=exc)
+    return f"the parent failed to answer {method}"
+
+
+class SupervisedProcess:
+    """A live child whose caller reads and writes its pipes itself (`wire="raw"`); the base of
+    `SupervisedChild`. See the module docstring."""
+
+    def __init__(
+        self,
+        proc: ChildProcess,
+        marker: str,
+        *,
+        dispose: DisposePolicy,
+        cgroup: ChildCgroup | None = None,
+        ring_bytes: int,
+    ) -> None:
+        self.proc = proc
+        self.marker = marker
+        self.cgroup = cgroup
+        self.policy = dispose
+        self.observed = Observed()
+        """What the supervisor noticed; a caller that keeps its own record may put it here
+        before entering the context."""
+        self.stderr = ByteRing(ring_bytes)
+        self.stderr_done = anyio.Event()
+        self.disposed: DisposeReport | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._stdin_closed_at: float | None = None
+        self._shutdown_unanswered = False
+        """The shutdown rung ran out of grace before the child answered `shutdown`."""
+        self.cleanup: Callable[[], None] | None = None
+        """Runs at the end of `dispose()` (a sandbox's private directory is removed)."""
+        self.sealed_in_cgroup = False
+        """Nothing of the child's tree can leave its cgroup, which announces when it is empty
+        (see the module docstring); set by `spawn_child`."""
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    # --- the context: background jobs, and the one dispose site -----------------------------
+
+    async def __aenter__(self) -> Self:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._start_jobs(self._tg)
+        return self
+
+    def _start_jobs(self, tg: anyio.abc.TaskGroup) -> None:
+        tg.start_soon(self._drain_stderr)
+        tg.start_soon(self._watch_exit)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None
+        tg, self._tg = self._tg, None
+        try:
+            await self.dispose()
+        finally:
+            # The jobs end with the child (or are cut here); the group's own scope is the
+            # current one again, so it is exited in order.
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+        return None
+
+    async def _watch_exit(self) -> None:
+        """When the child exits, end its output stream even if another process holds it open."""
+        await self.proc.wait()
+        out = self.proc.stdout
+        # Everything the child wrote before it exited is in the pipe now: let the reader take
+        # it. Bounded, because a grandchild may keep writing into the pipe it inherited.
+        with anyio.move_on_after(EXIT_DRAIN_SECONDS):
+            while out.unread() > 0 and not self._output_ended():
+                await self._reader_progress()
+        if not self._output_ended():
+            out.close()  # the reader wakes to end-of-stream
+
+    def _output_ended(self) -> bool:
+        """Whether the reader has seen the end of the child's output (a raw child's caller
+        reads it: unknown here)."""
+        return False
+
+    async def _reader_progress(self) -> None:
+        await anyio.sleep(0.002)
+
+    async def _drain_stderr(self) -> None:
+        try:
+            while True:
+                try:
+                    data = await self.proc.stderr.receive()
+                except anyio.EndOfStream:
+                    return
+                self.stderr.write(data)
+        finally:
+            self.stderr_done.set()
+
+    def spawn_failure(self) -> str | None:
+        """The trampoline's exec-failure line, if the command could not be executed."""
+        for line in self.stderr.tail(2000).splitlines():
+            if line.startswith(EXEC_FAILED_MARKER):
+                return line[len(EXEC_FAILED_MARKER) :].strip()
+        return None
+
+    # --- teardown ---------------------------------------------------------------------------
+
+    async def dispose(self) -> DisposeReport:
+        """Take the child and its whole tree down; see the module docstring for the ladder.
+        Idempotent: a second call returns the first one's report."""
+        if self.disposed is not None:
+            return self.disposed
+        policy = self.policy
+        started = time.monotonic()
+        with anyio.CancelScope(shield=True):
+            rung = await self._climb(policy)
+            survivors = await self._sweep(policy.kill)
+            status = await self.proc.collect()
+            await self._settle_stderr()
+            self.proc.close_pipes()
+            if self.cgroup is not None:
+                self.observed.oom_kills = self.cgroup.oom_kills()
+                self.observed.pids_max_hits = self.cgroup.pids_max_hits()
+                if not self.cgroup.remove():
+                    survivors = sorted(set(survivors) | self.cgroup.members())
+            cleanup, self.cleanup = self.cleanup, None
+            if cleanup is not None:
+                cleanup()
+        observed = self.observed
+        if self.proc.lost is not None:
+            observed.lost = self.proc.lost
+        if status is not None:
+            observed.exit_code = status.exit_code
+            observed.signal = status.signal
+            observed.cpu_seconds = status.cpu_seconds
+        observed.rung = rung
+        observed.stderr_tail = self.stderr.tail()
+        observed.survivors = survivors
+        if survivors:
+            log.warning(
+                "child %d: %d process(es) of its tree survived teardown: %s",
+                self.pid,
+                len(survivors),
+                survivors,
+            )
+        self.disposed = DisposeReport(rung, time.monotonic() - started, survivors)
+        return self.disposed
+
+    def _alive(self) -> bool:
+        return not self.proc.exited()
+
+    async def _climb(self, policy: DisposePolicy) -> Rung:
+        rung: Rung = "none"
+        if self._output_ended():
+            # Output closed: the child is probably exiting right now (the kernel closes its
+            # files just before it reports the exit). Don't count that as a rung we needed.
+            await self.proc.wait_for(0.05)
+        if not self._alive():
+            return rung
+        if await self._shutdown_rung(policy):
+            rung = "shutdown"
+            if not self._alive():
+                return rung
+        rung = "exit"
+        if not self.proc.stdin.closed:
+            with anyio.move_on_after(min(0.05, policy.eof)):
+                await self._say_exit()
+        self._close_stdin()
+        await self.proc.wait_for(self._eof_left(policy))
+        if not self._alive():
+            return rung
+        rung = "sigterm"
+        self._signal_tree(signal.SIGTERM)
+        if await self.proc.wait_for(policy.term):
+            return rung
+        rung = "sigkill"
+        self._signal_tree(signal.SIGKILL)
+        await self.proc.wait_for(policy.kill)
+        return rung
+
+    async def _shutdown_rung(self, policy: DisposePolicy) -> bool:
+        """The polite rung before the EOF lifeline; whether it was tried (a raw child has
+        none)."""
+        return False
+
+    def _eof_left(self, policy: DisposePolicy) -> float:
+        """How long the EOF lifeline is still waited for, now that stdin is closed.
+
+        The grace counts from the moment stdin closed, so after the shutdown rung closed it
+        only what is left of it is waited. And after a `shutdown` the child did not answer,
+        nothing is: EOF is queued behind that request in the same ordered pipe, so a child
+        that has not read and answered the request in the shutdown grace (tether's own child
+        serves `shutdown` on its reader, which sees EOF only after answering) would not see
+        EOF either — that wait was already spent, on the shutdown rung."""
+        if self._shutdown_unanswered:
+            return 0.0
+        assert self._stdin_closed_at is not None
+        return max(0.0, policy.eof - (time.monotonic() - self._stdin_closed_at))
+
+    async def _say_exit(self) -> None:
+        """What is said on stdin just before it is closed (a raw child: nothing)."""
+
+    def _close_stdin(self) -> None:
+        if self._stdin_closed_at is None:
+            self._stdin_closed_at = time.monotonic()
+        self.proc.stdin.close()
+
+    def _members(self) -> set[int]:
+        return self.cgroup.members() if self.cgroup is not None else set()
+
+    def _signal_tree(self, sig: int) -> None:
+        if sig == signal.SIGKILL and self.cgroup is not None:
+            self.cgroup.kill()
+        self.proc.signal_group(sig)
+        if sig == signal.SIGTERM:
+            self.proc.signal_group(signal.SIGCONT)
+        procs = tree_procs(
+            self.pid, self.marker, thorough=not self.sealed_in_cgroup, members=self._members()
+        )
+        # The child itself is signalled through its pidfd, the rest by verified psutil handles.
+        self.proc.send_signal(sig)
+        if sig == signal.SIGTERM:
+            self.proc.send_signal(signal.SIGCONT)
+        signal_procs([p for p in procs if p.pid != self.pid], sig)
+
+    async def _sweep(self, grace: float) -> list[int]:
+        """SIGKILL whatever is left of the tree until none of it is alive, or grace runs out."""
+        deadline = time.monotonic() + grace
+        delay = 0.002
+        cgroup = self.cgroup
+        while True:
+            if cgroup is not None and cgroup.announces_empty:
+                populated = cgroup.populated()
+                if populated:
+                    # A v2 cgroup says when it is empty: kill what is left in it and wait for
+                    # that, instead of reading its membership again and again.
+                    cgroup.kill()
+                    with anyio.move_on_after(min(KILL_SETTLE, deadline - time.monotonic())):
+                        await cgroup.wait_empty()
+                    if cgroup.populated():
+                        # `cgroup.kill` signals each process's leader thread alone: one whose
+                        # leader has exited (its main thread called exit(2) by itself) keeps
+                        # its other threads. A kill by pid reaches the whole process.
+                        cgroup.freeze_and_kill()
+                        with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+                            await cgroup.wait_empty()
+                    populated = cgroup.populated()
+                if populated is False and self.sealed_in_cgroup and not self._alive():
+                    return []  # nothing of the tree can be anywhere else
+            # One pass over /proc, shared with the other children's sweeps that ask in the
+            # same turn of the event loop (a fleet disposed at once), begun after this asks.
+            snap = await fresh_snapshot()
+            members = self._members()
+            # Once the child has exited (it is a zombie until `reap`), its children have been
+            # reparented: the walk by parentage would find nothing, so it is skipped.
+            gone = not self._alive()
+            found = tree_procs(self.pid, self.marker, members=members, root_exited=gone, snap=snap)
+            left = [p for p in found if p.pid != self.pid]
+            if not left:
+                return []
+            if self.cgroup is not None:
+                self.cgroup.kill()
+            self.proc.signal_group(signal.SIGKILL)
+            signal_procs(left, signal.SIGKILL)
+            if time.monotonic() >= deadline:
+                return [p.pid for p in left if _alive(p)]
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    async def _settle_stderr(self) -> None:
+        # Give the drain a moment to read what the dead child left in the pipe, so the tail
+        # shows its last words; a grandchild holding stderr open cannot make us wait longer.
+        with anyio.move_on_after(0.05):
+            await self.stderr_done.wait()
+
+    def kill_now(self) -> None:
+        """SIGKILL the child's tree without waiting (interpreter exit: no event loop left)."""
+        if self.cgroup is not None:
+            self.cgroup.kill()
+        procs = tree_procs(self.pid, self.marker)
+        self.proc.send_signal(signal.SIGKILL)
+        signal_procs(procs, signal.SIGKILL)
+
+
+class SupervisedChild(SupervisedProcess):
+    """A live child that speaks tether's protocol: the endpoint on its pipes, the typed
+    session, and the polite `shutdown` rung. See the module docstring."""
+
+    def __init__(
+        self,
+        proc: ChildProcess,
+        marker: str,
+        *,
+        dispose: DisposePolicy,
+        cgroup: ChildCgroup | None = None,
+        max_message_bytes: int,
+        ring_bytes: int,
+    ) -> None:
+        super().__init__(proc, marker, dispose=dispose, cgroup=cgroup, ring_bytes=ring_bytes)
+        self._on_request: RequestHandler = _nobody_serves
+        self._on_notification: NotificationHandler = _nobody_listens
+        self.endpoint = Endpoint(
+            Connection("parent", max_message_bytes=max_message_bytes),
+            proc.stdout,
+            proc.stdin,
+            on_request=self._route_request,
+            on_notification=self._route_notification,
+            strict=True,
+            internal_error=_internal,
+            # A model turn answered without waiting (a scripted model) costs no task; one that
+            # waits, or an answer the child does not read, hands the reading on (endpoint.py).
+            eager=True,
+            on_end=self._note_end,
+        )
+        self.session = ChildSession(self.endpoint)
+        self.ready = False
+        """The child answered `initialize`."""
+        self.cut_off = False
+        """The supervisor interrupted it (deadline, idle, cancel): no polite shutdown rung."""
+
+    # --- who serves the child's requests ----------------------------------------------------
+
+    def serve_with(self, on_request: RequestHandler, on_notification: NotificationHandler) -> None:
+        """Route the child's requests and notifications to these handlers from now on (the run
+        that drives it; a pooled child waits unbound until a run takes it)."""
+        self._on_request = on_request
+        self._on_notification = on_notification
+
+    async def _route_request(self, method: str, params: Any) -> Any:
+        return await self._on_request(method, params)
+
+    def _route_notification(self, method: str, params: Any) -> Awaitable[None] | None:
+        return self._on_notification(method, params)
+
+    # --- the reader, and the protocol's rungs ------------------------------------------------
+
+    def _start_jobs(self, tg: anyio.abc.TaskGroup) -> None:
+        tg.start_soon(self._read)
+        super()._start_jobs(tg)
+
+    async def _read(self) -> None:
+        await self.endpoint.run()
+
+    def _note_end(self, end: StreamEnd) -> None:
+        # At the end itself: whoever wakes on it (the run, the ladder) sees why.
+        if end.oversize:
+            self.observed.oversize = end.oversize
+        elif end.fault:
+            self.observed.protocol_error = end.fault
+        if end.truncated:
+            self.observed.truncated = True
+
+    def _output_ended(self) -> bool:
+        return self.endpoint.end is not None
+
+    async def _reader_progress(self) -> None:
+        # The reader routes each chunk as soon as it reads it; wake as soon as it ends.
+        with anyio.move_on_after(0.002):
+            await self.endpoint.ended.wait()
+
+    async def _shutdown_rung(self, policy: DisposePolicy) -> bool:
+        if not (self.ready and not self.cut_off) or self.endpoint.end is not None:
+            return False
+        self._shutdown_unanswered = True
+        with anyio.move_on_after(policy.shutdown):
+            try:
+                await self.session.shutdown()
+                await self.session.exit()
+            except (ConnectionClosed, RemoteError):
+                pass
+            self._shutdown_unanswered = False
+            self._close_stdin()
+            await self.proc.wait()
+        return True
+
+    async def _say_exit(self) -> None:
+        if self.endpoint.end is not None:
+            return
+        try:
+            await self.session.exit()
+        except ConnectionClosed:
+            pass
+
+
+def _alive(p: psutil.Process) -> bool:
+    # is_running: the same process (its start time), not a new one that took its pid.
+    return p.is_running() and running(p.pid)

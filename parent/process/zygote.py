@@ -1,0 +1,515 @@
+"""The supervisor's side of the zygote (`ChildConfig(spawner="zygote")`): children forked from
+a process that already imported the child runtime, instead of a fresh interpreter each.
+
+Theory of operation
+-------------------
+`Zygote.start()` runs `python -I -m tether.child.zygote FD` through the same trampoline as
+every child (`ChildProcess.spawn`): its own session, PR_SET_PDEATHSIG tied to the supervisor's
+thread, a tree marker, and the scrubbed environment (plus a padding variable that reserves the
+environment block every forked child rewrites; see `tether/child/zygote.py`). FD is one end of
+a `SOCK_SEQPACKET` socket pair; the supervisor keeps the other end (close-on-exec: cold
+children never inherit it).
+
+`Zygote.spawn(spec)` sends the child's pipe ends (SCM_RIGHTS), environment, rlimits, cgroup
+files, working directory, isolation plan and argv extras, and gets the pid back; the forked
+child runs the trampoline's sequence (`tether.contain.sequence`) itself before any child code
+runs, sandbox included.
+
+Every request (spawn, reap, release, standby) is awaited, never a blocking call on the event
+loop's thread: a zygote that stalls holds up only the callers waiting for it, not the other
+children's I/O, deadlines and ladders. The zygote answers one request at a time, in order, so
+one request is on the socket at a time (`_turn`): waiting for the turn can be cancelled (nothing
+was sent yet); once a request is sent, its exchange is shielded and bounded by
+`REPLY_SECONDS`, so no answer is ever left on the socket to be read as the next request's. A
+zygote that does not answer within that is SIGKILLed and marked broken; one that dies answers
+at once (end of stream); either way the call fails with the reason.
+
+After `STANDBY_AFTER` seconds without a request the zygote forks a standby ahead of time, and
+the next spawn is handed to it instead of forked (`forks` counts both): the fork and the pages
+a session writes are then paid before the request, and the child it becomes runs the same
+sequence from the request on. Its cgroup is the one step taken ahead (`child_cgroup`): the
+supervisor makes a cgroup for the standby, which joins it before the request (the join waits
+for the kernel's migration lock), and gives it, with the child's limits written in, to the
+child whose spawn names it (claims are matched by cgroup, so spawns may overlap); see
+`tether/child/zygote.py`.
+
+A zygote-forked child is not the supervisor's child, so `ZygoteProcess` differs from
+`ChildProcess` only where that matters: exit is seen through `pidfd_open(pid)` (which works for
+any process), and `collect()` asks the zygote to `wait4` the pid and report the status and
+rusage. The zygote never reaps on its own, so the child stays a zombie — its pid, session and
+group id held — until the supervisor has swept the tree, exactly as a cold child. Signals go
+through the pidfd. If the zygote dies, its children die of their PR_SET_PDEATHSIG; their
+status is lost and `ZygoteProcess.lost` says why, which the run's result reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+
+from tether.parent.process.cgroups import ChildCgroup
+from tether.parent.process.host import Host
+from tether.parent.process.pipes import stdio_pipes
+from tether.parent.process.proc import ChildProcess, ExitStatus, SpawnError, SpawnSpec
+from tether.parent.process.tree import TREE_ENV, new_tree_marker
+
+ZYGOTE_MODULE = "tether.child.zygote"
+PAD_ENV = "TETHER_ZYGOTE_ENV_AREA"
+"""Same name as in `tether.child.zygote`: reserves the environment block children rewrite."""
+ENV_AREA_MIN = 16 * 1024
+READY_SECONDS = 15.0
+"""How long the zygote may take to import the child runtime and say it is ready."""
+REPLY_SECONDS = 5.0
+"""How long one spawn or reap may take to be answered."""
+MAX_MESSAGE = 1 << 20
+STANDBY_AFTER: float | None = 0.025
+"""Seconds without a request after which the zygote forks its standby (`None`: never); see
+`tether/child/zygote.py`."""
+ZYGOTE_LOST = "the zygote that forked this child died, taking the child with it"
+
+
+def supported() -> str | None:
+    """Why the zygote cannot be used on this host, or `None` when it can."""
+    if not hasattr(os, "pidfd_open") or not hasattr(socket, "send_fds"):
+        return "the zygote needs pidfd_open and SCM_RIGHTS (Linux, Python 3.9+)"
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError as exc:
+        return f"the zygote needs pidfd_open: {exc.strerror or exc}"
+    return None
+
+
+def standby_pids(zygote_pid: int) -> list[int]:
+    """The zygote's standby, seen from outside (leak checks): a child of the zygote still in
+    the zygote's session. A child handed a request calls `setsid()` before any child code
+    runs; the standby never has."""
+    try:
+        sid = os.getsid(zygote_pid)
+        kids = psutil.Process(zygote_pid).children()
+    except (OSError, psutil.Error):
+        return []
+    found = []
+    for kid in kids:
+        try:
+            if os.getsid(kid.pid) == sid:
+                found.append(kid.pid)
+        except OSError:
+            continue
+    return found
+
+
+def _block_bytes(env: dict[str, str]) -> int:
+    return sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 for k, v in env.items())
+
+
+class Zygote:
+    """One running zygote: its process (a `ChildProcess`) and the supervisor's socket end."""
+
+    def __init__(self, proc: ChildProcess, sock: socket.socket) -> None:
+        self.proc = proc
+        self._sock = sock
+        self.env_bytes = 0
+        """Room in a child's environment block (the zygote reports it when ready)."""
+        self.broken: str | None = None
+        """Why this zygote can no longer be used; `None` while it can."""
+        self.standby_after: float | None = None
+        """The zygote's idle delay before it forks its standby (`None`: it never does)."""
+        self.forks = {"standby": 0, "fresh": 0}
+        """Children handed to a parked standby, and children forked on request."""
+        self._standby_cgroup: tuple[str, ChildCgroup] | None = None
+        """The cgroup (its name, and it) the zygote puts its standby in."""
+        self._next_cgroup: tuple[str, ChildCgroup] | None = None
+        """A standby cgroup made, to be told to the zygote with the next spawn."""
+        self._claimed: dict[tuple[str, ...], tuple[str, ChildCgroup]] = {}
+        """Standby cgroups `child_cgroup` gave to children not spawned yet, by their
+        `cgroup.procs` files (what the child's spawn spec names)."""
+        self._turn = anyio.Lock(fast_acquire=True)  # no loop turn when nobody holds it
+        """Held from a request's send to its answer: the zygote answers in order."""
+        self.on_standby_cgroup: Callable[[list[str]], None] | None = None
+        """Told the `cgroup.procs` files of each cgroup made for a standby (the supervisor's
+        keeper watches them, so a supervisor's death does not leave one behind)."""
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def standby_cgroups(self) -> list[Path]:
+        """The directories of the cgroups made for the zygote's standbys (leak checks: they
+        live as long as the zygote, like its standby)."""
+        held = (self._standby_cgroup, self._next_cgroup)
+        return [d for h in held if h is not None for d in h[1].dirs.values()]
+
+    @property
+    def usable(self) -> bool:
+        return self.broken is None and not self.proc.exited()
+
+    # --- start --------------------------------------------------------------------------------
+
+    @classmethod
+    def launch(cls, env: dict[str, str], standby_after: float | None = None) -> Zygote:
+        """Start the zygote process (it is not ready until `ready()`); raises `SpawnError`.
+        `standby_after`: see `STANDBY_AFTER` (the module's value when not given)."""
+        after = STANDBY_AFTER if standby_after is None else standby_after
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = dict(env)
+        env[TREE_ENV] = new_tree_marker()
+        env[PAD_ENV] = "x" * max(ENV_AREA_MIN, 4 * _block_bytes(env))
+        try:
+            proc = ChildProcess.spawn(
+                SpawnSpec(
+                    [
+                        sys.executable,
+                        "-I",
+                        "-m",
+                        ZYGOTE_MODULE,
+                        str(theirs.fileno()),
+                        "off" if after is None else repr(after),
+                    ],
+                    env,
+                    pass_fds=(theirs.fileno(),),
+                )
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        zygote = cls(proc, ours)
+        zygote.standby_after = after
+        return zygote
+
+    @classmethod
+    async def start(
+        cls,
+        env: dict[str, str],
+        ready_seconds: float = READY_SECONDS,
+        standby_after: float | None = None,
+    ) -> Zygote:
+        """Start a zygote and wait (without blocking the event loop) until it is ready."""
+        zygote = cls.launch(env, standby_after)
+        try:
+            with anyio.move_on_after(ready_seconds):
+                await anyio.wait_readable(zygote._sock.fileno())
+            zygote._take_ready()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await zygote.aclose()
+            raise
+        return zygote
+
+    def _take_ready(self) -> None:
+        try:
+            data = self._sock.recv(MAX_MESSAGE)
+        except BlockingIOError:
+            data = None
+        except OSError:
+            data = b""
+        if not data:
+            why = "did not become ready in time" if data is None else "exited before it was ready"
+            raise SpawnError(f"the zygote {why}{self._last_words()}")
+        self.env_bytes = int(json.loads(data)["envBytes"])
+
+    def _last_words(self) -> str:
+        try:
+            words = os.read(self.proc.stderr.fd, 4096).decode(errors="replace").strip()
+        except OSError:
+            return ""
+        return f": {words.splitlines()[-1][:300]}" if words else ""
+
+    # --- requests -----------------------------------------------------------------------------
+
+    async def _ask(self, message: dict[str, Any], fds: list[int] | None = None) -> dict[str, Any]:
+        """Send one request and await its answer; raises `SpawnError` (the zygote is then
+        broken, and every later request fails at once)."""
+        async with self._turn:
+            return await self._exchange(message, fds)
+
+    async def _exchange(
+        self, message: dict[str, Any], fds: list[int] | None = None
+    ) -> dict[str, Any]:
+        """`_ask` for a caller that holds `_turn`."""
+        if not self.usable:
+            raise SpawnError(self.broken or "the zygote has exited")
+        data = json.dumps(message).encode()
+        reply: bytes | None = None
+        deadline = anyio.current_time() + REPLY_SECONDS
+        with anyio.CancelScope(shield=True, deadline=deadline):
+            try:
+                await self._send(data, fds)
+                reply = await self._receive()
+            except (OSError, anyio.ClosedResourceError) as exc:
+                reply = b""
+                why = getattr(exc, "strerror", None) or str(exc) or "its socket was closed"
+                self._break(f"the zygote is gone ({why})")
+        if reply is None:
+            self._break(f"the zygote did not answer within {REPLY_SECONDS:g}s")
+            self.proc.send_signal(signal.SIGKILL)  # no late answer may be taken for another
+            raise SpawnError(self.broken or "")
+        if not reply:
+            self._break("the zygote died")
+            raise SpawnError(self.broken or "")
+        got: dict[str, Any] = json.loads(reply)
+        return got
+
+    async def _send(self, data: bytes, fds: list[int] | None) -> None:
+        while True:
+            try:
+                if fds:
+                    socket.send_fds(self._sock, [data], fds)
+                else:
+                    self._sock.send(data)
+                return
+            except BlockingIOError:
+                await anyio.wait_writable(self._sock)
+
+    async def _receive(self) -> bytes:
+        while True:
+            await anyio.wait_readable(self._sock)
+            try:
+                return self._sock.recv(MAX_MESSAGE)
+            except BlockingIOError:
+                continue
+
+    def _break(self, why: str) -> None:
+        if self.broken is None:
+            self.broken = why
+
+    async def child_cgroup(
+        self, host: Host, name: str, *, memory: int | None, pids: int | None
+    ) -> ChildCgroup:
+        """The cgroup for a child that `spawn` starts next (`spawn_child` asks for it just
+        before): the one the standby already joined, with the child's limits written into it
+        (it keeps its own name: cgroup v2 renames nothing), or a new one named `name`. The
+        standby cgroup for the standby after it is made here too. Raises `OSError`."""
+        cgroup = await self._claim(memory=memory, pids=pids) or ChildCgroup.create(
+            host, name, memory=memory, pids=pids
+        )
+        if (
+            self._standby_cgroup is None
+            and self._next_cgroup is None
+            and self.standby_after is not None
+            and self.usable
+        ):
+            ident = f"{os.getpid()}-zygote-{os.urandom(4).hex()}"
+            with contextlib.suppress(OSError):  # the standby then joins at the request
+                made = ChildCgroup.create(host, ident, memory=None, pids=None)
+                self._next_cgroup = (ident, made)
+            if self._next_cgroup is not None and self.on_standby_cgroup is not None:
+                self.on_standby_cgroup(self._next_cgroup[1].procs_files)
+        return cgroup
+
+    async def _claim(self, *, memory: int | None, pids: int | None) -> ChildCgroup | None:
+        """The standby cgroup, now a child's, with its limits; `None` when there is none or
+        its limits cannot be written (it is then let go with its standby)."""
+        if self._standby_cgroup is None or not self.usable:
+            return None
+        ident, cgroup = self._standby_cgroup
+        self._standby_cgroup = None  # taken before any wait: no other child can claim it
+        try:
+            # On cgroup v1 a memory limit below what the standby holds is refused (EBUSY).
+            cgroup.limit(memory=memory, pids=pids)
+        except OSError:
+            with anyio.CancelScope(shield=True):  # the cgroup is ours to clean up either way
+                await self._release(ident)
+            cgroup.remove()
+            return None
+        self._claimed[tuple(cgroup.procs_files)] = (ident, cgroup)
+        return cgroup
+
+    async def _release(self, ident: str, *, turn_held: bool = False) -> None:
+        """Have the zygote take down the standby in cgroup `ident`, which is no longer the
+        standbys' (it waits for the standby's end, so the cgroup is empty after)."""
+        message = {"op": "release", "claims": ident}
+        with contextlib.suppress(SpawnError):
+            if turn_held:
+                await self._exchange(message)
+            else:
+                await self._ask(message)
+
+    async def spawn(self, spec: SpawnSpec) -> ZygoteProcess:
+        """Fork a child with `spec` (its argv: the extras after `python -I -m tether.child`);
+        raises `SpawnError`. When `spec` names a cgroup `child_cgroup` took from the standby,
+        the request says so: the standby, if parked, is handed the request without joining
+        anything (it is there already); if not parked yet, the zygote takes it down before it
+        forks the child into that cgroup."""
+        claimed = self._claimed.pop(tuple(spec.cgroup_procs), None)
+        claims = claimed[0] if claimed is not None else None
+        with stdio_pipes() as pipes:
+            # A spawn that claimed the standby's cgroup cannot be cancelled while it waits for
+            # its turn: the zygote must hear of the claim (the standby is in that cgroup).
+            with anyio.CancelScope(shield=claims is not None):
+                async with self._turn:
+                    reply = await self._fork(spec, claims, list(pipes.child))
+        self.forks["standby" if reply.get("standby") else "fresh"] += 1
+        return ZygoteProcess(self, int(reply["pid"]), *pipes.ours)
+
+    async def _fork(self, spec: SpawnSpec, claims: str | None, fds: list[int]) -> dict[str, Any]:
+        """The spawn request, `_turn` held; its answer, which has the child's pid."""
+        needed = _block_bytes(spec.env) + 1
+        if needed > self.env_bytes:
+            if claims is not None:
+                # The caller may start the child by exec in that cgroup.
+                await self._release(claims, turn_held=True)
+            raise SpawnError(
+                f"the child's environment ({needed} bytes) does not fit the zygote's "
+                f"({self.env_bytes} bytes); use spawner='exec' for this run"
+            )
+        request: dict[str, Any] = {
+            "op": "spawn",
+            "env": spec.env,
+            "rlimits": spec.rlimits,
+            "cgroupProcs": spec.cgroup_procs,
+            "cwd": spec.cwd or os.getcwd(),
+            "argv": spec.argv,
+            "plan": spec.plan,
+        }
+        if claims is not None:
+            request["claims"] = claims
+        told = self._next_cgroup
+        if told is not None:
+            request["nextCgroup"] = {"id": told[0], "procs": told[1].procs_files}
+        try:
+            reply = await self._exchange(request, fds)
+        finally:
+            if told is not None:
+                self._standby_cgroup, self._next_cgroup = told, None
+        if "pid" not in reply:
+            raise SpawnError(f"the zygote could not fork: {reply.get('error', reply)}")
+        return reply
+
+    async def standby(self) -> dict[str, Any]:
+        """The zygote's standby: `{"pid": PID or None, "parked": bool, "lost": N}`. Each ask is
+        a request, and a request puts off the standby's fork by `standby_after`."""
+        return await self._ask({"op": "standby"})
+
+    async def parked(self, within: float = 10.0) -> int | None:
+        """Wait until the zygote's standby is parked and return its pid; `None` if the zygote
+        forks none, or none parked `within` seconds."""
+        if self.standby_after is None:
+            return None
+        every = max(0.05, 3 * self.standby_after)  # slower than the delay each ask restarts
+        with anyio.move_on_after(within):
+            while True:
+                await anyio.sleep(every)
+                got = await self.standby()
+                if got["parked"]:
+                    return int(got["pid"])
+        return None
+
+    async def reap(self, pid: int) -> ExitStatus | None:
+        """Have the zygote reap its exited child `pid`; `None` if the status is lost."""
+        try:
+            reply = await self._ask({"op": "reap", "pid": pid})
+        except SpawnError:
+            return None
+        if "returncode" not in reply:
+            return None
+        usage = resource.struct_rusage(
+            (float(reply["utime"]), float(reply["stime"]), int(reply["maxrss"])) + (0,) * 13
+        )
+        return ExitStatus(int(reply["returncode"]), usage)
+
+    # --- close --------------------------------------------------------------------------------
+
+    async def aclose(self, grace: float = 1.0) -> None:
+        """End the zygote: end of input, then SIGKILL if it does not exit within `grace`."""
+        with anyio.CancelScope(shield=True):
+            self._break("the zygote was closed")
+            anyio.notify_closing(self._sock)  # a request waiting for an answer ends now
+            self._sock.close()
+            self.proc.stdin.close()
+            if not await self.proc.wait_for(grace):
+                self.proc.send_signal(signal.SIGKILL)
+                self.proc.signal_group(signal.SIGKILL)
+                await self.proc.wait_for(grace)
+            self.proc.reap()
+            self.proc.close_pipes()
+            # The standby dies of its death signal with the zygote; then its cgroup is empty.
+            for held in (self._standby_cgroup, self._next_cgroup):
+                if held is not None:
+                    await _remove_when_empty(held[1], grace)
+            self._standby_cgroup = self._next_cgroup = None
+
+
+async def _remove_when_empty(cgroup: ChildCgroup, within: float) -> None:
+    if cgroup.announces_empty:
+        with anyio.move_on_after(within):
+            await cgroup.wait_empty()
+    # Polls each directory until it can be removed (v1 says nothing when it empties).
+    await anyio.to_thread.run_sync(cgroup.remove, within)
+
+
+class ZygoteSpawner:
+    """The `Spawner` of children forked from a zygote (`zygote()`: the one running now, a
+    supervisor restarts it), which also makes each child's cgroup (`child_cgroup`, see
+    `Zygote.child_cgroup`). `skip`: how much of a spec's argv is the command the zygote
+    stands for; the rest goes to the child as its arguments."""
+
+    def __init__(self, zygote: Callable[[], Zygote | None], skip: int) -> None:
+        self._zygote = zygote
+        self._skip = skip
+
+    async def __call__(self, spec: SpawnSpec) -> ChildProcess:
+        zygote = self._zygote()
+        if zygote is None:
+            raise SpawnError("the zygote is not running")
+        return await zygote.spawn(dataclasses.replace(spec, argv=list(spec.argv[self._skip :])))
+
+    async def child_cgroup(
+        self, host: Host, name: str, *, memory: int | None, pids: int | None
+    ) -> ChildCgroup:
+        zygote = self._zygote()
+        if zygote is None:
+            return ChildCgroup.create(host, name, memory=memory, pids=pids)
+        return await zygote.child_cgroup(host, name, memory=memory, pids=pids)
+
+
+class ZygoteProcess(ChildProcess):
+    """A child the zygote forked: the `ChildProcess` interface, for a process that is not ours."""
+
+    def __init__(self, zygote: Zygote, pid: int, stdin: int, stdout: int, stderr: int) -> None:
+        # The zygote does not reap it before we ask, so the pid cannot have been reused yet.
+        super().__init__(None, stdin, stdout, stderr, pid=pid)
+        self.zygote = zygote
+
+    def exited(self) -> bool:
+        if self.status is not None:
+            return True
+        if self.pidfd is None:
+            return True  # the pid was gone before we could watch it
+        # poll, not select: a pidfd may be numbered past select()'s 1024 limit.
+        poller = select.poll()
+        poller.register(self.pidfd, select.POLLIN)
+        return bool(poller.poll(0))
+
+    def reap(self) -> ExitStatus | None:
+        """The exit status once `collect()` has it: only the zygote can reap this child, and
+        it must be asked (awaited)."""
+        return self.status
+
+    async def collect(self) -> ExitStatus | None:
+        if self.status is not None or not self.exited():
+            return self.status
+        status = await self.zygote.reap(self.pid)
+        if self.status is not None:
+            return self.status  # another caller collected it meanwhile
+        if status is None:
+            self.lost = ZYGOTE_LOST
+            status = ExitStatus(returncode=-int(signal.SIGKILL), rusage=None)
+        self._set_status(status)
+        return self.status

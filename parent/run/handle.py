@@ -1,0 +1,715 @@
+"""One run's life: take a child (cold or from the pool), shake hands, drive `agent/run` under the
+run's clocks, and build its result — never raising for anything the child did. A continuable
+run keeps its child between answers, for follow-up messages, until its keep-alive passes.
+
+Theory of operation
+-------------------
+A `RunHandle` is created by `Supervisor.start()` once the request has been checked (bad usage
+raises before anything is spawned) and the run's models are resolved, and it runs in a task of
+the supervisor's group (`execute`). It spawns the child (`process.spawn.spawn_child`) or takes a
+ready one from the warm pool, binds a `Broker` to it (what the child may ask: models,
+approvals; its events relayed), and drives it. The child's context disposes of it on every
+path; the run's result is then built from the answer, what was observed, and what the broker
+counted (`results.build_result`).
+
+Three clocks can end a run early, each recorded before the child is taken down: the handshake
+timeout, the wall deadline (`timeout`) and the idle watchdog (`unresponsive`, any message from
+the child re-arms it; children send heartbeats while they think). The idle clock stands still
+while the parent is still answering one of the child's requests (a slow model turn is not the
+child's silence) and the answer re-arms it. `cancel()` asks the child to abort
+(`agent/cancel`) and gives it a grace to answer `aborted` itself before cutting the run.
+A child that answered gets the polite `shutdown` rung; one that was cut off (deadline, idle,
+cancel, broken wire) starts at the EOF lifeline.
+
+Continuable runs
+----------------
+With a `Continuation`, the run is started with `continuable: true` and its child is not
+disposed when it answers. The run is then a sequence of *activations* in one child: the prompt
+(`agent/run`), then each follow-up (`message()`, sent as `agent/message`). Each activation has
+its own broker (its own turn and token budgets and usage count), its own wall and idle clocks,
+and its own result, built as soon as the child answers (the child is still alive, so the
+result has no dispose rung). Between activations the child idles: after `keep_alive` seconds
+without a follow-up, or on `close()`, or when the child dies or announced no `agentMessage`
+support, the loop ends and the child is disposed through the ladder; a follow-up that arrives
+too late is answered `None`, so its caller can start a fresh child instead. An activation the
+child did not answer (it crashed, a clock or budget cut it) ends the run too, and its result is
+built after the dispose, with what the dispose saw. A continuable run never takes a pooled
+child: the pool's task owns its children's contexts.
+
+`result()` is the first activation's result; `wait()` returns once the child is gone.
+A provider with its own way of running (a foreign agent over ACP, the in-process runtime; see
+`tether.parent.providers`) hands the handle a `RunBody` in place of that tether child: the body
+obtains and drives its child, filling the run's `Observed`, under the same outer and drive
+scopes, so `abort()`, `cancel()` (through the body), budgets and the result work the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import anyio
+
+from tether.parent.process.config import ChildConfig, pool_key
+from tether.parent.process.host import Host
+from tether.parent.process.isolation import Choice, probe_host
+from tether.parent.process.launchers import Launcher, Local, resolve_launcher
+from tether.parent.process.limits import Limits
+from tether.parent.process.pool import Pooled
+from tether.parent.process.proc import SpawnError
+from tether.parent.process.spawn import (
+    AutoSpawner,
+    child_env,
+    handshake,
+    missing_command,
+    spawn_child,
+    spawner_name,
+)
+from tether.parent.process.supervised import SupervisedChild
+from tether.parent.run.broker import ApprovePolicy, Broker, ParentTool, RunModels, TurnHook
+from tether.parent.run.classify import Observed
+from tether.parent.run.events import Event, RunFinished, RunStarted
+from tether.parent.run.results import build_result
+from tether.protocol import ConnectionClosed, LocalProtocolError, RemoteError, RemoteProtocolError
+from tether.protocol.messages import (
+    AgentEventParams,
+    AgentMessageParams,
+    AgentRunParams,
+    Isolation,
+    RunResult,
+)
+
+if TYPE_CHECKING:
+    from tether.parent.run.supervisor import Supervisor
+
+EventCallback = Callable[[Event], None]
+ReportHook = Callable[[str], Awaitable[None]]
+"""Told of each `report` event's text, in order, before the child's later messages are read."""
+
+REPORT_CHARS = 16_000
+"""The longest report text handed to a `ReportHook` (the child's `report` tool cuts there too)."""
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """Makes a run continuable: the child keeps the run (`continuable: true`) and is kept alive
+    after each answer for `keep_alive` seconds, for a follow-up (`RunHandle.message`)."""
+
+    keep_alive: float
+    on_report: ReportHook | None = None
+
+    def __post_init__(self) -> None:
+        if not self.keep_alive >= 0:
+            raise ValueError("keep_alive must be zero or more seconds")
+
+
+class _Activation:
+    """The run's prompt, or one follow-up message, and the result it came to."""
+
+    def __init__(self, message: str | None) -> None:
+        self.message = message
+        """`None` for the run's own prompt (`agent/run`)."""
+        self.broker: Broker | None = None
+        self.answer: RunResult | None = None
+        self.result: RunResult | None = None
+        """Set with `done`; stays `None` for a follow-up the child never took."""
+        self.done = anyio.Event()
+        self.drive: anyio.CancelScope | None = None
+        self.started = time.monotonic()
+
+
+RunState = Literal["starting", "running", "stopping", "done"]
+"""Where a run is: `starting` (spawning its child, or the handshake), `running` (the child is
+initialized and has the run, or idles between a continuable run's activations), `stopping` (the
+child is being taken down), `done` (the result is ready and the child is gone)."""
+
+
+def launcher_name(spec: str | Launcher) -> str:
+    """How a result names its launcher: the spec as given (`bwrap-net`, `ssh:HOST`), or a
+    `Launcher` object's name."""
+    return spec if isinstance(spec, str) else spec.name
+
+
+class RunBody(Protocol):
+    """A provider's way to obtain and drive a run's child, in place of a tether child."""
+
+    prompts: int
+    """User turns sent to the agent (the result's `turnCount`)."""
+
+    async def drive(self, handle: RunHandle, observed: Observed) -> RunResult | None:
+        """Run the child to its answer (`None`: no answer, `observed` says why), filling
+        `observed` as things happen; never raises for what the child did."""
+        ...
+
+    async def cancel(self, reason: str) -> None:
+        """Ask the agent to stop; the handle cuts the run if it has not ended within the
+        config's cancel grace."""
+        ...
+
+
+class RunHandle:
+    """One run in one child. Await `result()`; `cancel()` aborts it. A continuable run takes
+    follow-ups with `message()` while its child lives; `close()` lets the child go."""
+
+    def __init__(
+        self,
+        sup: Supervisor,
+        params: AgentRunParams,
+        config: ChildConfig,
+        limits: Limits,
+        containment: Host,
+        models: RunModels,
+        approve: ApprovePolicy | None,
+        on_event: EventCallback | None,
+        parent_tools: Sequence[ParentTool] = (),
+        on_turn: TurnHook | None = None,
+        continuation: Continuation | None = None,
+        isolation: Choice | None = None,
+        body: RunBody | None = None,
+    ) -> None:
+        self.run_id = params.run_id
+        self._sup = sup
+        self._params = params
+        self._config = config
+        self._limits = limits
+        self.host = containment
+        """The containment tier this run's child is under."""
+        self.isolation = isolation or Choice("process")
+        """The isolation level this run's child gets (and why it is weaker, if it is)."""
+        self._on_event = on_event
+        self._models = models
+        self._approve = approve
+        self._parent_tools = parent_tools
+        self._on_turn = on_turn
+        self._continuation = continuation
+        self._first = self._activation(None, params.agent.token_budget)
+        self._latest = self._first
+        self._current: _Activation | None = self._first
+        """The activation the child is working on, if any."""
+        self._inbox: _Activation | None = None
+        self._accepting = False
+        """The child is idle between activations and takes a follow-up."""
+        self._closing = False
+        self._wake = anyio.Event()
+        self._changed = anyio.Event()
+        self._gone = anyio.Event()
+        self._messages = anyio.Semaphore(1)
+        self._child: SupervisedChild | None = None
+        self._body = body
+        self._body_observed: Observed | None = None
+        self._outer_scope = anyio.CancelScope()
+        self._stopping = False
+        self.pid: int | None = None
+        """The child's process id, once it is spawned (`None` before, and when none was)."""
+        self.launcher = launcher_name(config.launcher)
+        """The launcher the child's command runs under."""
+        self.spawner: str | None = None
+        """How its child was started (`zygote` or `exec`), once it is spawned."""
+        self.spawner_fallback: str | None = None
+        """Why the default spawner used exec rather than the zygote for tether's own child."""
+
+    # --- public -------------------------------------------------------------------------------
+
+    @property
+    def broker(self) -> Broker:
+        """What the child asked of the parent in the latest activation, and what was counted."""
+        assert self._latest.broker is not None
+        return self._latest.broker
+
+    @property
+    def params(self) -> AgentRunParams:
+        return self._params
+
+    @property
+    def config(self) -> ChildConfig:
+        return self._config
+
+    @property
+    def limits(self) -> Limits:
+        return self._limits
+
+    @property
+    def supervisor(self) -> Supervisor:
+        return self._sup
+
+    def publish(self, event: Event) -> None:
+        """Hand `event` to the run's own callback and the supervisor's subscribers."""
+        self._sup.publish(event, self._on_event)
+
+    async def result(self) -> RunResult:
+        """The result of the run's prompt (a continuable run's first activation)."""
+        await self._first.done.wait()
+        assert self._first.result is not None
+        return self._first.result
+
+    @property
+    def done(self) -> bool:
+        return self._first.done.is_set()
+
+    @property
+    def continuable(self) -> bool:
+        return self._continuation is not None
+
+    @property
+    def alive(self) -> bool:
+        """The run's child lives and may still take a follow-up."""
+        return self._continuation is not None and not self._gone.is_set() and not self._closing
+
+    @property
+    def state(self) -> RunState:
+        """Where the run is now (read-only; see `RunState`)."""
+        if self._gone.is_set():
+            return "done"
+        if self._stopping:
+            return "stopping"
+        child = self._child
+        if child is None and self._body_observed is not None:
+            return "running" if self.pid is not None else "starting"
+        return "running" if child is not None and child.ready else "starting"
+
+    async def ping(self) -> float | None:
+        """Ask the run's child for a `ping`: the round trip in seconds, or `None` when no child
+        can answer (not initialized yet, being taken down, gone, or it answered with an error).
+
+        A wedged child does not answer at all: bound the call yourself
+        (`with anyio.move_on_after(2): rtt = await handle.ping()`). An answered ping is the
+        child speaking, so it re-arms the run's idle clock like any message from the child."""
+        child = self._child
+        if child is None or self.state != "running":
+            return None
+        started = time.perf_counter()
+        try:
+            await child.session.ping()
+        except (ConnectionClosed, RemoteError, RemoteProtocolError, LocalProtocolError):
+            return None
+        return time.perf_counter() - started
+
+    async def wait(self) -> None:
+        """Wait until the run has ended and its child is gone (shielded callers use this)."""
+        await self._gone.wait()
+
+    async def message(self, text: str, *, token_budget: int | None = None) -> RunResult | None:
+        """Continue a continuable run with a follow-up message (`agent/message`) in the same
+        child, after the activation in progress if there is one. The follow-up's result, or
+        `None` when the child is gone or going (keep-alive passed, it died, it was closed)
+        before it took the message: start a fresh child then. `token_budget` caps this
+        activation's tokens (default: the definition's). Never raises for what the child does;
+        a cancelled caller's activation is cut first."""
+        if self._continuation is None:
+            raise RuntimeError(f"run {self.run_id} is not continuable")
+        async with self._messages:
+            while not self._accepting and not self._gone.is_set() and not self._closing:
+                await self._changed.wait()
+            if not self._accepting:
+                return None
+            act = self._activation(text, token_budget)
+            self._inbox = act
+            self._wake.set()
+            try:
+                await act.done.wait()
+            except anyio.get_cancelled_exc_class():
+                with anyio.CancelScope(shield=True):
+                    self._cut(act)
+                    await act.done.wait()
+                raise
+            return act.result
+
+    async def cancel(self, reason: str = "cancelled by the parent") -> RunResult:
+        """Abort the activation in progress (the run, for a run that is not continuable): ask
+        the child, then cut it if it does not answer within the grace. Its result."""
+        act = self._current or self._latest
+        child = self._child
+        if not act.done.is_set() and (child is not None or self._body is not None):
+            with anyio.move_on_after(0.5), contextlib.suppress(ConnectionClosed):
+                if self._body is not None:
+                    await self._body.cancel(reason)
+                elif child is not None:
+                    await child.session.cancel(self.run_id, reason)
+            with anyio.move_on_after(self._config.cancel_grace):
+                await act.done.wait()
+        if not act.done.is_set():
+            if self._continuation is None:
+                self.abort()
+            else:
+                self._cut(act)
+        await act.done.wait()
+        return act.result if act.result is not None else await self.result()
+
+    def abort(self) -> None:
+        """Cut the run now (no grace): the activation in progress ends `aborted` / `cancelled`
+        and the child is disposed."""
+        if self._gone.is_set():
+            return
+        self._closing = True
+        self._pulse()
+        act = self._current
+        if act is not None and not act.done.is_set():
+            self._cut(act)
+
+    def close(self) -> None:
+        """Let a continuable run's child go: once the activation in progress (if any) has
+        answered, the child is disposed through the ladder."""
+        self._closing = True
+        self._pulse()
+
+    # --- the run ------------------------------------------------------------------------------
+
+    def _activation(self, message: str | None, token_budget: int | None) -> _Activation:
+        act = _Activation(message)
+        act.broker = Broker(
+            self.run_id,
+            self._models,
+            self._approve,
+            lambda ev: self._sup.publish(ev, self._on_event),
+            max_turns=self._params.agent.max_iterations,
+            token_budget=token_budget,
+            on_exhausted=lambda why: self._budget_exhausted(act, why),
+            parent_tools=self._parent_tools,
+            on_turn=self._on_turn,
+        )
+        return act
+
+    def _pulse(self) -> None:
+        self._wake.set()
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def _cut(self, act: _Activation) -> None:
+        """End one activation now: a follow-up not yet taken is withdrawn, one in progress is
+        cut (the child is then disposed: it was interrupted mid-work)."""
+        if act.done.is_set():
+            return
+        if self._inbox is act:
+            self._inbox = None
+            act.done.set()
+            return
+        if self._child is not None:
+            self._child.observed.cancelled = True
+        elif self._body_observed is not None:
+            self._body_observed.cancelled = True
+        if act.drive is not None:
+            act.drive.cancel()
+        elif act is self._current:
+            self._outer_scope.cancel()
+
+    def _resolve(self, act: _Activation, observed: Observed) -> None:
+        prompts = 1
+        if self._body is not None:
+            prompts = self._body.prompts
+        elif act is self._first and (self._child is None or not self._child.ready):
+            prompts = 0
+        assert act.broker is not None
+        act.result = build_result(
+            self._params,
+            containment=self.host.tier,
+            isolation=self._isolation_report(),
+            observed=observed,
+            answer=act.answer,
+            brokered=act.broker.brokered,
+            prompts=prompts,
+            launcher=self.launcher,
+            pid=self.pid,
+            duration_seconds=time.monotonic() - act.started,
+        )
+        act.done.set()
+        self._sup.publish(RunFinished(self.run_id, act.result), self._on_event)
+
+    async def execute(self) -> None:
+        observed = Observed()
+        try:
+            with self._outer_scope:
+                if self._body is not None:
+                    observed = await self._drive_body(self._body, observed)
+                else:
+                    observed = await self._spawn_and_drive(observed)
+        finally:
+            if self._child is not None:
+                observed = self._child.observed  # also when the spawn phase was cut
+            self._closing = True
+            self._accepting = False
+            pending = self._current
+            if pending is not None and not pending.done.is_set():
+                if self._outer_scope.cancelled_caught and not observed.spawn_error:
+                    observed.cancelled = True
+                self._resolve(pending, observed)
+            late, self._inbox = self._inbox, None
+            if late is not None:
+                late.done.set()  # never taken: its caller starts a fresh child
+            self._gone.set()
+            self._pulse()
+
+    async def _drive_body(self, body: RunBody, observed: Observed) -> Observed:
+        """A provider's own run (one activation: bodies are not continuable)."""
+        self._body_observed = observed
+        act = self._first
+        with anyio.CancelScope() as drive:
+            act.drive = drive
+            act.answer = await body.drive(self, observed)
+        act.drive = None
+        self._stopping = True
+        return observed
+
+    async def _spawn_and_drive(self, observed: Observed) -> Observed:
+        cfg = self._config
+        # Everything up to the spawn is synchronous: a run cancelled before its task got here
+        # must stop at this checkpoint, not start a child only to take it down again.
+        await anyio.lowlevel.checkpoint()
+        launcher = resolve_launcher(cfg.launcher)
+        env = child_env(cfg)
+        missing = None
+        if launcher.program is not None:
+            missing = missing_command([launcher.program], env, "the launcher")
+        if missing is None and not launcher.provides.eof_teardown_only:
+            missing = missing_command(cfg.command, env)
+        if missing:
+            observed.spawn_error = missing
+            return observed
+        pool = self._sup.pool
+        if pool is not None and isinstance(launcher, Local) and self._continuation is None:
+            key = pool_key(
+                cfg, self._limits, self.host, self.isolation.level, self._params.workspace
+            )
+            pooled = pool.acquire(key, env)
+            if pooled is not None:
+                return await self._drive_pooled(pooled)
+        try:
+            spawner = await self._sup.spawner(cfg)
+            child = await spawn_child(
+                cfg,
+                self._limits,
+                self.host,
+                self.run_id.rsplit("-", 1)[-1],
+                launcher=launcher,
+                workspace=self._params.workspace,
+                spawner=spawner,
+                level=self.isolation.level,
+            )
+        except SpawnError as exc:
+            observed.spawn_error = str(exc)
+            return observed
+        self._child = child
+        self.pid = child.pid
+        self.spawner = spawner_name(child.proc)
+        if isinstance(spawner, AutoSpawner):
+            self.spawner_fallback = spawner.fallback
+        self._sup.register(child)
+        try:
+            async with child:
+                try:
+                    await self._serve(child)
+                finally:
+                    self._stopping = True  # leaving the context disposes of the child
+        finally:
+            self._sup.unregister(child)
+        exec_error = child.spawn_failure()
+        if exec_error and self._first.answer is None:
+            child.observed.spawn_error = f"cannot start {cfg.command[0]!r}: {exec_error}"
+        return child.observed
+
+    async def _serve(self, child: SupervisedChild) -> None:
+        """Drive the prompt, then (continuable) each follow-up until the child is let go. An
+        activation left unresolved here is resolved by `execute` after the dispose."""
+        act: _Activation | None = self._first
+        while act is not None:
+            self._current = self._latest = act
+            try:
+                act.answer = await self._drive(child, act, handshake_first=act is self._first)
+            finally:
+                child.cut_off = not child.observed.answered
+            if act.answer is None or self._continuation is None:
+                return
+            self._resolve(act, child.observed)
+            self._current = None
+            if self._closing or not self._keeps_runs(child):
+                return
+            act = await self._next_message(child)
+            if act is not None:
+                _fresh_activation(child.observed)
+
+    def _keeps_runs(self, child: SupervisedChild) -> bool:
+        info = child.session.info
+        return (
+            child.endpoint.end is None
+            and not child.proc.exited()
+            and info is not None
+            and info.capabilities.agent_message
+        )
+
+    async def _next_message(self, child: SupervisedChild) -> _Activation | None:
+        """Idle until a follow-up arrives (it is returned), or the keep-alive passes, the run is
+        closed, or the child dies (`None`: the child is then disposed)."""
+        assert self._continuation is not None
+        self._accepting = True
+        self._pulse()
+        try:
+            with anyio.move_on_after(self._continuation.keep_alive):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._wake_when_ended, child)
+                    while self._inbox is None and not self._closing and child.endpoint.end is None:
+                        await self._wake.wait()
+                        self._wake = anyio.Event()
+                    tg.cancel_scope.cancel()
+        finally:
+            self._accepting = False
+        act, self._inbox = self._inbox, None
+        if act is None:
+            self._closing = True  # the keep-alive passed, or the child died: it goes
+        if act is not None and (self._closing or child.endpoint.end is not None):
+            act.done.set()  # not taken: the caller starts a fresh child
+            return None
+        return act
+
+    async def _wake_when_ended(self, child: SupervisedChild) -> None:
+        await child.endpoint.ended.wait()
+        self._wake.set()
+
+    async def _drive_pooled(self, pooled: Pooled) -> Observed:
+        """A run in a child the pool started and initialized: the pool's task owns the child's
+        context (and so its dispose); this run drives it and then hands it back to be disposed."""
+        child = pooled.child
+        child.observed.limits = self._limits
+        self._child = child
+        self.pid = child.pid
+        self.spawner = spawner_name(child.proc)
+        try:
+            self._first.answer = await self._drive(child, self._first, handshake_first=False)
+        finally:
+            child.cut_off = not child.observed.answered
+            self._stopping = True
+            with anyio.CancelScope(shield=True):
+                await pooled.finish()
+        return child.observed
+
+    async def _drive(
+        self, child: SupervisedChild, act: _Activation, *, handshake_first: bool
+    ) -> RunResult | None:
+        """Drive one activation under the wall clock (from here: a pooled child's clock starts
+        when the run takes it)."""
+        observed = child.observed
+        assert act.broker is not None
+        broker = act.broker
+        child.serve_with(broker.on_request, self._notifications(broker))
+        if act is self._first:
+            self._sup.publish(
+                RunStarted(
+                    self.run_id,
+                    child.pid,
+                    tuple(self._config.command),
+                    self.launcher,
+                    spawner_name(child.proc),
+                    self.spawner_fallback,
+                ),
+                self._on_event,
+            )
+        answer: RunResult | None = None
+        wall = self._limits.wall_seconds
+        with anyio.CancelScope() as drive:
+            act.drive = drive
+            with anyio.move_on_after(wall if wall is not None else math.inf) as clock:
+                answer = await self._converse(child, act, handshake_first)
+            if clock.cancelled_caught and wall is not None and answer is None:
+                observed.deadline = wall
+        act.drive = None
+        return answer
+
+    def _notifications(self, broker: Broker) -> Callable[[str, Any], Awaitable[None] | None]:
+        hook = self._continuation.on_report if self._continuation is not None else None
+        if hook is None:
+            return broker.on_notification
+
+        async def relay(method: str, params: Any) -> None:
+            broker.on_notification(method, params)
+            if (
+                isinstance(params, AgentEventParams)
+                and params.kind == "report"
+                and params.run_id == self.run_id
+            ):
+                text = params.data.get("text")
+                if isinstance(text, str) and text:
+                    # Awaited here, so the reader takes the child's next message (its answer
+                    # included) only once the report is stored.
+                    await hook(text[:REPORT_CHARS])
+
+        return relay
+
+    async def _converse(
+        self, child: SupervisedChild, act: _Activation, handshake_first: bool
+    ) -> RunResult | None:
+        observed = child.observed
+        if handshake_first and not await handshake(child, self._config):
+            return None
+        what = "agent/run" if act.message is None else "agent/message"
+        async with anyio.create_task_group() as tg:
+            idle = self._limits.idle_seconds
+            if idle is not None:
+                tg.start_soon(self._watch_idle, child, act, idle, time.monotonic())
+            try:
+                if act.message is None:
+                    answer = await child.session.run(self._params)
+                else:
+                    answer = await child.session.message(
+                        AgentMessageParams(run_id=self.run_id, message=act.message)
+                    )
+            except ConnectionClosed:
+                return None
+            except RemoteError as exc:
+                observed.answered = True
+                verb = "run" if act.message is None else "message"
+                observed.agent_error = f"the child refused the {verb}: {exc.message} ({exc.code})"
+                return None
+            except RemoteProtocolError as exc:
+                observed.protocol_error = f"the child's answer to {what}: {exc.message}"
+                return None
+            except LocalProtocolError as exc:
+                observed.protocol_error = f"the {what} request cannot be sent: {exc.message}"
+                return None
+            finally:
+                tg.cancel_scope.cancel()
+        observed.answered = True
+        return answer
+
+    def exhaust(self, why: str) -> None:
+        """End the activation in progress as `budget_exhausted` for a budget the caller keeps
+        (a delegation tree's tokens, say), `why` as its message; nothing changes once the child
+        has answered."""
+        if self._current is not None:
+            self._budget_exhausted(self._current, why)
+
+    def _isolation_report(self) -> Isolation:
+        choice = self.isolation
+        abi = probe_host().landlock_abi if choice.level == "sandbox" else None
+        return Isolation(level=choice.level, landlock_abi=abi, warning=choice.warning)
+
+    def _budget_exhausted(self, act: _Activation, why: str) -> None:
+        observed = self._child.observed if self._child is not None else self._body_observed
+        if observed is not None and not observed.answered and act is self._current:
+            observed.budget = why
+            if act.drive is not None:
+                act.drive.cancel()
+
+    async def _watch_idle(
+        self, child: SupervisedChild, act: _Activation, idle: float, since: float
+    ) -> None:
+        while True:
+            # A pooled or idling child was quiet before this activation: count from its start.
+            quiet = min(child.endpoint.quiet_for(), time.monotonic() - since)
+            if quiet >= idle:
+                child.observed.idle = idle
+                if act.drive is not None:
+                    act.drive.cancel()
+                return
+            await anyio.sleep(idle - quiet)
+
+
+def _fresh_activation(observed: Observed) -> None:
+    """A follow-up starts with a clean slate of what ends an activation."""
+    observed.answered = False
+    observed.cancelled = False
+    observed.deadline = None
+    observed.idle = None
+    observed.budget = None
+    observed.agent_error = None
