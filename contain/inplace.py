@@ -36,6 +36,9 @@ _PENDING: list[tuple[Any, list[BaseException | None], str]] = []
 """The join under way (`join_meanwhile`): its lock, its outcome, the command's name."""
 
 OWN_CHILD = ("-I", "-m", "tether.child")
+TRAMPOLINE = os.path.join(os.path.dirname(__file__), "trampoline.py")
+"""The trampoline's path, not resolved: an editable install's link tree is kept (the trampoline
+finds its sibling modules next to it). Run with `python -I -S`, or `-I` for tether's own child."""
 """After `sys.executable`: tether's own child, the command run in place."""
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import anyio
 
 from tether.parent.cli.live import LiveView
-from tether.parent.cli.main import render
 from tether.parent.cli.orchestrate import render_orchestration
+from tether.parent.cli.output import render
 from tether.parent.cli.progress import printer
 from tether.parent.process.limits import Limits
 from tether.parent.run.events import Event

@@ -248,7 +248,7 @@ def _send(args: argparse.Namespace) -> int:
 
     from tether.parent.agents.service import AgentBusy, AgentUnavailable, CannotResume
     from tether.parent.agents.sessions import parse_agent_id
-    from tether.parent.cli.main import render
+    from tether.parent.cli.output import render
 
     parse_agent_id(args.agent_id)
     missing = _no_database(args.state)

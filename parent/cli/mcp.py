@@ -95,7 +95,7 @@ def main(args: argparse.Namespace) -> int:
     """Raises ValueError (bad usage, exit 2) before serving; see the module docstring."""
     if importlib.util.find_spec("mcp") is None:
         raise ValueError(f"tether mcp needs the MCP SDK, an optional extra: {INSTALL_HINT}")
-    from tether.parent.cli.main import config_from, limits_from
+    from tether.parent.cli.options import config_from, limits_from
     from tether.parent.delegation.builtins import builtin_registry
     from tether.parent.delegation.files import load_registry
     from tether.parent.delegation.verification import VerifierPolicy

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 def main(args: argparse.Namespace) -> int:
     """Raises ValueError (bad usage, exit 2) for a bad definitions file, model or limit."""
-    from tether.parent.cli.main import config_from, limits_from
+    from tether.parent.cli.options import config_from, limits_from
     from tether.parent.cli.task_schema import check_continuable_arguments
     from tether.parent.delegation.builtins import builtin_registry
     from tether.parent.delegation.files import load_registry
@@ -58,8 +58,8 @@ def main(args: argparse.Namespace) -> int:
 async def _orchestrate(
     args: argparse.Namespace, registry: object, limits: object, config: object, policy: object
 ) -> Orchestration:
+    from tether.parent.cli.interrupt import cancel_on_signal
     from tether.parent.cli.live import LiveView
-    from tether.parent.cli.main import _cancel_on_signal
     from tether.parent.run.supervisor import Supervisor
 
     view = None if args.quiet else LiveView(sys.stderr)
@@ -82,7 +82,7 @@ async def _orchestrate(
 
             async def watch_signals() -> None:
                 await ready.wait()
-                await _cancel_on_signal(handles[0], args, tg)
+                await cancel_on_signal(handles[0], args, tg)
 
             tg.start_soon(watch_signals)
             if view is not None:
@@ -136,7 +136,7 @@ def _add_providers(sup: Supervisor, agents: str, registry: object) -> None:
 
 def render_orchestration(got: Orchestration) -> str:
     """The readable outcome: the orchestrator's result, each task call, the usage ledger."""
-    from tether.parent.cli.main import render
+    from tether.parent.cli.output import render
 
     lines = ["orchestrator:", *("  " + ln for ln in render(got.result).splitlines())]
     if got.tasks:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import anyio
 
-from tether.parent.process.host import PREFIX, Host
+from tether.parent.process.host import PREFIX, TIERS, Host, host
 
 
 def cgroupfs_mount_points() -> list[str]:
@@ -265,6 +265,22 @@ def sweep_stale(host: Host) -> list[Path]:
                 if cg.remove(timeout=0.5):
                     removed.append(d)
     return removed
+
+
+_swept = False
+
+
+def sweep_stale_once() -> None:
+    """Sweep every tier's stale cgroups, once per process (the first supervisor to start)."""
+    global _swept
+    if _swept:
+        return
+    _swept = True
+    for tier in TIERS:
+        with contextlib.suppress(ValueError):
+            got = host(tier)
+            if got.parents:
+                sweep_stale(got)
 
 
 def _pid_alive(pid: int) -> bool:

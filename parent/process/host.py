@@ -229,15 +229,11 @@ _hosts: dict[str, Host] = {}
 
 def host(containment: str = "auto") -> Host:
     """The containment tier `containment` names (`auto`: the most complete this host offers),
-    detected once per process; the first call also sweeps cgroups left behind by supervisors
-    that were killed. Raises `ValueError` for an unknown tier or one this host does not offer."""
+    detected once per process (what killed supervisors left behind is swept when a supervisor
+    starts: `cgroups.sweep_stale_once`). Raises `ValueError` for an unknown tier or one this
+    host does not offer."""
     if not _hosts:
-        from tether.parent.process.cgroups import sweep_stale
-
         probes = {tier: probe(tier) for tier in TIERS}
-        for got in probes.values():
-            if got.parents:
-                sweep_stale(got)
         _hosts.update(probes)
         _hosts["auto"] = choose(probes)
     if containment not in _hosts:

@@ -44,7 +44,12 @@ from typing import Any
 
 from tether.contain import argv as config_word
 from tether.contain import landlock, seccomp
-from tether.contain.inplace import import_path_writable, runs_in_place, trampoline_argv
+from tether.contain.inplace import (
+    TRAMPOLINE,
+    import_path_writable,
+    runs_in_place,
+    trampoline_argv,
+)
 from tether.contain.plan import (
     DEFAULT_SANDBOX_ID,
     PRIVATE_HOME,
@@ -174,8 +179,6 @@ def _probe(forced: str) -> HostIsolation:
 
 def _trial(abi: int, root: bool) -> str | None:
     """Sandbox a throwaway child that runs /bin/true; why it failed, or `None`."""
-    from tether.parent.process.proc import TRAMPOLINE
-
     true = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
     with tempfile.TemporaryDirectory(prefix="tether-probe-") as ws:
         setup = plan_for(
@@ -573,8 +576,6 @@ def isolation_setup(
         workspace_read_only=workspace_read_only,
     )
     if inside:
-        from tether.parent.process.proc import TRAMPOLINE
-
         config = config_word.encode({"plan": setup.plan.to_json()})
         in_place = trampoline_in_place(command, setup.plan.to_json())
         argv = trampoline_argv(str(TRAMPOLINE), config, command, in_place=in_place)

@@ -16,22 +16,16 @@ import resource
 import signal
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import anyio
 
-import tether.contain
 from tether.contain import argv as config_word
-from tether.contain.inplace import trampoline_argv
+from tether.contain.inplace import TRAMPOLINE, trampoline_argv
 from tether.contain.sequence import EXEC_FAILED
 from tether.parent.process.isolation import trampoline_in_place
 from tether.parent.process.pipes import stdio_pipes
 from tether.wire.streams import FdReceiveStream, FdSendStream
 
-TRAMPOLINE = Path(tether.contain.__file__).with_name("trampoline.py")
-"""Run with `python -I -S`, or `-I` for tether's own child (`tether.contain.inplace`); not
-resolved, so an editable install's link tree is kept (the trampoline finds its sibling modules
-next to it)."""
 EXEC_FAILED_MARKER = EXEC_FAILED
 _POLL_INTERVAL = 0.005
 

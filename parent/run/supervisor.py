@@ -44,6 +44,7 @@ from anyio.abc import TaskGroup
 
 from tether.contain.privileges import set_dumpable
 from tether.parent.models import ModelProvider
+from tether.parent.process.cgroups import sweep_stale_once
 from tether.parent.process.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_key
 from tether.parent.process.env import build_child_env
 from tether.parent.process.host import host
@@ -155,6 +156,8 @@ class Supervisor:
         # Each live child holds several of our descriptors: the soft limit goes up to the hard
         # one, once per process (children still start with the soft limit we were given).
         raise_open_files_limit()
+        # What supervisors that were SIGKILLed left behind (their keeper may have died too).
+        sweep_stale_once()
         self._keeper = Keeper.start()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()

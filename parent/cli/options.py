@@ -1,0 +1,85 @@
+"""The options several subcommands share: limits, how children start, and the usage error."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from tether.parent.process.config import ChildConfig
+from tether.parent.process.host import TIERS
+from tether.parent.process.launchers import launcher_usages
+from tether.parent.process.limits import Limits
+from tether.parent.run.checks import limits_from_flags
+
+
+class UsageError(Exception):
+    """The command line was wrong (exit status 2; nothing was spawned)."""
+
+
+def add_limit_options(p: argparse.ArgumentParser) -> None:
+    """The per-child limit flags (`tether run`, `tether orchestrate`); see `limits_from`."""
+    p.add_argument("--timeout", help="wall-clock limit, e.g. 30s, 1m30s, 2h (a number: seconds)")
+    p.add_argument(
+        "--idle-timeout",
+        help="limit on silence from the child, e.g. 20s; tether's child sends a heartbeat every "
+        "2s while a step is pending, so keep it well above that (at least 4s)",
+    )
+    p.add_argument(
+        "--memory", help="memory limit with its unit, e.g. 512M or 2G (a bare number is refused)"
+    )
+    p.add_argument("--cpu", help="CPU time limit, e.g. 30s")
+    p.add_argument("--processes", type=int, help="limit on processes/threads at once")
+    p.add_argument("--open-files", type=int, help="limit on open file descriptors")
+    p.add_argument("--file-size", help="largest file the child may write, with its unit, e.g. 100M")
+
+
+def add_isolation_options(p: argparse.ArgumentParser) -> None:
+    """How children are started (`tether run`, `tether orchestrate`); see `config_from`."""
+    p.add_argument(
+        "--launcher",
+        default="local",
+        help=f"run the child under a launcher: {', '.join(launcher_usages())}",
+    )
+    p.add_argument(
+        "--containment",
+        default="auto",
+        help=f"containment tier: auto, {', '.join(TIERS)} (see tether doctor)",
+    )
+    p.add_argument(
+        "--isolation",
+        default="auto",
+        choices=("auto", "sandbox", "process"),
+        help="isolation level: sandbox (Landlock, seccomp, an unprivileged uid as root), "
+        "process (scrub, session, limits only), or auto: the strongest this host supports "
+        "(see tether doctor)",
+    )
+
+
+def limits_from(args: argparse.Namespace) -> Limits:
+    """The limit flags as `Limits`; an error names the flag (`--timeout: ...`)."""
+    return limits_from_flags(
+        {
+            "wall": args.timeout,
+            "idle": args.idle_timeout,
+            "memory": args.memory,
+            "cpu": args.cpu,
+            "processes": args.processes,
+            "open_files": args.open_files,
+            "file_size": args.file_size,
+        }
+    )
+
+
+def config_from(args: argparse.Namespace) -> ChildConfig:
+    return ChildConfig(
+        launcher=args.launcher, containment=args.containment, isolation=args.isolation
+    )
+
+
+def absolute_if_here(arg: str) -> str:
+    """`examples/child.js` → its absolute path, when it names something here: a sandboxed
+    child starts in its workspace, not in our working directory, and is granted (read) only
+    the absolute paths its command names."""
+    if os.sep in arg and not os.path.isabs(arg) and not arg.startswith("-") and os.path.exists(arg):
+        return os.path.abspath(arg)
+    return arg
