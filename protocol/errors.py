@@ -37,6 +37,7 @@ class ErrorCode(enum.IntEnum):
     CONNECTION_CLOSED = -32010
     REQUEST_TIMEOUT = -32011
     BUDGET_EXHAUSTED = -32012
+    RUN_IDLE = -32013
 
 
 class ProtocolError(Exception):

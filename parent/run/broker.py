@@ -14,8 +14,13 @@ One `Broker` serves one run's child: `model/complete` through the selected provi
 notifications relayed as `ChildEvent`s (events for another run id are dropped). The broker
 counts what it brokered — model calls and the tokens each provider reported — so the result's
 usage is the parent's count, not the child's claim, and it enforces the definition's budgets
-(`maxIterations` turns, `tokenBudget` tokens) with the same rule the child's loop follows, so an
-honest child never meets them: a turn past the budget is refused and the run is ended.
+(`maxIterations` turns, `tokenBudget` tokens) and any budget the run shares with others (a
+delegation tree's tokens) by reservation (`budget.py`): each turn is admitted only if every
+budget allows it counting the turns already in flight, and is settled with what the provider
+reported. An honest child, one turn at a time, never meets them; a turn past a budget is
+refused before it reaches the model and the run is ended. A broker that is `close()`d (a
+continuable run between activations) refuses every request: no turn is served outside an
+activation.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 import anyio
 
 from tether.parent.models import ModelProvider
+from tether.parent.run.budget import Admission, Budget, Spent, admit, estimate_tokens
 from tether.parent.run.events import ChildEvent
 from tether.protocol import ErrorCode, RemoteError, WireError
 from tether.protocol.messages import (
@@ -177,20 +183,29 @@ class Broker:
         *,
         max_turns: int | None = None,
         token_budget: int | None = None,
+        budgets: Sequence[Budget] = (),
         on_exhausted: Callable[[str], None] | None = None,
         parent_tools: Sequence[ParentTool] = (),
         on_turn: TurnHook | None = None,
     ) -> None:
-        """`max_turns` / `token_budget`: the definition's budgets, enforced here too; past
-        either, the request is refused and `on_exhausted(why)` is told (the run ends)."""
+        """`max_turns` / `token_budget`: the definition's budgets, enforced here too; `budgets`:
+        token budgets this run shares with others (a delegation tree's). Past any of them the
+        request is refused and `on_exhausted(why)` is told (the run ends)."""
         self.run_id = run_id
         self.models = models
         self._approve = approve
         self._publish = publish
-        self._max_turns = max_turns
-        self._token_budget = token_budget
+        self.turn_budget = (
+            Budget(max_turns, "turns", "its iteration budget") if max_turns is not None else None
+        )
+        self.token_budget = (
+            Budget(token_budget, "tokens", "its token budget") if token_budget is not None else None
+        )
+        self.shared = tuple(budgets)
         self._on_exhausted = on_exhausted
         self.exhausted: str | None = None
+        self.closed: str | None = None
+        """Why this broker serves no more requests (`close()`), if it does not."""
         self._parent_tools = {t.spec.name: t for t in parent_tools}
         self._on_turn = on_turn
         self.last_request: list[ChatMessage] = []
@@ -200,7 +215,13 @@ class Broker:
         # fast_acquire: no event-loop turn while a slot is free.
         self._model_slots = anyio.Semaphore(MAX_MODEL_CALLS, fast_acquire=True)
 
+    def close(self, why: str) -> None:
+        """Refuse every request from now on (`why` is what the child hears)."""
+        self.closed = why
+
     async def on_request(self, method: str, params: Any) -> Any:
+        if self.closed is not None:
+            raise WireError(ErrorCode.RUN_IDLE, self.closed)
         if method == "model/complete":
             assert isinstance(params, ModelCompleteParams)
             return await self._complete(params)
@@ -222,37 +243,60 @@ class Broker:
         # The decoded dict is this event's own (nothing else holds it): no copy.
         self._publish(ChildEvent(params.run_id, params.seq, params.kind, params.data))
 
-    def _check_budget(self, params: ModelCompleteParams) -> None:
-        b = self.brokered
-        why = None
-        if params.purpose == "turn" and self._max_turns is not None and b.turns >= self._max_turns:
-            why = f"the child asked for model turn {b.turns + 1}, past its {self._max_turns}"
-        used = b.input_tokens + b.output_tokens
-        if self._token_budget is not None and used > self._token_budget:
-            why = f"the run used {used} tokens, past its token budget of {self._token_budget}"
-        if why is None:
-            return
+    def _draws(
+        self, params: ModelCompleteParams, provider: ModelProvider
+    ) -> list[tuple[Budget, int]]:
+        """Every budget this turn draws from, with its cost on it."""
+        tokens = estimate_tokens(params, getattr(provider, "max_tokens", None))
+        draws: list[tuple[Budget, int]] = []
+        if params.purpose == "turn" and self.turn_budget is not None:
+            draws.append((self.turn_budget, 1))
+        if self.token_budget is not None:
+            draws.append((self.token_budget, tokens))
+        draws += [(b, tokens) for b in self.shared]
+        return draws
+
+    async def _admit(self, params: ModelCompleteParams, provider: ModelProvider) -> Admission:
+        try:
+            return await admit(self._draws(params, provider))
+        except Spent as exc:
+            why = self._why(exc)
         if self.exhausted is None:
             self.exhausted = why
             if self._on_exhausted is not None:
                 self._on_exhausted(why)
         raise WireError(ErrorCode.BUDGET_EXHAUSTED, why)
 
+    def _why(self, exc: Spent) -> str:
+        budget = exc.budget
+        if budget is self.turn_budget:
+            asked = budget.settled + budget.reserved + 1
+            return f"the child asked for model turn {asked}, past its {budget.total}"
+        if budget is self.token_budget:
+            return f"the run used {budget.settled} tokens, past its token budget of {budget.total}"
+        return str(exc)
+
     async def _complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
         provider = self.models.select(params.model, params.purpose)
-        self._check_budget(params)
-        async with self._model_slots:
-            try:
-                result = await provider.complete(params)
-            except RemoteError as exc:
-                raise WireError(exc.code, exc.message, exc.data) from None
-            except WireError:
-                raise
-            except Exception as exc:
-                log.error("run %s: the model provider failed", self.run_id, exc_info=exc)
-                raise WireError(
-                    ErrorCode.MODEL_ERROR, f"the model provider failed: {type(exc).__name__}"
-                ) from None
+        admission = await self._admit(params, provider)
+        try:
+            async with self._model_slots:
+                try:
+                    result = await provider.complete(params)
+                except RemoteError as exc:
+                    raise WireError(exc.code, exc.message, exc.data) from None
+                except WireError:
+                    raise
+                except Exception as exc:
+                    log.error("run %s: the model provider failed", self.run_id, exc_info=exc)
+                    raise WireError(
+                        ErrorCode.MODEL_ERROR, f"the model provider failed: {type(exc).__name__}"
+                    ) from None
+        except BaseException:
+            admission.release()
+            raise
+        used = max(0, result.usage.input_tokens) + max(0, result.usage.output_tokens)
+        admission.settle(used)
         b = self.brokered
         b.model_calls += 1
         b.by_purpose[params.purpose] = b.by_purpose.get(params.purpose, 0) + 1

@@ -1,6 +1,8 @@
 """A hostile child: takes the run, makes as many model calls as its prompt's `calls` asks
 (stopping at the first refusal), then answers the run with the prompt's `answer` as its
-RunResult, whatever it claims. The prompt is JSON: {"calls": N, "answer": {...}}."""
+RunResult, whatever it claims. The prompt is JSON: {"calls": N, "answer": {...}}; with
+`"together": true` all N requests are sent at once, and the answer's summary says how many
+were answered and how many refused ("K answered, R refused")."""
 
 import json
 import os
@@ -13,6 +15,23 @@ run = _wire.wait_run()
 run_id = run["params"]["runId"]
 plan = json.loads(run["params"]["prompt"])
 refused = None
+if plan.get("together"):
+    calls = plan.get("calls", 0)
+    for n in range(1, calls + 1):
+        _wire.request(n, "model/complete", {"runId": run_id, "messages": [{"role": "user"}]})
+    answered = errors = 0
+    while answered + errors < calls:
+        msg = _wire.recv()
+        if msg is None:
+            _wire.leave()
+        if "method" in msg:
+            continue
+        if "error" in msg:
+            errors += 1
+        else:
+            answered += 1
+    plan["answer"]["summary"] = f"{answered} answered, {errors} refused"
+    plan["calls"] = 0
 for n in range(1, plan.get("calls", 0) + 1):
     _wire.request(n, "model/complete", {"runId": run_id, "messages": [{"role": "user"}]})
     while True:

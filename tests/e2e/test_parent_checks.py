@@ -150,3 +150,75 @@ def test_the_verdict_parser_never_reads_pass_where_the_text_does_not_say_it() ->
     assert parse_verdict("VERDICT: PASS\nlater: VERDICT: FAIL") == "FAIL"
     assert parse_verdict("verdict:PARTIAL") == "PARTIAL"
     assert parse_verdict("VERDICT: PASSED") == "PARTIAL"
+
+
+class _SlowTurns:
+    """A model whose every turn takes a moment and costs `tokens` each way, so that requests
+    sent together are all in flight at once."""
+
+    def __init__(self, tokens: int, max_tokens: int = 200) -> None:
+        self.tokens = tokens
+        self.max_tokens = max_tokens
+        self.answered = 0
+
+    async def complete(self, params: Any) -> Any:
+        import anyio
+
+        from tether.protocol.messages import ChatMessage, ModelCompleteResult, Usage
+
+        await anyio.sleep(0.05)
+        self.answered += 1
+        return ModelCompleteResult(
+            message=ChatMessage(role="assistant", content="t"),
+            usage=Usage(input_tokens=self.tokens, output_tokens=self.tokens),
+            stop_reason="end_turn",
+        )
+
+
+async def test_turns_sent_together_get_no_more_through_than_the_iteration_budget(
+    tmp_path: Path,
+) -> None:
+    model = _SlowTurns(tokens=10)
+    plan = {"calls": 32, "together": True, "answer": answer()}
+    result = await forged(
+        tmp_path, plan, model, agent=AgentDefinition(type="general", max_iterations=20)
+    )
+    assert model.answered == 20
+    assert not result.success
+    assert result.failure is not None and result.failure.kind == "budget_exhausted"
+    assert result.iteration_count == 20
+
+
+async def test_turns_sent_together_get_no_more_through_than_the_token_budget(
+    tmp_path: Path,
+) -> None:
+    """Each turn costs 500 tokens each way and reserves its request plus its 1,000-token output
+    allowance: a 3,000-token budget admits a turn beside others only while every reservation
+    fits, and a turn alone while anything is left; never 32 turns."""
+    model = _SlowTurns(tokens=500, max_tokens=1000)
+    plan = {"calls": 32, "together": True, "answer": answer()}
+    result = await forged(
+        tmp_path,
+        plan,
+        model,
+        agent=AgentDefinition(type="general", max_iterations=100, token_budget=3000),
+    )
+    assert result.failure is not None and result.failure.kind == "budget_exhausted"
+    used = result.usage.input_tokens + result.usage.output_tokens
+    # Admitted beside others only while every reservation fits; alone, while anything is left.
+    assert used <= 3000 + 1000
+    assert model.answered <= 4
+
+
+async def test_a_two_step_sub_agent_sending_turns_together_gets_two(tmp_path: Path) -> None:
+    model = _SlowTurns(tokens=505)
+    plan = {"calls": 32, "together": True, "answer": answer()}
+    result = await forged(
+        tmp_path,
+        plan,
+        model,
+        agent=AgentDefinition(type="general", max_iterations=2, token_budget=3000),
+    )
+    assert model.answered == 2
+    assert result.failure is not None and result.failure.kind == "budget_exhausted"
+    assert result.usage.input_tokens + result.usage.output_tokens == 2020

@@ -27,6 +27,7 @@ PINNED: dict[str, int] = {
     "CONNECTION_CLOSED": -32010,
     "REQUEST_TIMEOUT": -32011,
     "BUDGET_EXHAUSTED": -32012,
+    "RUN_IDLE": -32013,
 }
 
 
