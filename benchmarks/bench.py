@@ -51,7 +51,7 @@ from tether.parent.process.spawn import child_env, spawn_child
 from tether.parent.process.supervised import SupervisedChild
 from tether.parent.process.zygote import Zygote, ZygoteSpawner
 from tether.parent.run.events import ChildEvent, Event
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 from tether.protocol import (
     ConnectionClosed,
     Decoder,
@@ -1674,7 +1674,7 @@ async def _pad_transcript(sup: Supervisor, agent_id: str, messages: int) -> int:
 
 async def continue_group(res: Results, p: Plan, workspace: str) -> None:
     """A follow-up to a live child beside `ping`; a cold resume beside a fresh spawn."""
-    from tether.parent.run.handle import Continuation
+    from tether.parent.run.spec import Continuation
 
     s = Samples()
     per = max(1, p.follow_ups // p.rounds)

@@ -24,7 +24,7 @@ import anyio
 from benchmarks.report import Figure, Results
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process.isolation import choose_level
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parents[1]
 ACP_AGENT = ROOT / "tests" / "children" / "acp_agent.py"

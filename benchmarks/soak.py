@@ -46,7 +46,7 @@ from tether.parent.process.host import host
 from tether.parent.process.limits import DisposePolicy, Limits
 from tether.parent.process.tree import TREE_ENV, marker_prefix
 from tether.parent.process.zygote import standby_pids
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from pathlib import Path
 import anyio
 
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 
 ONE_TURN = (
     b'[{"text": "done", "toolCalls": [{"name": "complete",'

@@ -26,7 +26,7 @@ from tether.parent.cli.progress import printer
 from tether.parent.process.limits import Limits
 from tether.parent.run.events import Event
 from tether.parent.run.roles import role
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import AgentDefinition
 
 HERE = Path(__file__).resolve().parent

@@ -18,11 +18,12 @@ from tether.parent.process.host import host
 from tether.parent.process.launchers import Launcher, resolve_launcher
 from tether.parent.process.limits import DisposePolicy, Limits
 from tether.parent.providers.acp_provider import AcpProvider
-from tether.parent.providers.base import Provider, SubagentRequest, SubagentRun
 from tether.parent.run.broker import ApprovePolicy, ParentTool
 from tether.parent.run.events import ChildEvent, Event, EventStream, RunFinished, RunStarted
-from tether.parent.run.handle import Continuation, RunHandle
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.run.handle import RunHandle
+from tether.parent.run.provider import Provider, SubagentRequest, SubagentRun
+from tether.parent.run.spec import Continuation
+from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import (
     AgentDefinition,
     Artifact,

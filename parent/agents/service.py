@@ -51,7 +51,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -70,24 +70,23 @@ from tether.parent.agents.sessions import (
     parse_agent_id,
 )
 from tether.parent.agents.settings import (
-    Spec,
+    AgentSpec,
     activation_budget,
     parse_keep_alive,
-    replace_model,
     spec_from_stored,
     stored_settings,
 )
 from tether.parent.agents.transcript import closing_results
-from tether.parent.models import ModelProvider
-from tether.parent.process.config import ChildConfig
 from tether.parent.process.limits import Limits
-from tether.parent.run.broker import ApprovePolicy, ParentTool
-from tether.parent.run.handle import Continuation, EventCallback, RunHandle
+from tether.parent.run.budget import Budget
+from tether.parent.run.handle import RunHandle
+from tether.parent.run.provider import Provider
 from tether.parent.run.roles import resolve_agent
-from tether.protocol.messages import AgentDefinition, ChatMessage, Failure, RunResult
+from tether.parent.run.spec import Continuation, EventCallback, ModelSpec, RunSpec, spec_of
+from tether.protocol.messages import ChatMessage, Failure, RunResult
 
 if TYPE_CHECKING:
-    from tether.parent.run.supervisor import Supervisor
+    from tether.parent.run.core import SupervisorCore
 
 log = logging.getLogger("tether.parent")
 
@@ -161,7 +160,7 @@ class Agents:
 
     def __init__(
         self,
-        sup: Supervisor,
+        sup: SupervisorCore,
         tg: anyio.abc.TaskGroup,
         state_dir: str | os.PathLike[str] | None = None,
     ) -> None:
@@ -173,7 +172,7 @@ class Agents:
         self._store_lock = anyio.Lock()
         self._closing = anyio.Event()
         self._agents: dict[str, _Agent] = {}
-        self._specs: dict[str, Spec] = {}
+        self._specs: dict[str, AgentSpec] = {}
         self._runs: dict[str, str] = {}
         self._tending = 0
         self._quiet = anyio.Event()
@@ -242,60 +241,67 @@ class Agents:
 
     async def spawn(
         self,
-        prompt: str,
+        spec: RunSpec | str | None = None,
+        /,
         *,
-        agent: str | AgentDefinition = "general",
-        workspace: str | os.PathLike[str] = ".",
-        model: str | ModelProvider | None = None,
-        limits: Limits | None = None,
         keep_alive: float | str = DEFAULT_KEEP_ALIVE,
         label: str = "",
-        description: str = "",
         parent_run: str | None = None,
         token_total: int | None = None,
-        history: Sequence[ChatMessage] = (),
-        config: ChildConfig | None = None,
-        approve: ApprovePolicy | None = None,
-        on_event: EventCallback | None = None,
-        parent_tools: Sequence[ParentTool] = (),
+        **fields: Any,
     ) -> AgentHandle:
-        """Start a continuable agent: a new session and its first child. Raises `ValueError`
-        for bad usage (before anything is spawned or stored)."""
-        if isinstance(agent, str) and ":" in agent:
+        """Start a continuable agent: a new session and its first child. `spec` (or a prompt
+        and the spec's fields as keywords, as for `Supervisor.start`) is the first child's run;
+        `keep_alive`: how long each child idles after an answer; `token_total`: the tokens of
+        every activation together. Raises `ValueError` for bad usage (before anything is
+        spawned or stored)."""
+        run = spec_of(spec, fields)
+        if isinstance(run.agent, str) and ":" in run.agent:
             raise ValueError("a continuable agent is a role name or an AgentDefinition")
-        definition = resolve_agent(agent)
+        if run.continuation is not None:
+            raise ValueError("a continuable agent's continuation is its keep_alive")
+        definition = resolve_agent(run.agent)
         keep = parse_keep_alive(keep_alive)
         if token_total is not None and (isinstance(token_total, bool) or token_total < 1):
             raise ValueError(f"token_total must be a positive number of tokens, not {token_total}")
-        limits = limits or Limits()
-        ws = str(Path(workspace).resolve())
-        store = await self.store()
-        spec = Spec(
-            definition,
-            ws,
-            model,
-            limits,
-            config,
-            keep,
-            token_total,
-            description,
-            approve,
-            on_event,
-            tuple(parent_tools),
+        if run.fork_from is not None:
+            # A fork's turns become the stored history, so a cold resume carries them too.
+            turns = run.fork_from.broker.completed_turns()
+            run = run.replace(fork_from=None, history=(*turns, *run.history))
+        prompt, history = run.prompt, run.history
+        template = run.replace(
+            prompt="",
+            agent=definition,
+            workspace=str(Path(run.workspace).resolve()),
+            limits=run.limits or Limits(),
+            history=(),
+            provider=None if run.provider == "fork" else run.provider,
+            run_id=None,
         )
+        agent_spec = AgentSpec(template, keep, token_total)
+        ws = agent_spec.workspace
+        store = await self.store()
         recorder = Recorder()
         budget = activation_budget(definition, token_total)
-        handle = await self._start(spec, prompt, history, recorder, budget)
+        handle = await self._start(
+            agent_spec,
+            prompt,
+            history,
+            recorder,
+            budget,
+            provider=run.provider,
+            run_id=run.run_id,
+        )
         # The child is starting; its first model turn waits until the session exists.
         activation: Activation | None = None
         try:
             summary = await store.create_agent(
                 definition,
                 provider=PROVIDER,
-                label=label or description,
+                label=label or run.description,
                 workspace=ws,
                 parent_run=parent_run,
-                spawn=stored_settings(spec, self._sup.config),
+                spawn=stored_settings(agent_spec, self._sup.config),
             )
             got = await store.acquire(summary.id)
             assert isinstance(got, Activation), got  # a session nobody else knows of yet
@@ -313,7 +319,7 @@ class Agents:
         entry = _Agent(summary.id, activation=activation, handle=handle, recorder=recorder)
         entry.slot.acquire_nowait()
         self._agents[entry.id] = entry
-        self._specs[entry.id] = spec
+        self._specs[entry.id] = agent_spec
         out = AgentHandle(entry.id, handle, summary.label)
         self._tend(entry, handle)
         assert self._tg is not None
@@ -338,13 +344,17 @@ class Agents:
         message: str,
         *,
         wait: float = 0.0,
-        model: str | ModelProvider | None = None,
+        model: ModelSpec = None,
         on_event: EventCallback | None = None,
+        budgets: Sequence[Budget] = (),
+        run_id: str | None = None,
     ) -> RunResult:
         """Continue an agent with `message`: warm in its live child here, else cold in a fresh
         one. Messages to one agent in this process are served one after another; `wait`: how
         long to wait for another process to let the agent go. `model`: for a cold resume, the
         model to use (else the one it ran with, as far as it is known here or stored).
+        `budgets`: token budgets this activation draws from besides the agent's own (a
+        delegation tree's); `run_id`: the id of the child a cold resume starts.
 
         The result, stored before it is returned; never raises for what the child does. Raises
         `BadAgentId` (not an id), `AgentUnavailable` (unknown or closed), `AgentBusy` (active in
@@ -360,7 +370,9 @@ class Agents:
         agent.users += 1
         try:
             async with agent.slot:
-                return await self._send(store, agent, message, wait, model, on_event)
+                return await self._send(
+                    store, agent, message, wait, model, on_event, tuple(budgets), run_id
+                )
         finally:
             agent.users -= 1
             self._forget_if_idle(agent)
@@ -371,8 +383,10 @@ class Agents:
         agent: _Agent,
         message: str,
         wait: float,
-        model: str | ModelProvider | None,
+        model: ModelSpec,
         on_event: EventCallback | None,
+        budgets: tuple[Budget, ...],
+        run_id: str | None,
     ) -> RunResult:
         summary = await store.get(agent.id)
         if summary is None or summary.status == "closed":
@@ -400,12 +414,22 @@ class Agents:
             except SessionError as exc:
                 raise AgentBusy(f"agent {agent.id} could not be continued here: {exc}") from None
             user_stored = True
-            result = await handle.message(message, token_budget=cap)
+            result = await handle.message(message, token_budget=cap, budgets=budgets)
             if result is not None:
                 return await self._settle(agent, result)
             # The child went (its keep-alive passed, it died) before it took the message.
         return await self._cold(
-            store, agent, summary, message, user_stored, wait, model, on_event, used
+            store,
+            agent,
+            summary,
+            message,
+            user_stored,
+            wait,
+            model,
+            on_event,
+            used,
+            budgets,
+            run_id,
         )
 
     async def _cold(
@@ -416,9 +440,11 @@ class Agents:
         message: str,
         user_stored: bool,
         wait: float,
-        model: str | ModelProvider | None,
+        model: ModelSpec,
         on_event: EventCallback | None,
         used: int,
+        budgets: tuple[Budget, ...],
+        run_id: str | None,
     ) -> RunResult:
         spec = await self._spec(store, agent.id, model)
         if not Path(spec.workspace).is_dir():
@@ -449,6 +475,8 @@ class Agents:
                 recorder,
                 activation_budget(spec.definition, spec.token_total, used),
                 on_event=on_event,
+                budgets=budgets,
+                run_id=run_id,
             )
         except BaseException:
             if fresh:
@@ -467,12 +495,10 @@ class Agents:
             raise
         return await self._settle(agent, result)
 
-    async def _spec(
-        self, store: SessionStore, agent_id: str, model: str | ModelProvider | None
-    ) -> Spec:
+    async def _spec(self, store: SessionStore, agent_id: str, model: ModelSpec) -> AgentSpec:
         known = self._specs.get(agent_id)
         if known is not None:
-            return known if model is None else replace_model(known, model)
+            return known if model is None else known.with_model(model)
         detail = await store.show(agent_id, tail=0)
         if detail is None:
             raise AgentUnavailable(Unavailable(agent_id=agent_id, reason="unknown_agent").message)
@@ -488,33 +514,35 @@ class Agents:
 
     async def _start(
         self,
-        spec: Spec,
+        spec: AgentSpec,
         prompt: str,
         history: Sequence[ChatMessage],
         recorder: Recorder,
         cap: int | None,
         *,
         on_event: EventCallback | None = None,
+        budgets: Sequence[Budget] = (),
+        provider: str | Provider | None = None,
+        run_id: str | None = None,
     ) -> RunHandle:
         if self._shutting:
             raise RuntimeError("the supervisor is closing: no new child for an agent")
         definition = spec.definition
         if cap != definition.token_budget:
             definition = msgspec.structs.replace(definition, token_budget=cap)
+        run = spec.run
         return await self._sup.start(
-            prompt,
-            agent=definition,
-            workspace=spec.workspace,
-            model=spec.model,
-            limits=spec.limits,
-            description=spec.description,
-            config=spec.config,
-            approve=spec.approve,
-            on_event=on_event or spec.on_event,
-            parent_tools=spec.parent_tools,
-            history=history,
-            on_turn=recorder.on_turn,
-            continuation=Continuation(spec.keep_alive, on_report=recorder.on_report),
+            run.replace(
+                prompt=prompt,
+                agent=definition,
+                on_event=on_event or run.on_event,
+                history=tuple(history),
+                on_turn=recorder.on_turn,
+                continuation=Continuation(spec.keep_alive, on_report=recorder.on_report),
+                budgets=(*run.budgets, *budgets),
+                provider=provider if provider is not None else run.provider,
+                run_id=run_id,
+            )
         )
 
     # --- the end of an activation, and of a child ---------------------------------------------
@@ -590,6 +618,17 @@ class Agents:
             and agent.slot.value == 1
         ):
             del self._agents[agent.id]
+
+
+def agents_of(sup: SupervisorCore) -> Agents:
+    """The continuable agents of a supervisor that keeps them (`tether.parent.Supervisor`);
+    `ValueError` for one that does not (a bare `SupervisorCore`)."""
+    agents = getattr(sup, "agents", None) if hasattr(type(sup), "agents") else None
+    if not isinstance(agents, Agents):
+        raise ValueError(
+            "continuable sub-agents need a supervisor that keeps agents (tether.parent.Supervisor)"
+        )
+    return agents
 
 
 async def _cut_when_lost(activation: Activation, handle: RunHandle) -> None:

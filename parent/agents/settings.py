@@ -1,4 +1,4 @@
-"""How an agent's child is started: what this process was given (`Spec`, objects included),
+"""How an agent's child is started: what this process was given (`AgentSpec`, objects included),
 what of it is stored for a cold resume in another process (`SpawnSettings`), and the way back.
 
 Never stored: the child's `env` values (they may be secrets) and objects (a model provider, a
@@ -8,16 +8,15 @@ supplies them (a model, say).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from tether.parent.agents.sessions import SpawnSettings
-from tether.parent.models import ModelProvider
 from tether.parent.process.config import DEFAULT_COMMAND, ChildConfig
 from tether.parent.process.limits import Limits, parse_duration
-from tether.parent.run.broker import ApprovePolicy, ParentTool
-from tether.parent.run.handle import EventCallback
+from tether.parent.run.spec import ModelSpec, NamedModel, RunSpec
 from tether.protocol.messages import AgentDefinition
 
 LIMIT_FIELDS = ("wall", "idle", "memory", "cpu", "processes", "open_files", "file_size")
@@ -32,50 +31,41 @@ def parse_keep_alive(value: float | str) -> float:
     return seconds
 
 
-@dataclass
-class Spec:
-    """How this process starts the agent's child: what the spawn was given (objects too)."""
+@dataclass(frozen=True)
+class AgentSpec:
+    """How this process starts the agent's children: the run spec every child of the agent is
+    made from (its prompt aside: each activation brings its own), the keep-alive and the total
+    token budget of the session."""
 
-    definition: AgentDefinition
-    workspace: str
-    model: str | ModelProvider | None
-    limits: Limits
-    config: ChildConfig | None
+    run: RunSpec
     keep_alive: float
     token_total: int | None
-    description: str = ""
-    approve: ApprovePolicy | None = None
-    on_event: EventCallback | None = None
-    parent_tools: Sequence[ParentTool] = ()
 
+    @property
+    def definition(self) -> AgentDefinition:
+        agent = self.run.agent
+        assert isinstance(agent, AgentDefinition)  # resolved when the agent was spawned
+        return agent
 
-def replace_model(spec: Spec, model: str | ModelProvider) -> Spec:
-    return Spec(
-        spec.definition,
-        spec.workspace,
-        model,
-        spec.limits,
-        spec.config,
-        spec.keep_alive,
-        spec.token_total,
-        spec.description,
-        spec.approve,
-        spec.on_event,
-        spec.parent_tools,
-    )
+    @property
+    def workspace(self) -> str:
+        return os.fspath(self.run.workspace)
+
+    def with_model(self, model: ModelSpec) -> AgentSpec:
+        return dataclasses.replace(self, run=self.run.replace(model=model))
 
 
 def spec_from_stored(
     definition: AgentDefinition,
     workspace: str,
     settings: SpawnSettings | None,
-    model: str | ModelProvider | None,
-) -> Spec | str:
+    model: ModelSpec,
+) -> AgentSpec | str:
     """The spec of a cold resume in a process that did not spawn the agent, from what is
     stored (and `model`, which wins); else why it cannot be made (for a sentence "agent X ...").
     """
     stored = settings or SpawnSettings(missing=["model"])
-    chosen: str | ModelProvider | None = model if model is not None else stored.model
+    chosen: ModelSpec = model if model is not None else stored.model
     if chosen is None and definition.model is None:
         return (
             "was started with a model this process does not have; resume it with a model "
@@ -92,16 +82,16 @@ def spec_from_stored(
         limits = Limits(**stored.limits)  # type: ignore[arg-type]
     except (TypeError, ValueError) as exc:
         return f"has stored limits that are unusable here: {exc}"
-    return Spec(
-        definition,
-        workspace or ".",
-        chosen,
-        limits,
-        config,
-        stored.keep_alive,
-        stored.token_total,
-        stored.description,
+    run = RunSpec(
+        prompt="",
+        agent=definition,
+        workspace=workspace or ".",
+        model=chosen,
+        limits=limits,
+        config=config,
+        description=stored.description,
     )
+    return AgentSpec(run, stored.keep_alive, stored.token_total)
 
 
 def activation_budget(
@@ -115,27 +105,26 @@ def activation_budget(
     return left if own is None else min(own, left)
 
 
-def stored_settings(spec: Spec, default: ChildConfig) -> SpawnSettings:
-    """What of the spawn can be stored for a cold resume in another process."""
-    cfg = spec.config or default
+def stored_settings(spec: AgentSpec, default: ChildConfig) -> SpawnSettings:
+    """What of the spawn can be stored for a cold resume in another process: a model string
+    (a provider object is stored by the name it was built from, when it has one), never a
+    provider object, a launcher object or the child's `env` values."""
+    run = spec.run
+    cfg = run.config or default
     missing: list[str] = []
-    model: str | None = None
-    if isinstance(spec.model, str):
-        model = spec.model
-        scheme, _, path = model.partition(":")
-        if scheme == "scripted" and path:
-            model = f"scripted:{Path(path).resolve()}"  # resumable from any directory
-    elif spec.model is not None:
+    model = model_string(run.model)
+    if model is None and run.model is not None:
         missing.append("model")
     launcher = cfg.launcher if isinstance(cfg.launcher, str) else "local"
     if not isinstance(cfg.launcher, str):
         missing.append("launcher")
     if cfg.env:
         missing.append("env")
+    limits_of = run.limits or Limits()
     limits = {
-        name: getattr(spec.limits, name)
+        name: getattr(limits_of, name)
         for name in LIMIT_FIELDS
-        if getattr(spec.limits, name) is not None
+        if getattr(limits_of, name) is not None
     }
     command = list(cfg.command)
     return SpawnSettings(
@@ -148,6 +137,18 @@ def stored_settings(spec: Spec, default: ChildConfig) -> SpawnSettings:
         pass_env=list(cfg.pass_env),
         keep_alive=spec.keep_alive,
         token_total=spec.token_total,
-        description=spec.description,
+        description=run.description,
         missing=missing,
     )
+
+
+def model_string(model: ModelSpec) -> str | None:
+    """The model string to store for a cold resume: the string given (a scripted file made
+    absolute, so it resumes from any directory), a `NamedModel`'s name, else `None`."""
+    name = model.name if isinstance(model, NamedModel) else model
+    if not isinstance(name, str):
+        return None
+    scheme, _, path = name.partition(":")
+    if scheme == "scripted" and path:
+        return f"scripted:{Path(path).resolve()}"
+    return name

@@ -276,7 +276,7 @@ async def _send_async(args: argparse.Namespace, outcome: dict[str, Any]) -> None
     import anyio
 
     from tether.parent.cli.progress import printer
-    from tether.parent.run.supervisor import Supervisor
+    from tether.parent.supervisor import Supervisor
 
     async with Supervisor(state_dir=args.state) as sup, anyio.create_task_group() as tg:
 

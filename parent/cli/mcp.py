@@ -149,7 +149,7 @@ async def _serve(
     from tether.parent.mcp_server.continuable import continuable, parent_run
     from tether.parent.mcp_server.server import ToolServer
     from tether.parent.mcp_server.stdio import claim_stdio, stdio_streams
-    from tether.parent.run.supervisor import Supervisor
+    from tether.parent.supervisor import Supervisor
 
     ledger = Ledger(args.ledger) if args.ledger else Ledger()
     wire = claim_stdio()  # before the supervisor starts its helper processes

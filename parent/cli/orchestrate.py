@@ -24,7 +24,7 @@ from tether.parent.run.terminal import clean
 if TYPE_CHECKING:
     from tether.parent.delegation.orchestrator import Orchestration, Running
     from tether.parent.run.handle import RunHandle
-    from tether.parent.run.supervisor import Supervisor
+    from tether.parent.supervisor import Supervisor
 
 
 def main(args: argparse.Namespace) -> int:
@@ -60,7 +60,7 @@ async def _orchestrate(
 ) -> Orchestration:
     from tether.parent.cli.interrupt import cancel_on_signal
     from tether.parent.cli.live import LiveView
-    from tether.parent.run.supervisor import Supervisor
+    from tether.parent.supervisor import Supervisor
 
     view = None if args.quiet else LiveView(sys.stderr)
     handles: list[RunHandle] = []
@@ -120,7 +120,7 @@ def _add_providers(sup: Supervisor, agents: str, registry: object) -> None:
     registered is bad usage, found before anything runs."""
     from tether.parent.delegation.definitions import Registry
     from tether.parent.delegation.files import load_providers
-    from tether.parent.providers.base import split_spec
+    from tether.parent.run.provider import split_spec
 
     for named in load_providers(agents):
         sup.providers.register(named, replace=True)

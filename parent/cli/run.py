@@ -21,7 +21,7 @@ from tether.parent.cli.options import (
 )
 from tether.parent.cli.progress import printer
 from tether.parent.run.roles import ROLES
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import RunResult
 
 

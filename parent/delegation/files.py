@@ -47,7 +47,7 @@ from tether.parent.delegation.definitions import (
 )
 
 if TYPE_CHECKING:
-    from tether.parent.providers.base import Provider
+    from tether.parent.run.provider import Provider
 
 
 def _read(file: str) -> dict[str, Any]:

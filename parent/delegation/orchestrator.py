@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
-from tether.parent.agents.service import DEFAULT_KEEP_ALIVE
+from tether.parent.agents.service import DEFAULT_KEEP_ALIVE, agents_of
 from tether.parent.agents.tools import agent_tools
 from tether.parent.delegation.builtins import builtin_registry
 from tether.parent.delegation.definitions import Registry, SubagentDefinition
@@ -67,7 +67,7 @@ from tether.parent.delegation.verification import VerifierPolicy
 from tether.parent.models import ModelProvider
 from tether.parent.process.limits import Limits
 from tether.parent.run.broker import ParentTool
-from tether.parent.run.handle import EventCallback
+from tether.parent.run.spec import EventCallback
 from tether.protocol import ErrorCode, WireError
 from tether.protocol.messages import (
     AgentDefinition,
@@ -82,8 +82,8 @@ from tether.protocol.messages import (
 
 if TYPE_CHECKING:
     from tether.parent.process.config import ChildConfig
+    from tether.parent.run.core import SupervisorCore
     from tether.parent.run.handle import RunHandle
-    from tether.parent.run.supervisor import Supervisor
 
 DEFAULT_ORCHESTRATOR_STEPS = 40
 ORCHESTRATOR_TYPE = "orchestrator"
@@ -170,7 +170,7 @@ def orchestrator_definition(
 
 
 async def orchestrate(
-    sup: Supervisor,
+    sup: SupervisorCore,
     prompt: str,
     *,
     model: str | ModelProvider,
@@ -285,7 +285,9 @@ async def orchestrate(
         )
         parent_tools.append(ParentTool(spec, serve_task))
     if continuable:
-        parent_tools.extend(agent_tools(sup.agents, parent_run=orchestration_id, model=provider))
+        parent_tools.extend(
+            agent_tools(agents_of(sup), parent_run=orchestration_id, model=provider)
+        )
 
     counted = Usage()
     if token_budget is not None:

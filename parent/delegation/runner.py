@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from tether.parent.agents.service import agents_of
 from tether.parent.delegation.delegator import RunRequest
 from tether.parent.models import ModelProvider
 from tether.parent.process.limits import Limits
@@ -52,8 +53,8 @@ from tether.protocol.messages import Failure, ModelCompleteParams, ModelComplete
 
 if TYPE_CHECKING:
     from tether.parent.process.config import ChildConfig
+    from tether.parent.run.core import SupervisorCore
     from tether.parent.run.handle import RunHandle
-    from tether.parent.run.supervisor import Supervisor
 
 SPAWN = "spawn"
 ProviderRunner = Callable[[RunRequest], Awaitable[RunResult]]
@@ -63,7 +64,7 @@ TREE_SPENT = "the token budget of the whole delegation tree is spent"
 class SupervisorRunner:
     def __init__(
         self,
-        sup: Supervisor,
+        sup: SupervisorCore,
         *,
         default_model: str | ModelProvider | None = None,
         models: Mapping[str, ModelProvider] | None = None,
@@ -188,7 +189,7 @@ class SupervisorRunner:
         except ValueError as exc:
             return _failed(f"the sub-agent's model cannot be used: {exc}")
         return await run_continuable(
-            self.sup.agents,
+            agents_of(self.sup),
             request,
             keep_alive=self.keep_alive,
             parent_run=self.parent_run,

@@ -22,6 +22,7 @@ import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from tether.parent.agents.service import agents_of
 from tether.parent.agents.tools import LIST_AGENTS, SEND_MESSAGE, agent_tools
 from tether.parent.delegation.runner import SupervisorRunner
 from tether.parent.mcp_server.tools import ServedTool, from_parent_tool
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from tether.parent.models import ModelProvider
     from tether.parent.process.config import ChildConfig
     from tether.parent.process.limits import Limits
-    from tether.parent.run.supervisor import Supervisor
+    from tether.parent.run.core import SupervisorCore
 
 
 HINTS: dict[str, dict[str, bool]] = {
@@ -48,7 +49,7 @@ def parent_run() -> str:
 
 
 def continuable(
-    sup: Supervisor,
+    sup: SupervisorCore,
     *,
     under: str,
     keep_alive: float | str,
@@ -71,6 +72,6 @@ def continuable(
     )
     tools = [
         from_parent_tool(tool, hints=HINTS[tool.spec.name])
-        for tool in agent_tools(sup.agents, parent_run=under, model=default_model)
+        for tool in agent_tools(agents_of(sup), parent_run=under, model=default_model)
     ]
     return runner, tools

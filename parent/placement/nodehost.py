@@ -50,7 +50,7 @@ from tether.parent.process.config import ChildConfig
 from tether.parent.run.broker import Brokered, ParentTool
 from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.run.handle import RunHandle
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import (
     ModelCompleteParams,
     ModelCompleteResult,

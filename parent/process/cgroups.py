@@ -162,6 +162,52 @@ class ChildCgroup:
         unified = self.dirs.get("unified")
         if unified is None:
             raise ValueError("only a v2 cgroup announces that it is empty")
+        await self._wait_events(unified, b"populated 0")
+
+    # --- holding still (a continuable child between activations) -----------------------------
+
+    async def freeze(self, settle: float = 1.0) -> bool:
+        """Freeze every member (v2 `cgroup.freeze`, else the v1 freezer) and wait until the
+        kernel says they are all frozen; whether it did within `settle` seconds (`False`: this
+        cgroup has no freezer, or it could not be written or did not settle)."""
+        unified = self.dirs.get("unified")
+        if unified is not None:
+            try:
+                (unified / "cgroup.freeze").write_text("1")
+            except OSError:
+                return False
+            with anyio.move_on_after(settle):
+                await self._wait_events(unified, b"frozen 1")
+                return True
+            return False
+        freezer = self.dirs.get("freezer")
+        if freezer is None:
+            return False
+        try:
+            (freezer / "freezer.state").write_text("FROZEN")
+        except OSError:
+            return False
+        deadline = time.monotonic() + settle
+        delay = 0.0005
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                if (freezer / "freezer.state").read_text().strip() == "FROZEN":
+                    return True
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        return False
+
+    def thaw(self) -> None:
+        """Undo `freeze` (harmless on a cgroup that is not frozen)."""
+        unified = self.dirs.get("unified")
+        with contextlib.suppress(OSError):
+            if unified is not None:
+                (unified / "cgroup.freeze").write_text("0")
+            elif "freezer" in self.dirs:
+                (self.dirs["freezer"] / "freezer.state").write_text("THAWED")
+
+    async def _wait_events(self, unified: Path, line: bytes) -> None:
+        """Return once `cgroup.events` holds `line` (or cannot be read)."""
         try:
             fd = os.open(unified / "cgroup.events", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
@@ -170,9 +216,8 @@ class ChildCgroup:
         try:
             ep.register(fd, select.EPOLLPRI)
             while True:
-                # Reading re-arms the flag: a change after this read wakes the wait.
                 os.lseek(fd, 0, os.SEEK_SET)
-                if b"populated 0" in os.read(fd, 4096):
+                if line in os.read(fd, 4096):
                     return
                 await anyio.wait_readable(ep.fileno())
                 ep.poll(0)

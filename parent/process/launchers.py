@@ -391,3 +391,9 @@ def resolve_launcher(spec: str | Launcher) -> Launcher:
     if kind is not None and bool(arg) == (kind.argument is not None):
         return kind.make(arg)
     raise ValueError(f"launcher {spec!r}: expected one of {', '.join(launcher_usages())}")
+
+
+def launcher_name(spec: str | Launcher) -> str:
+    """How a result names its launcher: the spec as given (`bwrap-net`, `ssh:HOST`), or a
+    `Launcher` object's name."""
+    return spec if isinstance(spec, str) else spec.name

@@ -149,6 +149,10 @@ class SupervisedProcess:
         self.sealed_in_cgroup = False
         """Nothing of the child's tree can leave its cgroup, which announces when it is empty
         (see the module docstring); set by `spawn_child`."""
+        self.held: str | None = None
+        """How the tree is held still (`hold_still`): `freezer` or `sigstop`; `None` while it
+        runs."""
+        self._stopped: list[psutil.Process] = []
 
     @property
     def pid(self) -> int:
@@ -223,6 +227,52 @@ class SupervisedProcess:
 
     # --- teardown ---------------------------------------------------------------------------
 
+    # --- holding still ----------------------------------------------------------------------
+
+    async def hold_still(self) -> str:
+        """Stop every process of the tree, the child included, until `resume()`: frozen in its
+        cgroup where the tier has a freezer (and the tree cannot leave it), else each one
+        SIGSTOPped, in passes until no new process turns up. Nothing of the tree runs, forks,
+        writes or asks while held. How it is held (`freezer` or `sigstop`)."""
+        if self.held is not None:
+            return self.held
+        frozen = self.cgroup is not None and await self.cgroup.freeze()
+        stopped: dict[int, psutil.Process] = {}
+        if not frozen:
+            self.proc.send_signal(signal.SIGSTOP)  # through the pidfd: never a recycled pid
+        if not frozen or not self.sealed_in_cgroup:
+            # Without a freezer, or for processes that may have left the cgroup: by signal,
+            # in passes, since a process not yet stopped may fork.
+            inside = self._members() if frozen else set()
+            for _ in range(4):
+                found = tree_procs(
+                    self.pid, self.marker, thorough=not self.sealed_in_cgroup, members=inside
+                )
+                fresh = [
+                    p
+                    for p in found
+                    if p.pid not in stopped and p.pid not in inside and p.pid != self.pid
+                ]
+                if not fresh:
+                    break
+                signal_procs(fresh, signal.SIGSTOP)
+                stopped.update((p.pid, p) for p in fresh)
+        self._stopped = list(stopped.values())
+        self.held = "freezer" if frozen else "sigstop"
+        return self.held
+
+    def resume(self) -> None:
+        """Let a held tree run again (see `hold_still`)."""
+        held, self.held = self.held, None
+        if held is None:
+            return
+        if held == "freezer" and self.cgroup is not None:
+            self.cgroup.thaw()
+        else:
+            self.proc.send_signal(signal.SIGCONT)
+        stopped, self._stopped = self._stopped, []
+        signal_procs(stopped, signal.SIGCONT)
+
     async def dispose(self) -> DisposeReport:
         """Take the child and its whole tree down; see the module docstring for the ladder.
         Idempotent: a second call returns the first one's report."""
@@ -231,6 +281,7 @@ class SupervisedProcess:
         policy = self.policy
         started = time.monotonic()
         with anyio.CancelScope(shield=True):
+            self.resume()  # a held tree climbs the ladder like any other
             rung = await self._climb(policy)
             survivors = await self._sweep(policy.kill)
             status = await self.proc.collect()

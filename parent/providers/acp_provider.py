@@ -62,7 +62,7 @@ from tether.parent.process.env import build_child_env
 from tether.parent.process.isolation import GatewayNetwork, probe_host
 from tether.parent.process.launchers import Local, resolve_launcher
 from tether.parent.process.spawn import missing_command
-from tether.parent.providers.base import Provider, SubagentRequest, SubagentRun, command_of
+from tether.parent.run.provider import Provider, SubagentRequest, SubagentRun, command_of
 from tether.protocol.messages import (
     ModelCompleteParams,
     ModelCompleteResult,
@@ -96,6 +96,7 @@ class BrokeredModel:
 class AcpProvider(Provider):
     name = "acp"
     summary = "an Agent Client Protocol agent (acp:COMMAND); its model calls go through the gateway"
+    once_because = "tether does not keep an ACP agent's session after its prompt is answered"
 
     def __init__(
         self,

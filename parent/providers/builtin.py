@@ -24,7 +24,7 @@ import os
 from tether.parent.process.config import DEFAULT_COMMAND
 from tether.parent.process.env import build_child_env
 from tether.parent.process.spawn import missing_command
-from tether.parent.providers.base import (
+from tether.parent.run.provider import (
     Provider,
     ProviderRegistry,
     SubagentRequest,
@@ -41,6 +41,7 @@ ACP = "acp"
 class SpawnProvider(Provider):
     name = SPAWN
     summary = "a fresh tether child process (the default)"
+    tether_runtime = True
 
     def problem(self, argument: str | None = None) -> str | None:
         if argument is not None:

@@ -33,10 +33,10 @@ import anyio
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.isolation import Choice
 from tether.parent.process.spawn import child_env, version
-from tether.parent.providers.base import Provider, SubagentRequest, SubagentRun
 from tether.parent.run.child_session import ChildSession
 from tether.parent.run.classify import Observed
 from tether.parent.run.events import RunStarted
+from tether.parent.run.provider import Provider, SubagentRequest, SubagentRun
 from tether.protocol import (
     ConnectionClosed,
     LocalProtocolError,
@@ -67,6 +67,8 @@ class InProcessProvider(Provider):
     name = "inprocess"
     summary = "tether's agent loop in the parent's own process (no process isolation)"
     isolated = False
+    tether_runtime = True
+    once_because = "its in-memory runtime is not kept after it answers"
 
     def problem(self, argument: str | None = None) -> str | None:
         if argument is not None:

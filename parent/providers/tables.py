@@ -35,8 +35,8 @@ from typing import Any
 from tether.parent.delegation.definitions import DefinitionError
 from tether.parent.process.env import build_child_env
 from tether.parent.process.spawn import missing_command
-from tether.parent.providers.base import NAME_PATTERN, Provider, SubagentRequest
 from tether.parent.providers.builtin import CommandProvider
+from tether.parent.run.provider import NAME_PATTERN, Provider, SubagentRequest
 
 KINDS = ("acp", "command")
 KEYS = ("name", "kind", "command", "summary", "readPaths", "env", "handshake")
@@ -157,7 +157,7 @@ def absolute_spec(spec: str) -> str:
     """A `NAME:ARGUMENT` spec whose relative path words that name something here are made
     absolute (a sandboxed agent starts in its workspace, and is granted only absolute paths
     its command names)."""
-    from tether.parent.providers.base import split_spec
+    from tether.parent.run.provider import split_spec
 
     name, argument = split_spec(spec)
     if argument is None:

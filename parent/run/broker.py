@@ -124,10 +124,11 @@ class RunModels:
 
 
 async def resolve_models(
-    model: str | ModelProvider | None, definition: AgentDefinition
+    model: str | ModelProvider | None, definition: AgentDefinition, *, name: str | None = None
 ) -> RunModels:
     """Resolve a run's models before its child exists; raises `ValueError` (bad usage) for a
-    model string that cannot be built. Model scripts are read off the event loop."""
+    model string that cannot be built. Model scripts are read off the event loop. `name`: the
+    model string a provider object was built from (stored and billed under it)."""
     from tether.parent.models import resolve_model
 
     async def build(spec: str) -> ModelProvider:
@@ -142,7 +143,7 @@ async def resolve_models(
         main_name = model
         main = await build(model)
     else:
-        main_name, main = None, model
+        main_name, main = name, model
     aliases: set[str] = set()
     if definition.model and definition.model != main_name:
         aliases.add(definition.model)

@@ -4,11 +4,12 @@ run keeps its child between answers, for follow-up messages, until its keep-aliv
 
 Theory of operation
 -------------------
-A `RunHandle` is created by `Supervisor.start()` once the request has been checked (bad usage
-raises before anything is spawned) and the run's models are resolved, and it runs in a task of
-the supervisor's group (`execute`). It spawns the child (`process.spawn.spawn_child`) or takes a
-ready one from the warm pool, binds a `Broker` to it (what the child may ask: models,
-approvals; its events relayed), and drives it. The child's context disposes of it on every
+A `RunHandle` is created by `Supervisor.start()` from the run's plan (`plan.py`: bad usage
+raised before anything is spawned, the run's models resolved), and it runs in a task of the
+supervisor's group (`execute`); what it needs of the supervisor is the narrow `RunHost`. It
+spawns the child (`process.spawn.spawn_child`) or takes a ready one from the warm pool, binds
+a `Broker` to it (what the child may ask: models, approvals; its events relayed), and drives
+it. The child's context disposes of it on every
 path; the run's result is then built from the answer, what was observed, and what the broker
 counted (`results.build_result`).
 
@@ -28,9 +29,15 @@ disposed when it answers. The run is then a sequence of *activations* in one chi
 (`agent/run`), then each follow-up (`message()`, sent as `agent/message`). Each activation has
 its own broker (its own turn and token budgets and usage count), its own wall and idle clocks,
 and its own result, built as soon as the child answers (the child is still alive, so the
-result has no dispose rung). Between activations the child idles: after `keep_alive` seconds
-without a follow-up, or on `close()`, or when the child dies or announced no `agentMessage`
-support, the loop ends and the child is disposed through the ladder; a follow-up that arrives
+result has no dispose rung). Between activations the child's whole tree is held still —
+frozen in its cgroup, or SIGSTOPped where the tier has no freezer (`hold_still`) — and its
+broker is closed (every request answered `RUN_IDLE`): the result is checked against a tree
+that cannot change what was checked, no process the activation left behind runs on, and no
+model turn is served outside an activation. The next follow-up lets it run again. Freezing
+rather than killing what the activation left keeps a continuable agent's background
+processes (a server it started) for its next activation. After `keep_alive` seconds without
+a follow-up, or on `close()`, or when the child dies or announced no `agentMessage` support,
+the loop ends and the child is disposed through the ladder; a follow-up that arrives
 too late is answered `None`, so its caller can start a fresh child instead. An activation the
 child did not answer (it crashed, a clock or budget cut it) ends the run too, and its result is
 built after the dispose, with what the dispose saw. A continuable run never takes a pooled
@@ -48,32 +55,35 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 
 from tether.parent.process.config import ChildConfig, pool_key
-from tether.parent.process.host import Host
-from tether.parent.process.isolation import Choice, probe_host
-from tether.parent.process.launchers import Launcher, Local, resolve_launcher
+from tether.parent.process.isolation import probe_host
+from tether.parent.process.launchers import Local, launcher_name, resolve_launcher
 from tether.parent.process.limits import Limits
-from tether.parent.process.pool import Pooled
+from tether.parent.process.pool import Pooled, WarmPool
 from tether.parent.process.proc import SpawnError
 from tether.parent.process.spawn import (
     AutoSpawner,
+    Spawner,
     child_env,
     handshake,
     missing_command,
     spawn_child,
     spawner_name,
 )
-from tether.parent.process.supervised import SupervisedChild
-from tether.parent.run.broker import ApprovePolicy, Broker, ParentTool, RunModels, TurnHook
+from tether.parent.process.supervised import SupervisedChild, SupervisedProcess
+from tether.parent.run.broker import Broker, RunModels
+from tether.parent.run.budget import Budget
 from tether.parent.run.classify import Observed
 from tether.parent.run.events import Event, RunFinished, RunStarted
+from tether.parent.run.plan import RunPlan
+from tether.parent.run.provider import RunBody
 from tether.parent.run.results import build_result
+from tether.parent.run.spec import EventCallback
 from tether.protocol import ConnectionClosed, LocalProtocolError, RemoteError, RemoteProtocolError
 from tether.protocol.messages import (
     AgentEventParams,
@@ -84,27 +94,33 @@ from tether.protocol.messages import (
 )
 
 if TYPE_CHECKING:
-    from tether.parent.run.supervisor import Supervisor
+    from tether.parent.gateway import Gateway
 
-EventCallback = Callable[[Event], None]
-ReportHook = Callable[[str], Awaitable[None]]
-"""Told of each `report` event's text, in order, before the child's later messages are read."""
-
+IDLE = (
+    "the run is idle between activations: the parent serves no model turn, approval or parent "
+    "tool until the next message"
+)
 REPORT_CHARS = 16_000
 """The longest report text handed to a `ReportHook` (the child's `report` tool cuts there too)."""
 
 
-@dataclass(frozen=True)
-class Continuation:
-    """Makes a run continuable: the child keeps the run (`continuable: true`) and is kept alive
-    after each answer for `keep_alive` seconds, for a follow-up (`RunHandle.message`)."""
+class RunHost(Protocol):
+    """What a run needs of whoever owns it (a supervisor): how children start, the warm pool,
+    the keeper's registration, the event bus and the model gateway. Nothing else of the
+    supervisor is the run's business."""
 
-    keep_alive: float
-    on_report: ReportHook | None = None
+    @property
+    def pool(self) -> WarmPool | None: ...
 
-    def __post_init__(self) -> None:
-        if not self.keep_alive >= 0:
-            raise ValueError("keep_alive must be zero or more seconds")
+    async def spawner(self, cfg: ChildConfig) -> Spawner | None: ...
+
+    def register(self, child: SupervisedProcess) -> None: ...
+
+    def unregister(self, child: SupervisedProcess) -> None: ...
+
+    def publish(self, event: Event, extra: EventCallback | None = None) -> None: ...
+
+    async def gateway(self) -> Gateway: ...
 
 
 class _Activation:
@@ -128,65 +144,32 @@ initialized and has the run, or idles between a continuable run's activations), 
 child is being taken down), `done` (the result is ready and the child is gone)."""
 
 
-def launcher_name(spec: str | Launcher) -> str:
-    """How a result names its launcher: the spec as given (`bwrap-net`, `ssh:HOST`), or a
-    `Launcher` object's name."""
-    return spec if isinstance(spec, str) else spec.name
-
-
-class RunBody(Protocol):
-    """A provider's way to obtain and drive a run's child, in place of a tether child."""
-
-    prompts: int
-    """User turns sent to the agent (the result's `turnCount`)."""
-
-    async def drive(self, handle: RunHandle, observed: Observed) -> RunResult | None:
-        """Run the child to its answer (`None`: no answer, `observed` says why), filling
-        `observed` as things happen; never raises for what the child did."""
-        ...
-
-    async def cancel(self, reason: str) -> None:
-        """Ask the agent to stop; the handle cuts the run if it has not ended within the
-        config's cancel grace."""
-        ...
-
-
 class RunHandle:
     """One run in one child. Await `result()`; `cancel()` aborts it. A continuable run takes
     follow-ups with `message()` while its child lives; `close()` lets the child go."""
 
-    def __init__(
-        self,
-        sup: Supervisor,
-        params: AgentRunParams,
-        config: ChildConfig,
-        limits: Limits,
-        containment: Host,
-        models: RunModels,
-        approve: ApprovePolicy | None,
-        on_event: EventCallback | None,
-        parent_tools: Sequence[ParentTool] = (),
-        on_turn: TurnHook | None = None,
-        continuation: Continuation | None = None,
-        isolation: Choice | None = None,
-        body: RunBody | None = None,
-    ) -> None:
-        self.run_id = params.run_id
-        self._sup = sup
-        self._params = params
-        self._config = config
-        self._limits = limits
-        self.host = containment
+    def __init__(self, host: RunHost, plan: RunPlan) -> None:
+        self.run_id = plan.run_id
+        self._sup = host
+        self._plan = plan
+        self._params = plan.params
+        self._config = plan.config
+        self._limits = plan.limits
+        self.host = plan.tier
         """The containment tier this run's child is under."""
-        self.isolation = isolation or Choice("process")
+        self.isolation = plan.isolation
         """The isolation level this run's child gets (and why it is weaker, if it is)."""
-        self._on_event = on_event
-        self._models = models
-        self._approve = approve
-        self._parent_tools = parent_tools
-        self._on_turn = on_turn
-        self._continuation = continuation
-        self._first = self._activation(None, params.agent.token_budget)
+        self.provider = plan.provider
+        """The name of the provider that carries the run."""
+        self.labels: Mapping[str, str] = plan.labels
+        """What the caller named the run (`RunSpec.labels`)."""
+        self._on_event = plan.on_event
+        self._models = plan.models
+        self._approve = plan.approve
+        self._parent_tools = plan.parent_tools
+        self._on_turn = plan.on_turn
+        self._continuation = plan.continuation
+        self._first = self._activation(None, plan.params.agent.token_budget)
         self._latest = self._first
         self._current: _Activation | None = self._first
         """The activation the child is working on, if any."""
@@ -199,13 +182,13 @@ class RunHandle:
         self._gone = anyio.Event()
         self._messages = anyio.Semaphore(1)
         self._child: SupervisedChild | None = None
-        self._body = body
+        self._body: RunBody | None = plan.body
         self._body_observed: Observed | None = None
         self._outer_scope = anyio.CancelScope()
         self._stopping = False
         self.pid: int | None = None
         """The child's process id, once it is spawned (`None` before, and when none was)."""
-        self.launcher = launcher_name(config.launcher)
+        self.launcher = launcher_name(plan.config.launcher)
         """The launcher the child's command runs under."""
         self.spawner: str | None = None
         """How its child was started (`zygote` or `exec`), once it is spawned."""
@@ -233,12 +216,28 @@ class RunHandle:
         return self._limits
 
     @property
-    def supervisor(self) -> Supervisor:
-        return self._sup
+    def models(self) -> RunModels:
+        """The models the parent resolved for the run (`main_name`: the model it bills)."""
+        return self._models
+
+    @property
+    def plan(self) -> RunPlan:
+        return self._plan
 
     def publish(self, event: Event) -> None:
         """Hand `event` to the run's own callback and the supervisor's subscribers."""
         self._sup.publish(event, self._on_event)
+
+    async def gateway(self) -> Gateway:
+        """The model gateway of the run's supervisor (for a foreign agent's model client)."""
+        return await self._sup.gateway()
+
+    def register(self, child: SupervisedProcess) -> None:
+        """A process of this run is alive: the keeper and the exit hook know it from now on."""
+        self._sup.register(child)
+
+    def unregister(self, child: SupervisedProcess) -> None:
+        self._sup.unregister(child)
 
     async def result(self) -> RunResult:
         """The result of the run's prompt (a continuable run's first activation)."""
@@ -279,7 +278,7 @@ class RunHandle:
         (`with anyio.move_on_after(2): rtt = await handle.ping()`). An answered ping is the
         child speaking, so it re-arms the run's idle clock like any message from the child."""
         child = self._child
-        if child is None or self.state != "running":
+        if child is None or self.state != "running" or child.held is not None:
             return None
         started = time.perf_counter()
         try:
@@ -292,13 +291,16 @@ class RunHandle:
         """Wait until the run has ended and its child is gone (shielded callers use this)."""
         await self._gone.wait()
 
-    async def message(self, text: str, *, token_budget: int | None = None) -> RunResult | None:
+    async def message(
+        self, text: str, *, token_budget: int | None = None, budgets: Sequence[Budget] = ()
+    ) -> RunResult | None:
         """Continue a continuable run with a follow-up message (`agent/message`) in the same
         child, after the activation in progress if there is one. The follow-up's result, or
         `None` when the child is gone or going (keep-alive passed, it died, it was closed)
         before it took the message: start a fresh child then. `token_budget` caps this
-        activation's tokens (default: the definition's). Never raises for what the child does;
-        a cancelled caller's activation is cut first."""
+        activation's tokens (default: the definition's); `budgets`: more budgets its turns draw
+        from (a delegation tree's). Never raises for what the child does; a cancelled caller's
+        activation is cut first."""
         if self._continuation is None:
             raise RuntimeError(f"run {self.run_id} is not continuable")
         async with self._messages:
@@ -306,7 +308,7 @@ class RunHandle:
                 await self._changed.wait()
             if not self._accepting:
                 return None
-            act = self._activation(text, token_budget)
+            act = self._activation(text, token_budget, budgets)
             self._inbox = act
             self._wake.set()
             try:
@@ -358,7 +360,9 @@ class RunHandle:
 
     # --- the run ------------------------------------------------------------------------------
 
-    def _activation(self, message: str | None, token_budget: int | None) -> _Activation:
+    def _activation(
+        self, message: str | None, token_budget: int | None, budgets: Sequence[Budget] = ()
+    ) -> _Activation:
         act = _Activation(message)
         act.broker = Broker(
             self.run_id,
@@ -367,6 +371,7 @@ class RunHandle:
             lambda ev: self._sup.publish(ev, self._on_event),
             max_turns=self._params.agent.max_iterations,
             token_budget=token_budget,
+            budgets=(*self._plan.budgets, *budgets),
             on_exhausted=lambda why: self._budget_exhausted(act, why),
             parent_tools=self._parent_tools,
             on_turn=self._on_turn,
@@ -522,12 +527,19 @@ class RunHandle:
                 child.cut_off = not child.observed.answered
             if act.answer is None or self._continuation is None:
                 return
+            # Between activations nothing of the child's tree runs, and nothing it asks is
+            # served: its result is checked against a still tree, and no model turn is served
+            # outside an activation (see the module docstring).
+            assert act.broker is not None
+            act.broker.close(IDLE)
+            await child.hold_still()
             self._resolve(act, child.observed)
             self._current = None
             if self._closing or not self._keeps_runs(child):
                 return
             act = await self._next_message(child)
             if act is not None:
+                child.resume()
                 _fresh_activation(child.observed)
 
     def _keeps_runs(self, child: SupervisedChild) -> bool:

@@ -10,7 +10,7 @@ import pytest
 from child_harness import ChildProcess, assistant, run_params
 
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import AgentDefinition, ToolApproveParams, ToolApproveResult
 
 MUTATIONS = [

@@ -25,7 +25,7 @@ import pytest
 from tether.parent.process.cgroups import ChildCgroup, sweep_stale
 from tether.parent.process.host import host
 from tether.parent.process.limits import DisposePolicy, Limits
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 

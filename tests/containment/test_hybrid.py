@@ -26,7 +26,7 @@ import pytest
 from tether.parent.process.cgroups import ChildCgroup
 from tether.parent.process.host import TIERS, Host, available, choose, host, probe
 from tether.parent.process.limits import DisposePolicy, Limits
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 CHILDREN = Path(__file__).parent.parent / "children"
 FORK_LOOP = (

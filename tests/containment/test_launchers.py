@@ -30,7 +30,7 @@ from tether.parent.process.launchers import (
     resolve_launcher,
 )
 from tether.parent.process.limits import DisposePolicy, Limits
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 

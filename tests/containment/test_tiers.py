@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tether.parent.process.host import TIERS, available, host, probe
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 

@@ -266,7 +266,7 @@ def test_the_cli_offers_exactly_the_tools_formats() -> None:
 
 def test_importing_the_supervisor_does_not_import_the_schema_validator() -> None:
     code = (
-        "import sys, tether.parent.run.supervisor, tether.parent.cli.main; "
+        "import sys, tether.parent.supervisor, tether.parent.cli.main; "
         "sys.exit(1 if 'jsonschema' in sys.modules else 0)"
     )
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=False)

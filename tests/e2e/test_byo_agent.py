@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 
 AGENT = Path(__file__).resolve().parents[2] / "examples" / "agents" / "summarizer.py"
 SCRIPT = '[{"text": "Two files about inventory."}]'

@@ -15,7 +15,7 @@ import pytest
 
 from tether.parent import models as model_registry
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 from tether.protocol import ErrorCode
 from tether.protocol.messages import AgentDefinition
 

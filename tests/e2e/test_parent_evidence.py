@@ -16,7 +16,7 @@ import pytest
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process.limits import DisposePolicy, Limits
 from tether.parent.run.events import ChildEvent, Event
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import RUNGS
 
 pytestmark = pytest.mark.anyio

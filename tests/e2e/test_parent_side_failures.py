@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import (
     AgentDefinition,
     ModelCompleteParams,

@@ -12,7 +12,7 @@ import pytest
 
 from tether.parent.process.limits import DisposePolicy
 from tether.parent.run.events import ChildEvent, Event, RunStarted
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,7 @@ import pytest
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process.limits import Limits
 from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import AgentDefinition
 
 pytestmark = pytest.mark.anyio

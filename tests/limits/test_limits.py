@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tether.parent.process.limits import DisposePolicy, Limits
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,7 @@ from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process.config import DEFAULT_COMMAND
 from tether.parent.process.limits import Limits, parse_duration, parse_size
 from tether.parent.run.checks import idle_warning, limits_from_flags
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import HEARTBEAT_SECONDS
 
 UNITS = (("h", 3600), ("m", 60), ("s", 1), ("ms", 0.001))

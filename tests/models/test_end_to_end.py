@@ -16,7 +16,7 @@ import pytest
 from model_server import ModelServer, Reply
 
 from tether.parent.process.limits import Limits
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import Usage
 
 pytestmark = pytest.mark.anyio

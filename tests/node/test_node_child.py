@@ -12,7 +12,7 @@ from tether.parent.conformance import CHECK_NAMES, run_suite
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process.limits import Limits
 from tether.parent.run.events import ChildEvent, Event
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import (
     AgentDefinition,
     ChatMessage,

@@ -7,7 +7,7 @@ import sys
 
 import anyio
 
-from tether.parent.run.supervisor import PoolSpec, Supervisor
+from tether.parent.supervisor import PoolSpec, Supervisor
 
 
 async def main() -> None:

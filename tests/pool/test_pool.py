@@ -14,7 +14,7 @@ import pytest
 
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process.limits import Limits
-from tether.parent.run.supervisor import ChildConfig, PoolSpec, Supervisor
+from tether.parent.supervisor import ChildConfig, PoolSpec, Supervisor
 
 pytestmark = pytest.mark.anyio
 

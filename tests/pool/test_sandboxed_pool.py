@@ -10,7 +10,7 @@ import pytest
 
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process.isolation import probe_host
-from tether.parent.run.supervisor import ChildConfig, PoolSpec, Supervisor
+from tether.parent.supervisor import ChildConfig, PoolSpec, Supervisor
 
 pytestmark = [
     pytest.mark.anyio,

@@ -61,6 +61,6 @@ def test_an_initialized_child_answers_a_run_after_loading_the_machinery_in_the_b
 
 
 def test_the_cli_and_the_supervisor_load_no_http_client() -> None:
-    loaded = _modules_after("import tether.parent.cli.main, tether.parent.run.supervisor")
+    loaded = _modules_after("import tether.parent.cli.main, tether.parent.supervisor")
     assert not {m for m in loaded if m.split(".")[0] in ("httpx", "httpcore", "h11", "ssl")}
     assert "tether.parent.models.openai" not in loaded

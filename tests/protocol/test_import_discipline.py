@@ -113,7 +113,7 @@ def test_the_inprocess_provider_imports_the_child_runtime_only_inside_its_run() 
 def test_importing_the_supervisor_and_its_providers_loads_no_child_code() -> None:
     code = (
         "import json, sys\n"
-        "import tether.parent.run.supervisor, tether.parent.providers.builtin\n"
+        "import tether.parent.supervisor, tether.parent.providers.builtin\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('tether.child') "
         "or m == 'acp')))\n"
     )

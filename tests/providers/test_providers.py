@@ -17,8 +17,8 @@ import pytest
 from tether.parent import ChildConfig, Limits, ScriptedModel, Supervisor
 from tether.parent.process.isolation import probe_host
 from tether.parent.process.limits import DisposePolicy
-from tether.parent.providers.base import Provider, SubagentRequest, SubagentRun
 from tether.parent.run.events import ChildEvent, Event, RunStarted
+from tether.parent.run.provider import Provider, SubagentRequest, SubagentRun
 from tether.protocol.messages import (
     AgentDefinition,
     ChatMessage,

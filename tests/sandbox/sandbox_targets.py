@@ -21,7 +21,7 @@ from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process.isolation import probe_host
 from tether.parent.process.limits import DisposePolicy
 from tether.parent.run.events import Event, RunStarted
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import RunResult
 
 HERE = Path(__file__).parent

@@ -30,7 +30,7 @@ from sandbox_targets import (
 
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process import zygote as zygote_module
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 
 pytestmark = [pytest.mark.anyio, needs_sandbox]
 

@@ -14,7 +14,7 @@ import anyio
 import pytest
 from sandbox_targets import CHILDREN, HERE, PY, WHY_NOT, config, needs_root, needs_sandbox
 
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 
 pytestmark = [pytest.mark.anyio, needs_root]
 

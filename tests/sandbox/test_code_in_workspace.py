@@ -14,7 +14,7 @@ from sandbox_targets import config, needs_root, needs_sandbox, run_bash
 
 import tether.contain
 from tether.parent.process.isolation import code_inside, workspace_problem
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,7 @@ import pytest
 from sandbox_targets import CHILDREN, PY, config
 
 from tether.parent.process.isolation import FORCE_ABI_ENV, choose_level, probe_host
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 
 pytestmark = pytest.mark.anyio
 ANSWER = CHILDREN / "answer_and_exit.py"

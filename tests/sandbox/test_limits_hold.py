@@ -18,7 +18,7 @@ from sandbox_targets import CHILDREN, HERE, PY, config, needs_root, needs_sandbo
 
 from tether.contain.plan import DEFAULT_SANDBOX_ID
 from tether.parent.process.limits import Limits
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 
 pytestmark = [pytest.mark.anyio, needs_sandbox, needs_root]
 GREEDY = HERE / "greedy_child.py"

@@ -53,7 +53,7 @@ def _usable() -> str | None:
             f"PYTHONPATH={':'.join(PROJECT)}",
             DEBIAN_PY,
             "-c",
-            "import sys, tether.parent.run.supervisor; assert sys.version_info >= (3, 11)",
+            "import sys, tether.parent.supervisor; assert sys.version_info >= (3, 11)",
         ],
         capture_output=True,
         text=True,

@@ -19,7 +19,7 @@ from tether.parent.process.cgroups import ChildCgroup, cgroupfs_mount_points
 from tether.parent.process.host import Host
 from tether.parent.process.launchers import Local, resolve_launcher
 from tether.parent.process.spawn import sealed_in_cgroup
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 
 pytestmark = pytest.mark.anyio
 SPAWNERS = pytest.mark.parametrize("spawner", ["exec", "zygote"])

@@ -14,7 +14,7 @@ import pytest
 from sandbox_targets import PY, config, needs_root, needs_sandbox, run_bash
 
 from tether.parent.process import zygote as zygote_module
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import RunResult
 
 pytestmark = [pytest.mark.anyio, needs_sandbox]

@@ -21,7 +21,7 @@ import msgspec
 
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process.limits import DisposePolicy
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 PY = sys.executable
 

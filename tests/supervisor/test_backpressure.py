@@ -11,7 +11,7 @@ import pytest
 
 from tether.parent.process.limits import Limits
 from tether.parent.run.broker import MAX_MODEL_CALLS
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import (
     AgentDefinition,
     ChatMessage,

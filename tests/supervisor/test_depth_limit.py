@@ -15,7 +15,7 @@ import pytest
 
 from tether.parent.process.limits import DisposePolicy
 from tether.parent.run.events import ChildEvent, Event
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol import DEFAULT_MAX_MESSAGE_DEPTH
 
 pytestmark = pytest.mark.anyio

@@ -22,7 +22,7 @@ import pytest
 
 from tether.parent.process.limits import DisposePolicy, Limits
 from tether.parent.run.events import Event, RunStarted
-from tether.parent.run.supervisor import ChildConfig, RunHandle, Supervisor
+from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
 from tether.protocol.messages import (
     ChatMessage,
     ModelCompleteParams,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tether.parent.process.limits import DisposePolicy
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 
 @pytest.mark.anyio

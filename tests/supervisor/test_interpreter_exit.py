@@ -10,8 +10,9 @@ import anyio
 import psutil
 import pytest
 
+from tether.parent.run.core import _dispose_at_exit
 from tether.parent.run.events import ChildEvent, Event
-from tether.parent.run.supervisor import Supervisor, _dispose_at_exit
+from tether.parent.supervisor import Supervisor
 
 CHILDREN = Path(__file__).resolve().parent.parent / "children"
 

@@ -16,7 +16,7 @@ import pytest
 from tether.parent.process.limits import DisposePolicy
 from tether.parent.process.tree import marker_prefix, new_tree_marker
 from tether.parent.run.events import Event, RunStarted
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 

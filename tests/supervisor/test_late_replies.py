@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from tether.parent.process.limits import DisposePolicy, Limits
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import RunResult
 
 pytestmark = pytest.mark.anyio

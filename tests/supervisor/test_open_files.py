@@ -14,7 +14,7 @@ import pytest
 
 HOST = """
 import anyio, json, resource, sys
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import ChatMessage, ModelCompleteResult, ToolCall, Usage
 
 class Echo:

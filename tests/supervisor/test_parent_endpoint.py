@@ -9,7 +9,7 @@ import pytest
 
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.run.events import Event
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 
 CHILDREN = Path(__file__).resolve().parent.parent / "children"
 

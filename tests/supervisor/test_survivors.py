@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tether.parent.process.supervised import SupervisedChild
-from tether.parent.run.supervisor import Supervisor
+from tether.parent.supervisor import Supervisor
 
 
 @pytest.mark.anyio

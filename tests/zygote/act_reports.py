@@ -12,7 +12,7 @@ import psutil
 
 from tether.parent.process.host import host
 from tether.parent.run.events import ChildEvent, Event
-from tether.parent.run.supervisor import RunHandle, Supervisor
+from tether.parent.supervisor import RunHandle, Supervisor
 
 HERE = Path(__file__).parent
 ACT = f"{HERE / 'agents.py'}:act"

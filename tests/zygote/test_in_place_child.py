@@ -31,7 +31,7 @@ from tether.parent.process.env import build_child_env
 from tether.parent.process.isolation import trampoline_in_place
 from tether.parent.process.limits import DisposePolicy, Limits
 from tether.parent.process.proc import TRAMPOLINE, ChildProcess, SpawnSpec
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 

@@ -21,7 +21,7 @@ from act_reports import cgroups_named
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process.limits import DisposePolicy
 from tether.parent.run.events import Event, RunStarted
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import RunResult
 
 pytestmark = pytest.mark.anyio

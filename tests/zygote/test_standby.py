@@ -19,7 +19,7 @@ from act_reports import ACT, HERE, gone_or_zombie
 
 from tether.parent.process import zygote as zygote_module
 from tether.parent.process.zygote import Zygote
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
 

@@ -20,7 +20,7 @@ from tether.parent.process.cgroups import ChildCgroup
 from tether.parent.process.host import host
 from tether.parent.process.limits import DisposePolicy, Limits
 from tether.parent.process.zygote import Zygote, standby_pids
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = [
     pytest.mark.anyio,

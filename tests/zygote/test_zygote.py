@@ -31,7 +31,7 @@ from tether.parent.process.proc import SpawnError
 from tether.parent.process.tree import TREE_ENV
 from tether.parent.process.zygote import Zygote, ZygoteProcess
 from tether.parent.run.events import RunStarted
-from tether.parent.run.supervisor import ChildConfig, PoolSpec, Supervisor
+from tether.parent.supervisor import ChildConfig, PoolSpec, Supervisor
 
 pytestmark = pytest.mark.anyio
 

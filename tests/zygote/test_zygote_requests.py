@@ -22,7 +22,7 @@ from tether.parent.process.host import host
 from tether.parent.process.limits import DisposePolicy
 from tether.parent.process.proc import SpawnError
 from tether.parent.process.zygote import Zygote
-from tether.parent.run.supervisor import ChildConfig, RunHandle, Supervisor
+from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
 
 pytestmark = pytest.mark.anyio
 

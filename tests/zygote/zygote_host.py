@@ -10,7 +10,7 @@ import anyio
 
 from tether.parent.process.limits import DisposePolicy
 from tether.parent.run.events import ChildEvent, Event
-from tether.parent.run.supervisor import ChildConfig, Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

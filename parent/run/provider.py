@@ -49,18 +49,17 @@ import shlex
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.isolation import Choice, GatewayNetwork
-from tether.parent.process.launchers import resolve_launcher
+from tether.parent.process.launchers import launcher_name, resolve_launcher
 from tether.parent.process.proc import SpawnError
 from tether.parent.process.spawn import child_env, missing_command, spawn_child
 from tether.parent.run.classify import Observed
 from tether.parent.run.events import ChildEvent, Event, RunStarted
-from tether.parent.run.handle import launcher_name
 from tether.protocol.messages import (
     AgentDefinition,
     AgentRunParams,
@@ -79,7 +78,6 @@ if TYPE_CHECKING:
     from tether.parent.process.limits import Limits
     from tether.parent.process.supervised import SupervisedProcess
     from tether.parent.run.broker import Broker
-    from tether.parent.run.handle import RunHandle
 
 log = logging.getLogger("tether.parent")
 
@@ -130,6 +128,12 @@ class Provider:
     """One line for `tether doctor`, the docs, and the task tool's `agentType`."""
     isolated: bool = True
     """Runs out of the parent's process (so a model may pick it per task call)."""
+    tether_runtime: bool = False
+    """Runs tether's own child runtime (spawn, fork, inprocess): it hosts custom agents
+    (`module:callable`), and its built-in loop needs a model."""
+    once_because: str = "it drives its own agent"
+    """Why a provider that drives its own run cannot keep it for follow-ups (said in the
+    error when a continuable run is asked of it)."""
 
     def problem(self, argument: str | None = None) -> str | None:
         """Why this provider cannot run here with `argument` (`None`: it can)."""
@@ -241,11 +245,54 @@ def command_of(argument: str | None, what: str) -> list[str] | None:
 # --- what a provider that drives its own run is handed ---------------------------------------
 
 
+class RunSeat(Protocol):
+    """What a provider's run may use of the run that carries it (a `RunHandle` is one)."""
+
+    run_id: str
+    pid: int | None
+    isolation: Choice
+    host: Host
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def limits(self) -> Limits: ...
+
+    @property
+    def params(self) -> AgentRunParams: ...
+
+    def publish(self, event: Event) -> None: ...
+
+    async def gateway(self) -> Gateway: ...
+
+    def register(self, child: SupervisedProcess) -> None: ...
+
+    def unregister(self, child: SupervisedProcess) -> None: ...
+
+
+class RunBody(Protocol):
+    """A provider's way to obtain and drive a run's child, in place of a tether child."""
+
+    prompts: int
+    """User turns sent to the agent (the result's `turnCount`)."""
+
+    async def drive(self, seat: RunSeat, observed: Observed) -> RunResult | None:
+        """Run the child to its answer (`None`: no answer, `observed` says why), filling
+        `observed` as things happen; never raises for what the child did."""
+        ...
+
+    async def cancel(self, reason: str) -> None:
+        """Ask the agent to stop; the handle cuts the run if it has not ended within the
+        config's cancel grace."""
+        ...
+
+
 class SubagentRun:
     """The run a provider's `run()` carries out; see the module docstring."""
 
     def __init__(
-        self, handle: RunHandle, request: SubagentRequest, observed: Observed, provider: Provider
+        self, handle: RunSeat, request: SubagentRequest, observed: Observed, provider: Provider
     ) -> None:
         self._handle = handle
         self.request = request
@@ -342,7 +389,7 @@ class SubagentRun:
     async def gateway(self) -> Gateway:
         """The supervisor's model gateway (started on first use, closed with the
         supervisor)."""
-        return await self._handle.supervisor.gateway()
+        return await self._handle.gateway()
 
     @asynccontextmanager
     async def spawn(
@@ -388,8 +435,7 @@ class SubagentRun:
         self.observed.limits = handle.limits
         child.observed = self.observed
         handle.pid = child.pid
-        sup = handle.supervisor
-        sup.register(child)
+        handle.register(child)
         try:
             handle.publish(
                 RunStarted(self.run_id, child.pid, tuple(cfg.command), launcher_name(cfg.launcher))
@@ -397,7 +443,7 @@ class SubagentRun:
             async with child:
                 yield child
         finally:
-            sup.unregister(child)
+            handle.unregister(child)
             failed = child.spawn_failure()
             if failed:
                 self.observed.spawn_error = f"cannot start {cfg.command[0]!r}: {failed}"
@@ -414,7 +460,7 @@ class ProviderBody:
         self._run: SubagentRun | None = None
         self._cancel_reason: str | None = None
 
-    async def drive(self, handle: RunHandle, observed: Observed) -> RunResult | None:
+    async def drive(self, handle: RunSeat, observed: Observed) -> RunResult | None:
         run = SubagentRun(handle, self.request, observed, self.provider)
         self._run = run
         if self._cancel_reason is not None:

@@ -1,0 +1,247 @@
+"""The one planning step: a `RunSpec` and this host in, a `RunPlan` out — or `ValueError`.
+
+Theory of operation
+-------------------
+`plan(spec, ctx)` is where every bad request is found, before anything is spawned, for every
+way a run starts (see `spec.py`). It does, in order:
+
+1. the provider: `spec.provider` (a name of the supervisor's registry, `NAME:ARGUMENT`, or a
+   `Provider`), `command` when a command is given, else `spawn`;
+2. the agent: a role name, a definition, or a custom agent (`module:callable`,
+   `file.py:callable`), which runs in tether's own runtime only;
+3. the workspace (an existing directory, made absolute) and the child config (the caller's or
+   the supervisor's, with the command);
+4. the provider's `prepare` (its argument, a fork's transcript — the caller's completed turns
+   as the parent's broker recorded them), the containment tier, the launcher, the spawner, and
+   the isolation level the provider gives (a sandbox needs a workspace it can protect);
+5. the models, resolved in the parent (`broker.resolve_models`: the caller's model wins over
+   the definition's; model strings from the wire are never resolved);
+6. the request as the child will read it (`agent/run` parameters; too large for one message is
+   bad usage), whether the provider can keep a run for follow-ups, whether the agent needs a
+   model it has none of, and the idle limit against tether's heartbeats (a warning).
+
+Nothing here changes state: it reads the host's facts (probed once per process), the files a
+request names, and model scripts (off the event loop). `check_agent` and `check_config` are the
+parts a placement on another node shares (`RayPlacement` plans the rest on the node).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tether.parent.process.config import ChildConfig
+from tether.parent.process.host import Host, host
+from tether.parent.process.isolation import Choice, choose_level, probe_host, workspace_problem
+from tether.parent.process.launchers import resolve_launcher
+from tether.parent.process.limits import Limits
+from tether.parent.process.spawn import check_spawner
+from tether.parent.run.broker import ApprovePolicy, ParentTool, RunModels, TurnHook, resolve_models
+from tether.parent.run.budget import Budget
+from tether.parent.run.checks import check_model, warn_idle
+from tether.parent.run.provider import (
+    Provider,
+    ProviderBody,
+    ProviderRegistry,
+    RunBody,
+    SubagentRequest,
+)
+from tether.parent.run.roles import resolve_agent
+from tether.parent.run.spec import Continuation, EventCallback, NamedModel, RunSpec
+from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
+from tether.protocol.messages import AgentDefinition, AgentRunParams
+from tether.protocol.methods import AGENT_RUN
+
+_run_ids = itertools.count(1)
+
+FOLLOW_UP_PROVIDERS = "spawn, fork or command (a child that announces agentMessage)"
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What a plan depends on besides the spec: the supervisor's providers and default config."""
+
+    providers: ProviderRegistry
+    config: ChildConfig
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything a run handle needs, decided before the spawn."""
+
+    spec: RunSpec
+    run_id: str
+    params: AgentRunParams
+    config: ChildConfig
+    limits: Limits
+    tier: Host
+    isolation: Choice
+    models: RunModels
+    provider: str
+    """The name of the provider that carries the run."""
+    body: RunBody | None
+    """A provider's own way of running it (`None`: a tether child of `config`)."""
+    continuation: Continuation | None = None
+    approve: ApprovePolicy | None = None
+    on_event: EventCallback | None = None
+    parent_tools: Sequence[ParentTool] = ()
+    on_turn: TurnHook | None = None
+    budgets: Sequence[Budget] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def check_agent(spec: RunSpec) -> tuple[AgentDefinition, str | None]:
+    """The run's wire definition, and the `module:callable` of a custom agent (else `None`);
+    raises `ValueError` for an unknown role or a bad agent spec."""
+    agent = spec.agent
+    if isinstance(agent, str) and ":" in agent:
+        impl = custom_agent(agent, spec.command)
+        return AgentDefinition(type="custom", description=f"custom agent {impl}"), impl
+    return resolve_agent(agent), None
+
+
+def check_config(spec: RunSpec, default: ChildConfig, impl: str | None) -> ChildConfig:
+    """The child config of the run: the caller's or the default, with the caller's command and
+    a custom agent's `--agent` argument."""
+    cfg = spec.config or default
+    if spec.command is not None:
+        if not spec.command:
+            raise ValueError("command must not be empty")
+        cfg = dataclasses.replace(cfg, command=tuple(spec.command))
+    if impl is not None:
+        cfg = dataclasses.replace(cfg, command=(*cfg.command, "--agent", impl))
+    return cfg
+
+
+def custom_agent(spec: str, command: Sequence[str] | None) -> str:
+    """Check a `module:callable` or `path.py:callable` agent spec; file paths become absolute
+    because the child runs isolated (`-I`) and resolves nothing against our working directory."""
+    if command is not None:
+        raise ValueError("a custom agent runs in tether's own child; it cannot take a command")
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr.isidentifier():
+        raise ValueError(f"agent {spec!r}: expected module:callable or path/to/file.py:callable")
+    if target.endswith(".py"):
+        path = Path(target).resolve()
+        if not path.is_file():
+            raise ValueError(f"agent {spec!r}: no such file {str(path)!r}")
+        return f"{path}:{attr}"
+    if not all(part.isidentifier() for part in target.split(".")):
+        raise ValueError(f"agent {spec!r}: {target!r} is not a module name")
+    return spec
+
+
+def check_request_size(params: AgentRunParams) -> None:
+    size = len(encode_request(0, AGENT_RUN.name, params)) - 1
+    if size > DEFAULT_MAX_MESSAGE_BYTES:
+        raise ValueError(
+            f"the run's request is {size} bytes, more than a child reads in one message "
+            f"({DEFAULT_MAX_MESSAGE_BYTES}); put large inputs in the workspace instead"
+        )
+
+
+def new_run_id() -> str:
+    return f"run-{os.getpid()}-{next(_run_ids)}"
+
+
+async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
+    """The plan of one run (see the module docstring); raises `ValueError` for bad usage."""
+    name = spec.provider
+    if name is None:
+        name = "command" if spec.command is not None else "spawn"
+    chosen, argument = ctx.providers.select(name)
+    definition, impl = check_agent(spec)
+    if impl is not None and chosen.drives_itself and chosen.isolated:
+        raise ValueError(
+            f"a custom agent runs in tether's own runtime; provider {chosen.name!r} "
+            "runs something else (use spawn, fork or inprocess)"
+        )
+    ws = Path(spec.workspace).resolve()
+    if not ws.is_dir():
+        raise ValueError(f"workspace {str(spec.workspace)!r} is not a directory")
+    cfg = check_config(spec, ctx.config, impl)
+    fork = spec.fork_from
+    request = chosen.prepare(
+        SubagentRequest(
+            run_id=spec.run_id or new_run_id(),
+            prompt=spec.prompt,
+            agent=definition,
+            workspace=str(ws),
+            config=cfg,
+            history=tuple(spec.history),
+            description=spec.description,
+            argument=argument,
+            caller_turns=tuple(fork.broker.completed_turns()) if fork is not None else (),
+            parent_tools=tuple(t.spec for t in spec.parent_tools),
+            command_given=spec.command is not None,
+        )
+    )
+    cfg = request.config
+    tier = host(cfg.containment)
+    launcher = resolve_launcher(cfg.launcher)  # an unknown launcher is bad usage
+    check_spawner(cfg)
+    remote = launcher.name if launcher.provides.eof_teardown_only else None
+    choice = chosen.isolation(choose_level(cfg.isolation, remote_launcher=remote), cfg)
+    if choice.level == "sandbox":
+        protects = probe_host().root and launcher.name == "local"
+        problem = workspace_problem(str(ws), protects_code=protects)
+        if problem is not None:
+            raise ValueError(problem)
+    model = spec.model
+    models = await resolve_models(
+        model.provider if isinstance(model, NamedModel) else model,
+        request.agent,
+        name=model.name if isinstance(model, NamedModel) else None,
+    )
+    params = AgentRunParams(
+        run_id=request.run_id,
+        prompt=request.prompt,
+        agent=request.agent,
+        description=request.description,
+        workspace=request.workspace,
+        history=list(request.history),
+        parent_tools=list(request.parent_tools),
+        continuable=spec.continuation is not None,
+    )
+    check_request_size(params)
+    if spec.continuation is not None and chosen.drives_itself:
+        raise ValueError(
+            f"provider {chosen.name!r} runs its agent once ({chosen.once_because}); only "
+            f"tether's own runtime keeps a run for follow-ups: use {FOLLOW_UP_PROVIDERS}"
+        )
+    if not chosen.drives_itself or not chosen.isolated:
+        # A provider that drives its own agent may need no model of ours.
+        check_model(cfg.command, request.agent, models.main is not None)
+    limits = spec.limits or Limits()
+    warn_idle(cfg.command, limits)
+    return RunPlan(
+        spec=spec,
+        run_id=request.run_id,
+        params=params,
+        config=cfg,
+        limits=limits,
+        tier=tier,
+        isolation=choice,
+        models=models,
+        provider=chosen.name,
+        body=ProviderBody(chosen, request) if chosen.drives_itself else None,
+        continuation=spec.continuation,
+        approve=spec.approve,
+        on_event=spec.on_event,
+        parent_tools=spec.parent_tools,
+        on_turn=spec.on_turn,
+        budgets=spec.budgets,
+        labels=spec.labels,
+    )
+
+
+def provider_for(providers: ProviderRegistry, spec: RunSpec) -> Provider:
+    """The provider a spec names (for callers that must know it before planning)."""
+    name = spec.provider
+    if name is None:
+        name = "command" if spec.command is not None else "spawn"
+    return providers.select(name)[0]
