@@ -110,12 +110,13 @@ class StreamEnd:
 
 
 class _Waiter:
-    __slots__ = ("done", "error", "result")
+    __slots__ = ("done", "error", "on_answer", "result")
 
-    def __init__(self) -> None:
+    def __init__(self, on_answer: Callable[[], None] | None = None) -> None:
         self.done = anyio.Event()
         self.result: Any = None
         self.error: BaseException | None = None
+        self.on_answer = on_answer
 
 
 def _no_gate(method: str) -> None:
@@ -197,22 +198,32 @@ class Endpoint:
 
     # --- sending ----------------------------------------------------------------------------
 
-    async def request(self, method: MethodSpec[P, R], params: P) -> R:
+    async def request(
+        self, method: MethodSpec[P, R], params: P, *, on_answer: Callable[[], None] | None = None
+    ) -> R:
         """Send a request and return its typed result.
 
         Raises `RemoteError` for an error reply, `RemoteProtocolError` for a result that does
         not fit, `ConnectionClosed` when the conversation ends first (or already has), and
-        `LocalProtocolError` when the request would pass the peer's byte cap.
+        `LocalProtocolError` when the request would pass the peer's byte cap. `on_answer()` is
+        called the moment the answer is read, in the reader, before any later message of the
+        peer is acted on (whatever the peer sends after its answer sees its effect).
         """
-        result: R = await self.request_raw(method, params)
+        result: R = await self.request_raw(method, params, on_answer=on_answer)
         return result
 
-    async def request_raw(self, method: MethodSpec[Any, Any] | str, params: Any) -> Any:
+    async def request_raw(
+        self,
+        method: MethodSpec[Any, Any] | str,
+        params: Any,
+        *,
+        on_answer: Callable[[], None] | None = None,
+    ) -> Any:
         """`request` for a method outside the typed table (the conformance kit's probes)."""
         if self.end is not None:
             raise ConnectionClosed(self._why(self.end))
         rid, line = self.connection.send_request(method, params)
-        waiter = self._waiters[rid] = _Waiter()
+        waiter = self._waiters[rid] = _Waiter(on_answer)
         try:
             await self._write(line)
             await waiter.done.wait()
@@ -412,6 +423,8 @@ class Endpoint:
             waiter.error = RemoteError(err.code, err.message, err.data)
         else:
             waiter.error = RemoteProtocolError(ev.reason, ErrorCode.INVALID_PARAMS)
+        if waiter.on_answer is not None:
+            waiter.on_answer()
         waiter.done.set()
 
     # --- serving ----------------------------------------------------------------------------

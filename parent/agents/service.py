@@ -79,6 +79,7 @@ from tether.parent.agents.settings import (
 from tether.parent.agents.transcript import closing_results
 from tether.parent.process.limits import Limits
 from tether.parent.run.budget import Budget
+from tether.parent.run.evidence import recheck
 from tether.parent.run.handle import RunHandle
 from tether.parent.run.provider import Provider
 from tether.parent.run.roles import resolve_agent
@@ -560,6 +561,9 @@ class Agents:
                 note = f"the agent's session could not record this answer: {exc}"
                 message = f"{result.message}; {note}" if result.message else note
                 result = msgspec.structs.replace(result, message=message)
+        spec = self._specs.get(agent.id)
+        if spec is not None:
+            result = recheck(spec.workspace, result)  # delivered now: as the files are now
         return result
 
     def _tend(self, agent: _Agent, handle: RunHandle) -> None:

@@ -7,6 +7,8 @@ gets that method's result type back. Errors are the endpoint's (`RemoteError`,
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tether.protocol import SUPPORTED_VERSIONS, RemoteProtocolError
 from tether.protocol.messages import (
     AgentCancelParams,
@@ -49,11 +51,17 @@ class ChildSession:
         self.info = got
         return got
 
-    async def run(self, params: AgentRunParams) -> RunResult:
-        return await self._endpoint.request(AGENT_RUN, params)
+    async def run(
+        self, params: AgentRunParams, *, on_answer: Callable[[], None] | None = None
+    ) -> RunResult:
+        """`agent/run`; `on_answer()` runs the moment the answer is read, before anything the
+        child sends after it is acted on."""
+        return await self._endpoint.request(AGENT_RUN, params, on_answer=on_answer)
 
-    async def message(self, params: AgentMessageParams) -> RunResult:
-        return await self._endpoint.request(AGENT_MESSAGE, params)
+    async def message(
+        self, params: AgentMessageParams, *, on_answer: Callable[[], None] | None = None
+    ) -> RunResult:
+        return await self._endpoint.request(AGENT_MESSAGE, params, on_answer=on_answer)
 
     async def cancel(self, run_id: str, reason: str = "") -> None:
         await self._endpoint.notify(AGENT_CANCEL, AgentCancelParams(run_id=run_id, reason=reason))

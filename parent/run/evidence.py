@@ -6,6 +6,11 @@ workspace, component by component from an open directory without following any s
 is there decides the artifact's type, size and time; a path outside the workspace, missing, or
 not a file, directory or symbolic link moves to `skipped` with the reason.
 
+A result is checked again when it is delivered (`recheck`: handed to an orchestrator's model,
+an MCP client, the `tether agents` command): an artifact whose type, size or modification time
+is no longer what the result says moves to `skipped`, so nothing that changed after the check
+reaches the caller as delivered.
+
 Verdicts: a verifier's verdict is parsed by the parent from the run's final text; whatever
 verdict field a child sends is ignored. A verdict line is `VERDICT:` then `PASS`, `FAIL` or
 `PARTIAL`, case-insensitive, with spaces or markdown emphasis between them (`**VERDICT:**
@@ -25,7 +30,9 @@ import stat
 from collections.abc import Iterable
 from typing import Literal, cast
 
-from tether.protocol.messages import Artifact, FsType, SkippedPath
+import msgspec
+
+from tether.protocol.messages import Artifact, FsType, RunResult, SkippedPath
 
 Verdict = Literal["PASS", "FAIL", "PARTIAL"]
 
@@ -68,6 +75,33 @@ def check_artifacts(
         else:
             kept.append(found)
     return kept, dropped
+
+
+CHANGED = "changed after the run answered (checked again by the parent when it was delivered)"
+
+
+def recheck(workspace: str, result: RunResult) -> RunResult:
+    """`result` as it stands now: every artifact looked up again under `workspace`; one that is
+    gone or different moves to `skipped` (`CHANGED`, or why it cannot be an artifact now)."""
+    if not result.artifacts:
+        return result
+    kept: list[Artifact] = []
+    dropped = list(result.skipped)
+    for artifact in result.artifacts:
+        found = _look_up(workspace, artifact.path)
+        if isinstance(found, str):
+            dropped.append(SkippedPath(path=artifact.path, reason=found))
+        elif (found.fs_type, found.size, found.modified_at) != (
+            artifact.fs_type,
+            artifact.size,
+            artifact.modified_at,
+        ):
+            dropped.append(SkippedPath(path=artifact.path, reason=CHANGED))
+        else:
+            kept.append(artifact)
+    if len(kept) == len(result.artifacts):
+        return result
+    return msgspec.structs.replace(result, artifacts=kept, skipped=dropped)
 
 
 def _relative_parts(workspace: str, path: str) -> list[str] | None:

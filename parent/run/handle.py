@@ -97,8 +97,8 @@ if TYPE_CHECKING:
     from tether.parent.gateway import Gateway
 
 IDLE = (
-    "the run is idle between activations: the parent serves no model turn, approval or parent "
-    "tool until the next message"
+    "the run has answered: the parent serves it no model turn, approval or parent tool until "
+    "its next message (a continuable run idles between activations)"
 )
 REPORT_CHARS = 16_000
 """The longest report text handed to a `ReportHook` (the child's `report` tool cuts there too)."""
@@ -455,6 +455,8 @@ class RunHandle:
             act.drive = drive
             act.answer = await body.drive(self, observed)
         act.drive = None
+        assert act.broker is not None
+        act.broker.close(IDLE)
         self._stopping = True
         return observed
 
@@ -530,8 +532,6 @@ class RunHandle:
             # Between activations nothing of the child's tree runs, and nothing it asks is
             # served: its result is checked against a still tree, and no model turn is served
             # outside an activation (see the module docstring).
-            assert act.broker is not None
-            act.broker.close(IDLE)
             await child.hold_still()
             self._resolve(act, child.observed)
             self._current = None
@@ -660,11 +660,20 @@ class RunHandle:
             if idle is not None:
                 tg.start_soon(self._watch_idle, child, act, idle, time.monotonic())
             try:
+                # Once the child has answered, nothing it asks is served (no turn outside an
+                # activation); closed in the reader, before the child's next message is read.
+                closed = act.broker
+                assert closed is not None
+
+                def answered() -> None:
+                    closed.close(IDLE)
+
                 if act.message is None:
-                    answer = await child.session.run(self._params)
+                    answer = await child.session.run(self._params, on_answer=answered)
                 else:
                     answer = await child.session.message(
-                        AgentMessageParams(run_id=self.run_id, message=act.message)
+                        AgentMessageParams(run_id=self.run_id, message=act.message),
+                        on_answer=answered,
                     )
             except ConnectionClosed:
                 return None
