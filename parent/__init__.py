@@ -50,7 +50,7 @@ if TYPE_CHECKING:
         AgentUnavailable,
         CannotResume,
     )
-    from tether.parent.agents.tools import agent_tools, continuable_runner
+    from tether.parent.agents.tools import agent_tools
 
 # Continuable agents load the session store (SQLite) on first use, not with this package.
 _LAZY = {
@@ -61,7 +61,6 @@ _LAZY = {
     "Agents": "tether.parent.agents.service",
     "CannotResume": "tether.parent.agents.service",
     "agent_tools": "tether.parent.agents.tools",
-    "continuable_runner": "tether.parent.agents.tools",
 }
 
 
@@ -119,7 +118,6 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "agent_tools",
-    "continuable_runner",
     "host",
     "resolve_launcher",
     "resolve_model",

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -234,6 +234,13 @@ class Agents:
         agent = self._agents.get(agent_id)
         return agent is not None and agent.handle is not None and agent.handle.alive
 
+    def live_handle(self, agent_id: str) -> RunHandle | None:
+        """The run of the agent's child alive in this process, if it takes a message warm."""
+        agent = self._agents.get(agent_id)
+        if agent is None or agent.handle is None or not agent.handle.alive:
+            return None
+        return agent.handle
+
     def agent_of(self, run_id: str) -> str | None:
         """The agent whose child runs `run_id` (while it lives)."""
         return self._runs.get(run_id)
@@ -349,13 +356,15 @@ class Agents:
         on_event: EventCallback | None = None,
         budgets: Sequence[Budget] = (),
         run_id: str | None = None,
+        on_start: Callable[[RunHandle], None] | None = None,
     ) -> RunResult:
         """Continue an agent with `message`: warm in its live child here, else cold in a fresh
         one. Messages to one agent in this process are served one after another; `wait`: how
         long to wait for another process to let the agent go. `model`: for a cold resume, the
         model to use (else the one it ran with, as far as it is known here or stored).
         `budgets`: token budgets this activation draws from besides the agent's own (a
-        delegation tree's); `run_id`: the id of the child a cold resume starts.
+        delegation tree's); `run_id`: the id of the child a cold resume starts; `on_start`:
+        told the run that serves the message (warm: the live one) before it is sent.
 
         The result, stored before it is returned; never raises for what the child does. Raises
         `BadAgentId` (not an id), `AgentUnavailable` (unknown or closed), `AgentBusy` (active in
@@ -372,7 +381,7 @@ class Agents:
         try:
             async with agent.slot:
                 return await self._send(
-                    store, agent, message, wait, model, on_event, tuple(budgets), run_id
+                    store, agent, message, wait, model, on_event, tuple(budgets), run_id, on_start
                 )
         finally:
             agent.users -= 1
@@ -388,6 +397,7 @@ class Agents:
         on_event: EventCallback | None,
         budgets: tuple[Budget, ...],
         run_id: str | None,
+        on_start: Callable[[RunHandle], None] | None,
     ) -> RunResult:
         summary = await store.get(agent.id)
         if summary is None or summary.status == "closed":
@@ -415,6 +425,8 @@ class Agents:
             except SessionError as exc:
                 raise AgentBusy(f"agent {agent.id} could not be continued here: {exc}") from None
             user_stored = True
+            if on_start is not None:
+                on_start(handle)
             result = await handle.message(message, token_budget=cap, budgets=budgets)
             if result is not None:
                 return await self._settle(agent, result)
@@ -431,6 +443,7 @@ class Agents:
             used,
             budgets,
             run_id,
+            on_start,
         )
 
     async def _cold(
@@ -446,6 +459,7 @@ class Agents:
         used: int,
         budgets: tuple[Budget, ...],
         run_id: str | None,
+        on_start: Callable[[RunHandle], None] | None,
     ) -> RunResult:
         spec = await self._spec(store, agent.id, model)
         if not Path(spec.workspace).is_dir():
@@ -487,6 +501,8 @@ class Agents:
                     await activation.release(before)
             raise
         agent.handle, agent.recorder = handle, recorder
+        if on_start is not None:
+            on_start(handle)
         self._specs[agent.id] = spec
         self._tend(agent, handle)
         try:

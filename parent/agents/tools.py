@@ -1,7 +1,11 @@
-"""What an orchestrator's model gets to work with continuable sub-agents: `send_message` and
-`list_agents` as tools the parent serves (`ParentTool`), and a delegation runner that starts
-each task's sub-agent as a continuable agent, so the task tool's `subagentId` is an id those
-tools take.
+"""What a model gets to work with continuable agents: `send_message` and `list_agents` as tools
+the parent serves (`ParentTool`), over a supervisor's `Agents`.
+
+In a delegation (an orchestration, `tether mcp --continuable`) `send_message` is the
+delegator's instead (`Delegator.message_tool`): a follow-up there is a delegated run, through
+the same gate as a task call (budget, admission, diff, verifier, ledger, events). The tools
+here are for a model that continues agents outside a delegation; both share this module's
+specs, argument checks and answers.
 
 The tools follow the task tool's discipline: whatever goes wrong — arguments that are not what
 the schema says, a garbled or unknown id, an agent busy in another process, one that cannot be
@@ -13,20 +17,18 @@ task tool reports it, or `needs_input` with the `question` the agent asks).
     tools = agent_tools(sup.agents, parent_run="orchestration-1")
     handle = await sup.start(prompt, parent_tools=[task_tool, *tools], ...)
 
-With `parent_run`, the tools see and reach only the agents started for that orchestration
-(`continuable_runner(..., parent_run=...)` or `spawn_agent(parent_run=...)`).
+With `parent_run`, the tools see and reach only the agents started under that name
+(`spawn_agent(parent_run=...)`).
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import anyio
 import msgspec
 
 from tether.parent.agents.service import (
-    DEFAULT_KEEP_ALIVE,
     AgentBusy,
     AgentError,
     Agents,
@@ -34,14 +36,8 @@ from tether.parent.agents.service import (
 )
 from tether.parent.agents.sessions import AGENT_STATUSES, AgentSummary, BadAgentId
 from tether.parent.models import ModelProvider
-from tether.parent.process.config import ChildConfig
-from tether.parent.process.limits import Limits
 from tether.parent.run.broker import ParentTool
-from tether.parent.run.events import ChildEvent, Event
-from tether.protocol.messages import Failure, RunResult, ToolCallParams, ToolCallResult, ToolSpec
-
-if TYPE_CHECKING:
-    from tether.parent.delegation.delegator import Runner, RunRequest
+from tether.protocol.messages import RunResult, ToolCallParams, ToolCallResult, ToolSpec
 
 SEND_MESSAGE = "send_message"
 LIST_AGENTS = "list_agents"
@@ -123,35 +119,35 @@ def send_message_tool(
 ) -> ParentTool:
     async def call(params: ToolCallParams) -> ToolCallResult:
         args = params.arguments
-        problem = _check_arguments(args, required={"agent_id": str, "message": str})
+        problem = check_arguments(args, required={"agent_id": str, "message": str})
         if problem is None and not args["message"].strip():
             problem = "message: must not be empty or blank"
         if problem is not None:
-            return refused("invalid_arguments", f"Invalid arguments: {problem}.")
+            return refused_result("invalid_arguments", f"Invalid arguments: {problem}.")
         agent_id = args["agent_id"]
         try:
             if parent_run is not None:
                 store = await agents.store()
                 summary = await store.get(agent_id)
                 if summary is None or summary.parent_run != parent_run:
-                    return refused(
+                    return refused_result(
                         "unknown_agent",
                         f"No sub-agent {agent_id.strip()[:40]!r} among yours (list_agents shows "
                         "them).",
                     )
             result = await agents.send(agent_id, args["message"], wait=wait, model=model)
         except BadAgentId as exc:
-            return refused("invalid_arguments", str(exc))
+            return refused_result("invalid_arguments", str(exc))
         except AgentBusy as exc:
-            return refused("busy", f"{exc.message}; try again later")
+            return refused_result("busy", f"{exc.message}; try again later")
         except CannotResume as exc:
-            return refused("cannot_resume", exc.message)
+            return refused_result("cannot_resume", exc.message)
         except AgentError as exc:
-            return refused("unknown_agent", exc.message)
+            return refused_result("unknown_agent", exc.message)
         except ValueError as exc:
-            return refused("invalid_arguments", str(exc))
+            return refused_result("invalid_arguments", str(exc))
         if not result.run_id:  # nothing ran: the session's total budget is spent
-            return refused("budget_spent", result.message)
+            return refused_result("budget_spent", result.message)
         return ToolCallResult(content=json.dumps(answer(agent_id.strip(), result)))
 
     return ParentTool(SEND_MESSAGE_SPEC, call)
@@ -160,12 +156,12 @@ def send_message_tool(
 def list_agents_tool(agents: Agents, *, parent_run: str | None = None) -> ParentTool:
     async def call(params: ToolCallParams) -> ToolCallResult:
         args = params.arguments
-        problem = _check_arguments(args, required={}, optional={"status": str})
+        problem = check_arguments(args, required={}, optional={"status": str})
         status = args.get("status")
         if problem is None and status is not None and status not in AGENT_STATUSES:
             problem = f"status: one of {', '.join(AGENT_STATUSES)}"
         if problem is not None:
-            return refused("invalid_arguments", f"Invalid arguments: {problem}.")
+            return refused_result("invalid_arguments", f"Invalid arguments: {problem}.")
         found = await agents.list(status=status, parent_run=parent_run, limit=LISTED_MAX)
         listed = [listing(a) for a in found if a.status != "closed"]
         return ToolCallResult(content=json.dumps({"agents": listed, "count": len(listed)}))
@@ -213,12 +209,12 @@ def listing(agent: AgentSummary) -> dict[str, Any]:
     return out
 
 
-def refused(error: str, message: str) -> ToolCallResult:
+def refused_result(error: str, message: str) -> ToolCallResult:
     body = {"status": "error", "error": error, "message": message}
     return ToolCallResult(content=json.dumps(body), is_error=True)
 
 
-def _check_arguments(
+def check_arguments(
     args: object, *, required: dict[str, type], optional: dict[str, type] | None = None
 ) -> str | None:
     """The first problem with a tool's arguments, named by argument, or `None`."""
@@ -235,106 +231,3 @@ def _check_arguments(
         if name in args and not isinstance(args[name], kind):
             return f"{name}: expected a string"
     return None
-
-
-# --- the delegation runner ----------------------------------------------------------------------
-
-
-def continuable_runner(
-    agents: Agents,
-    *,
-    keep_alive: float | str = DEFAULT_KEEP_ALIVE,
-    parent_run: str | None = None,
-    model: str | ModelProvider | None = None,
-    limits: Limits | None = None,
-    config: ChildConfig | None = None,
-    poll: float = 0.25,
-) -> Runner:
-    """A `delegation.Runner` that starts each sub-agent as a continuable agent (with its own
-    session, under `parent_run`) and tells the delegator its id (`RunRequest.bind_agent`), so
-    the task result's `subagentId` is the agent id `send_message` takes. Progress events are
-    relayed, usage reported as the broker counts it, and the run cancelled once the tree's
-    budget is spent. (`SupervisorRunner(..., keep_alive=...)` does the same per definition,
-    with each definition's model and provider.)"""
-
-    async def run(request: RunRequest) -> RunResult:
-        return await run_continuable(
-            agents,
-            request,
-            keep_alive=keep_alive,
-            parent_run=parent_run,
-            model=model,
-            limits=limits,
-            config=config,
-            workspace=request.workspace or ".",
-            poll=poll,
-        )
-
-    return run
-
-
-async def run_continuable(
-    agents: Agents,
-    request: RunRequest,
-    *,
-    keep_alive: float | str,
-    parent_run: str | None,
-    model: str | ModelProvider | None,
-    limits: Limits | None,
-    config: ChildConfig | None,
-    workspace: str,
-    poll: float = 0.25,
-) -> RunResult:
-    """One task's sub-agent as a continuable agent (see `continuable_runner`)."""
-
-    def relay(ev: Event) -> None:
-        if isinstance(ev, ChildEvent):
-            request.progress(ev.kind, dict(ev.data))
-
-    try:
-        handle = await agents.spawn(
-            request.prompt,
-            agent=request.agent,
-            workspace=workspace,
-            history=request.history,
-            label=request.label,
-            description=request.label,
-            parent_run=parent_run,
-            keep_alive=keep_alive,
-            model=model,
-            limits=limits,
-            config=config,
-            on_event=relay,
-        )
-    except ValueError as exc:
-        return RunResult(
-            success=False,
-            status="error",
-            message=f"the sub-agent could not start: {exc}",
-            failure=Failure(kind="spawn_failed"),
-        )
-    bind = getattr(request, "bind_agent", None)
-    if bind is not None:
-        bind(handle.id)
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_watch_budget, handle.run, request, poll)
-            result = await handle.result()
-            tg.cancel_scope.cancel()
-    except anyio.get_cancelled_exc_class():
-        # Like every runner: the child is gone before the cancellation goes on.
-        with anyio.CancelScope(shield=True):
-            handle.run.abort()
-            await handle.run.wait()
-        raise
-    request.report_usage(result.usage)
-    return result
-
-
-async def _watch_budget(run: Any, request: RunRequest, poll: float) -> None:
-    while True:
-        request.report_usage(run.broker.brokered.usage)
-        if request.over_budget():
-            await run.cancel("the token budget of the whole tree is spent")
-            return
-        await anyio.sleep(poll)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from tether.parent.models import ModelProvider
     from tether.parent.process.config import ChildConfig
     from tether.parent.process.limits import Limits
+    from tether.parent.run.spec import NamedModel
 
 log = logging.getLogger("tether.mcp")
 INSTALL_HINT = "pip install 'tether[mcp]'"
@@ -121,22 +122,24 @@ def main(args: argparse.Namespace) -> int:
 
 def _models(
     registry: Registry, model: str | None
-) -> tuple[ModelProvider | None, dict[str, ModelProvider]]:
-    """Every model a sub-agent may use, built now (a bad one is bad usage, not a failed call)."""
+) -> tuple[NamedModel | None, dict[str, ModelProvider]]:
+    """Every model a sub-agent may use, built now (a bad one is bad usage, not a failed call);
+    the default one with its string (stored for a cold resume, billed in the ledger)."""
     from tether.parent.models import resolve_model
+    from tether.parent.run.spec import NamedModel
 
     unnamed = [d.type for d in registry if d.model is None]
     if unnamed and model is None:
         raise ValueError(f"--model is required: {', '.join(unnamed)} name(s) no model of their own")
     named = {d.model for d in registry if d.model is not None}
     models = {name: resolve_model(name) for name in sorted(named)}
-    return (None if model is None else resolve_model(model)), models
+    return (None if model is None else NamedModel(model, resolve_model(model))), models
 
 
 async def _serve(
     args: argparse.Namespace,
     registry: Registry,
-    default_model: ModelProvider | None,
+    default_model: NamedModel | None,
     models: dict[str, ModelProvider],
     limits: Limits,
     config: ChildConfig,
@@ -146,7 +149,11 @@ async def _serve(
     from tether.parent.delegation.delegator import Delegator, Runner
     from tether.parent.delegation.ledger import Ledger
     from tether.parent.delegation.runner import SupervisorRunner
-    from tether.parent.mcp_server.continuable import continuable, parent_run
+    from tether.parent.mcp_server.continuable import (
+        continuable,
+        continuation_tools,
+        parent_run,
+    )
     from tether.parent.mcp_server.server import ToolServer
     from tether.parent.mcp_server.stdio import claim_stdio, stdio_streams
     from tether.parent.supervisor import Supervisor
@@ -160,10 +167,9 @@ async def _serve(
         with serving:
             async with Supervisor(config, state_dir=args.state) as sup:
                 runner: Runner
-                extra: list[ServedTool] = []
+                under = parent_run()
                 if args.continuable:
-                    under = parent_run()
-                    runner, extra = continuable(
+                    runner = continuable(
                         sup,
                         under=under,
                         keep_alive=args.keep_alive or DEFAULT_KEEP_ALIVE,
@@ -191,7 +197,11 @@ async def _serve(
                     token_budget=args.token_budget,
                     verifier=policy,
                     ledger=ledger,
+                    continuable=args.continuable,
                 )
+                extra: list[ServedTool] = []
+                if args.continuable:
+                    extra = continuation_tools(delegator, sup, under=under)
                 tools = served_tools(delegator, extra)
                 server = ToolServer(
                     tools,

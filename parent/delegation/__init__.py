@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tether.parent.delegation.admission import Gate, TreeBudget
+    from tether.parent.delegation.admission import Slots, TreeBudget
     from tether.parent.delegation.builtins import BUILTIN_ROLES, BUILTIN_TYPES, builtin_registry
     from tether.parent.delegation.definitions import DefinitionError, Registry, SubagentDefinition
     from tether.parent.delegation.delegator import Delegator, Runner, RunRequest
@@ -44,7 +44,7 @@ _LAZY: dict[str, str] = {
     "BUILTIN_TYPES": "tether.parent.delegation.builtins",
     "DefinitionError": "tether.parent.delegation.definitions",
     "Delegator": "tether.parent.delegation.delegator",
-    "Gate": "tether.parent.delegation.admission",
+    "Slots": "tether.parent.delegation.admission",
     "Ledger": "tether.parent.delegation.ledger",
     "LedgerTotals": "tether.parent.delegation.ledger",
     "ORCHESTRATOR_SYSTEM_PROMPT": "tether.parent.delegation.prompts",
@@ -104,7 +104,6 @@ __all__ = [
     "SUBAGENT_SYSTEM_PROMPT",
     "DefinitionError",
     "Delegator",
-    "Gate",
     "Ledger",
     "LedgerTotals",
     "Orchestration",
@@ -112,6 +111,7 @@ __all__ = [
     "RunRequest",
     "Runner",
     "Running",
+    "Slots",
     "Snapshot",
     "SubagentCompleted",
     "SubagentDefinition",

@@ -1,14 +1,16 @@
 """Admission control: a cap on concurrent sub-agents that queues instead of failing, and a
 token budget for the whole tree.
 
-`Gate(limit)` admits up to `limit` holders at once; the rest wait first-in first-out, and each
+`Slots(limit)` admits up to `limit` holders at once; the rest wait first-in first-out, and each
 waiter is told its position whenever it changes (1 = next). A waiter that is cancelled leaves
 the queue, and the ones behind it move up. One event loop owns a gate; it needs no lock.
 
-`TreeBudget(total)` counts the tokens of every sub-agent of the tree: runs report their
-running figures (`report`, cumulative, so a repeated report never double-counts) and their
-final ones (`settle`). A spawn is refused once the budget is spent; stopping a running
-sub-agent that passes it is the runner's job, with `exceeded()` to ask.
+`TreeBudget(total)` is the token budget of the whole tree: a `run.budget.Budget` (`pool`)
+that every run of the tree — the orchestrator and each sub-agent — reserves its model turns
+against, so turns sent together cannot pass it and it holds while runs go on. A runner that
+runs its sub-agents without the parent's broker reports their usage instead (`report`,
+cumulative, so a repeated report never double-counts; `settle`). A job is refused once the
+budget is spent.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from tether.parent.run.budget import Budget
+
 
 @dataclass(eq=False)
 class _Waiter:
@@ -26,7 +30,7 @@ class _Waiter:
     granted: anyio.Event = field(default_factory=anyio.Event)
 
 
-class Gate:
+class Slots:
     def __init__(self, limit: int) -> None:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
@@ -83,30 +87,50 @@ def _tell(waiter: _Waiter, position: int) -> None:
 
 
 class TreeBudget:
+    """The token budget of a whole delegation tree: a `run.budget.Budget` every run of the tree
+    reserves its model turns against (`pool`, `None` without a total), so the brokers count it
+    as the runs go; runners without a broker of the parent's report usage instead (`report`,
+    `settle`), which is counted into the same pool."""
+
+    LABEL = "the token budget of the whole delegation tree"
+
     def __init__(self, total: int | None = None) -> None:
         if total is not None and total < 1:
             raise ValueError(f"a token budget must be at least 1, got {total}")
         self.total = total
-        self._settled = 0
+        self.pool = Budget(total, "tokens", self.LABEL) if total is not None else None
+        self._unmetered = 0
         self._live: dict[str, int] = {}
 
     @property
     def spent(self) -> int:
-        return self._settled + sum(self._live.values())
+        """Tokens counted so far: settled turns, and what runners without a broker reported."""
+        return self.pool.settled if self.pool is not None else self._unmetered
 
     @property
     def remaining(self) -> int | None:
-        return None if self.total is None else max(0, self.total - self.spent)
+        return None if self.pool is None else self.pool.remaining
 
     def exceeded(self) -> bool:
         """True once the tree has used its whole budget."""
-        return self.total is not None and self.spent >= self.total
+        return self.pool is not None and self.pool.spent
 
     def report(self, run: str, tokens_so_far: int) -> None:
-        """A running sub-agent's cumulative count so far."""
-        self._live[run] = max(tokens_so_far, self._live.get(run, 0))
+        """A running sub-agent's cumulative count so far, from a runner the parent's brokers do
+        not meter (counted once: a repeated report adds only what is new)."""
+        seen = self._live.get(run, 0)
+        if tokens_so_far > seen:
+            self._live[run] = tokens_so_far
+            self._count(tokens_so_far - seen)
 
-    def settle(self, run: str, tokens: int) -> None:
-        """A finished sub-agent's final count; replaces what it reported while running."""
-        self._live.pop(run, None)
-        self._settled += tokens
+    def settle(self, run: str, tokens: int, *, metered: bool) -> None:
+        """A finished sub-agent's final count; `metered`: its turns were reserved against the
+        pool by the parent's broker (already counted)."""
+        seen = self._live.pop(run, 0)
+        if not metered and tokens > seen:
+            self._count(tokens - seen)
+
+    def _count(self, tokens: int) -> None:
+        self._unmetered += tokens
+        if self.pool is not None:
+            self.pool.count(tokens)

@@ -16,8 +16,9 @@ from typing import Any, ClassVar, Literal
 
 from tether.parent.delegation.output import TaskStatus
 
-Role = Literal["task", "verifier", "fix"]
-"""Why a sub-agent ran: the task call itself, a verification of its change, or a fix."""
+Role = Literal["task", "follow_up", "verifier", "fix"]
+"""Why a sub-agent ran: the task call itself, a follow-up message to a continuable sub-agent
+(`send_message`), a verification of a change, or a fix."""
 WaitingFor = Literal["slot", "workspace"]
 """What a queued sub-agent waits for: a free slot under the concurrency cap, or its turn to
 change the shared workspace (build-mode sub-agents change it one at a time)."""
@@ -48,6 +49,13 @@ class SubagentStarted:
     tool_call_id: str
     role: Role
     read_only: bool
+    prompt: str = ""
+    """What the sub-agent was asked: the task's prompt, the follow-up message, the verifier's
+    or fix prompt."""
+    run_id: str = ""
+    """The run that carries it (a warm follow-up: its agent's live run)."""
+    agent_id: str = ""
+    """The continuable agent it is, when it is one (ledger and sessions join on it)."""
     parent_run_id: str = ""
 
 
@@ -79,6 +87,7 @@ class SubagentCompleted:
     status: TaskStatus
     message: str
     run_id: str = ""
+    agent_id: str = ""
     parent_run_id: str = ""
 
 

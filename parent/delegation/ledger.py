@@ -37,10 +37,13 @@ class UsageRecord(
     """The definition's type."""
     provider: str
     model: str | None
+    """The model the parent billed the run's turns to (its string), when it is known."""
     role: Role
     tool_call_id: str
     label: str
     run_id: str
+    agent_id: str | None = None
+    """The continuable agent this run belongs to (`ag_…`), for joining with the sessions."""
     read_only: bool
     steps: int
     usage: Usage

@@ -49,7 +49,7 @@ import anyio
 import msgspec
 
 from tether.parent.agents.service import DEFAULT_KEEP_ALIVE, agents_of
-from tether.parent.agents.tools import agent_tools
+from tether.parent.agents.tools import SEND_MESSAGE_SPEC, list_agents_tool
 from tether.parent.delegation.builtins import builtin_registry
 from tether.parent.delegation.definitions import Registry, SubagentDefinition
 from tether.parent.delegation.delegator import DEFAULT_MAX_CONCURRENT, Delegator
@@ -62,13 +62,12 @@ from tether.parent.delegation.prompts import (
     EXPLORE_MODE_NOTE,
     ORCHESTRATOR_SYSTEM_PROMPT,
 )
-from tether.parent.delegation.runner import TREE_SPENT, ProviderRunner, SupervisorRunner
+from tether.parent.delegation.runner import ProviderRunner, SupervisorRunner
 from tether.parent.delegation.verification import VerifierPolicy
 from tether.parent.models import ModelProvider
 from tether.parent.process.limits import Limits
 from tether.parent.run.broker import ParentTool
-from tether.parent.run.spec import EventCallback
-from tether.protocol import ErrorCode, WireError
+from tether.parent.run.spec import EventCallback, NamedModel, RunSpec
 from tether.protocol.messages import (
     AgentDefinition,
     ModelCompleteParams,
@@ -173,7 +172,7 @@ async def orchestrate(
     sup: SupervisorCore,
     prompt: str,
     *,
-    model: str | ModelProvider,
+    model: str | ModelProvider | NamedModel,
     definitions: Registry | Iterable[SubagentDefinition] | None = None,
     workspace: str | os.PathLike[str] = ".",
     limits: Limits | None = None,
@@ -239,8 +238,11 @@ async def orchestrate(
         keep_alive=keep_alive if continuable else None,
         parent_run=orchestration_id,
     )
-    # Resolved once: the orchestrator and every sub-agent without a model of its own share it.
-    provider = await runner.resolve(model) if isinstance(model, str) else model
+    # Resolved once: the orchestrator and every sub-agent without a model of its own share it,
+    # with its string (what a continuable sub-agent stores for a cold resume, what is billed).
+    provider: NamedModel | ModelProvider = (
+        NamedModel(model, await runner.resolve(model)) if isinstance(model, str) else model
+    )
     runner.default_model = provider
     box: list[RunHandle] = []
 
@@ -263,6 +265,7 @@ async def orchestrate(
         ledger=book,
         on_event=publish,
         agent_types=offered,
+        continuable=continuable,
     )
     tasks: list[TaskCall] = []
     calls = 0
@@ -285,13 +288,11 @@ async def orchestrate(
         )
         parent_tools.append(ParentTool(spec, serve_task))
     if continuable:
-        parent_tools.extend(
-            agent_tools(agents_of(sup), parent_run=orchestration_id, model=provider)
-        )
+        # A follow-up is a delegated run: through the delegator's gate, like a task call.
+        parent_tools.append(delegator.message_tool(SEND_MESSAGE_SPEC))
+        parent_tools.append(list_agents_tool(agents_of(sup), parent_run=orchestration_id))
 
     counted = Usage()
-    if token_budget is not None:
-        provider = _TreeGuard(provider, delegator, box)
 
     async def on_turn(params: ModelCompleteParams, result: ModelCompleteResult) -> None:
         nonlocal counted
@@ -300,22 +301,24 @@ async def orchestrate(
         now = box[0].broker.brokered.usage
         _add_usage(book, counted, now)
         counted = now
-        delegator.budget.report(ORCHESTRATOR_TYPE, now.input_tokens + now.output_tokens)
-        if delegator.budget.exceeded():
-            runner.stop_all(TREE_SPENT)
 
+    pool = delegator.budget.pool
     handle = await sup.start(
-        prompt,
-        agent=orchestrator_definition(read_only=read_only, max_steps=max_steps),
-        workspace=workspace,
-        model=provider,
-        limits=limits,
-        description=description,
-        config=config,
-        parent_tools=parent_tools,
-        on_event=on_event,
-        on_turn=on_turn,
-        run_id=orchestration_id,
+        RunSpec(
+            prompt=prompt,
+            agent=orchestrator_definition(read_only=read_only, max_steps=max_steps),
+            workspace=workspace,
+            model=provider,
+            limits=limits,
+            description=description,
+            config=config,
+            parent_tools=parent_tools,
+            on_event=on_event,
+            on_turn=on_turn,
+            run_id=orchestration_id,
+            # Its own turns count against the tree too: once spent, its next turn is refused.
+            budgets=(pool,) if pool is not None else (),
+        )
     )
     box.append(handle)
     if on_start is not None:
@@ -331,26 +334,6 @@ async def orchestrate(
     # the orchestrator is the broker's, exactly.
     _add_usage(book, counted, result.usage)
     return Orchestration(result=result, ledger=book, tasks=tasks)
-
-
-class _TreeGuard:
-    """The orchestrator's model behind the tree budget: once the tree has spent it, the
-    orchestrator's next model request is refused and its run ends as `budget_exhausted`
-    (checked before the call, so no turn is paid for past the budget)."""
-
-    def __init__(self, inner: ModelProvider, delegator: Delegator, box: list[RunHandle]) -> None:
-        self.inner = inner
-        self.delegator = delegator
-        self.box = box
-
-    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
-        budget = self.delegator.budget
-        if budget.exceeded():
-            why = f"{TREE_SPENT} ({budget.spent} of {budget.total} tokens used)"
-            if self.box:
-                self.box[0].exhaust(why)
-            raise WireError(ErrorCode.BUDGET_EXHAUSTED, why)
-        return await self.inner.complete(params)
 
 
 def _add_usage(book: Ledger, before: Usage, now: Usage) -> None:

@@ -34,7 +34,9 @@ TaskStatus = Literal[
 ]
 TASK_STATUSES: tuple[str, ...] = TaskStatus.__args__  # type: ignore[attr-defined]
 Verdict = evidence.Verdict
-ErrorCode = Literal["invalid_arguments", "budget_spent", "runner_failed"]
+ErrorCode = Literal[
+    "invalid_arguments", "budget_spent", "runner_failed", "unknown_agent", "cannot_continue"
+]
 
 _STATUS_OF_FAILURE: dict[str, TaskStatus] = {
     "budget_exhausted": "truncated",

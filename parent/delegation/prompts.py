@@ -29,6 +29,19 @@ holds the evidence for your answer.
 claim something you did not check; say "not verified" instead.
 """
 
+CONTINUABLE_SUBAGENT_SYSTEM_PROMPT = SUBAGENT_SYSTEM_PROMPT.replace(
+    "you cannot talk to them while you work, and nobody will answer questions.",
+    "you cannot talk to them while you work. If you cannot go on without an answer only they "
+    "have, call `ask_orchestrator` with your question: your run then ends with it, and their "
+    "answer comes back as your next message, with everything you did and read so far. Ask "
+    "only what you cannot decide yourself.",
+).replace(
+    "\n- Everything you know about the task is in the task message",
+    "\n- Everything you know about the task is in the task message and the messages after it",
+)
+"""The sub-agent prompt of a continuable sub-agent: it may ask (`ask_orchestrator`), and it is
+told that its orchestrator answers with a follow-up message."""
+
 EXPLORE_MODE_NOTE = """\
 This run is in explore mode (read-only): write_file, edit_file and bash are refused by the \
 runtime whatever you try. Read, list, glob and grep; deliver what you found in your summary.

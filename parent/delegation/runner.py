@@ -2,34 +2,38 @@
 
 Theory of operation
 -------------------
-`SupervisorRunner(sup, ...)` is the `Runner` a `Delegator` runs its sub-agents with. For one
-`RunRequest`:
+`SupervisorRunner(sup, ...)` is the `Runner` a delegation's gate runs its sub-agents with. For
+one `RunRequest`:
 
-1. provider: the definition's `provider` (or the task call's `agentType`, which the delegator
-   put there) names what runs it: a provider of the supervisor's registry (`sup.providers`:
-   `spawn`, a fresh tether child of this supervisor, a sibling of the orchestrator's; `fork`,
-   one seeded with the orchestrator's completed turns; `command`, `inprocess`, `acp`, and any
-   registered), each run through `Supervisor.start(provider=...)`. `providers=` adds runners
-   by name, tried first. An unknown name, or bad usage of a provider, is a `spawn_failed`
-   result the orchestrator's model reads, never an exception.
-2. model: decided by the parent, never the child. A definition that names a model runs on it
-   (`models=` maps names to provider objects first, else the string is resolved, once per
-   runner); a definition that names none runs on the orchestrator's model (`default_model`).
-   A model that cannot be built is a `spawn_failed` result.
-3. the run: `Supervisor.start` with the wire definition the delegator prepared (sub-agent
-   system prompt, mode, step limit, token cap), the fork history, the label as the run's
-   description, and *no parent tools*: a sub-agent's model has no `task` tool, and a child
-   that asks the parent for one anyway is refused by the broker (no nesting). Sub-agent runs are
-   not continuable unless the runner has a `keep_alive`: then each `spawn` sub-agent is a
-   continuable agent (`tether.parent.agents.service`) its orchestrator continues with
-   `send_message`.
-4. progress: each of the child's events is relayed through `request.progress`.
-5. usage: after every brokered turn the broker's running count goes to `request.report_usage`
-   (the child's own claims are never used), then the tree budget is checked; once
-   `request.over_budget()` holds, every run this runner has live is ended as
-   `budget_exhausted` (`RunHandle.exhaust`); their results come back to the delegator and the
-   ledger like any other.
-6. cancellation: a cancelled task call disposes its child before the cancellation goes on
+1. a follow-up (`request.follow_up`, an agent id) goes to that continuable agent
+   (`Agents.send`): warm in its live child, else cold from its stored transcript;
+2. otherwise the provider: the definition's `provider` (or the task call's `agentType`, which
+   the delegator put there) names what runs it: a provider of the supervisor's registry
+   (`sup.providers`: `spawn`, a fresh tether child of this supervisor, a sibling of the
+   orchestrator's; `fork`, one seeded with the orchestrator's completed turns; `command`,
+   `inprocess`, `acp`, and any registered). `providers=` adds runners by name, tried first.
+   An unknown name, or bad usage of a provider, is a `spawn_failed` result the orchestrator's
+   model reads, never an exception;
+3. continuable: with a `keep_alive`, a task's sub-agent of a provider that runs tether's
+   protocol (`spawn`, `fork`, `command`) starts as a continuable agent of `sup.agents` under
+   `parent_run` (a durable session; `RunFacts.agent_id` is its id, what `send_message` takes).
+   A provider that drives its own agent (`acp`, `inprocess`, one a user wrote) runs it once,
+   and the facts say why it cannot be continued;
+4. the model: decided by the parent, never the child. A definition that names a model runs on
+   it (`models=` maps names to provider objects first, else the string is resolved, once per
+   runner); one that names none runs on the orchestrator's model (`default_model`). Either way
+   the run gets the model with its string (`NamedModel`), which a continuable agent stores for
+   a cold resume and the ledger bills. A model that cannot be built is a `spawn_failed` result;
+5. the run: one `RunSpec` — the wire definition the gate prepared (sub-agent system prompt,
+   mode, step limit, token cap), the fork history, the label as the run's description, the
+   run id the gate minted, the tree's budget (its broker reserves every turn against it), and
+   *no parent tools*: a sub-agent's model has no `task` tool, and a child that asks the parent
+   for one anyway is refused by the broker (no nesting);
+6. progress: each of the child's events is relayed through `request.progress`;
+7. the tree budget: when it becomes spent, every run this runner has live is ended as
+   `budget_exhausted` (`RunHandle.exhaust`); their results come back to the gate and the
+   ledger like any other;
+8. cancellation: a cancelled task call disposes its child before the cancellation goes on
    (`Supervisor.run`'s rule), so cancelling an orchestrator leaves no sub-agent behind.
 
 The `RunResult` handed back is the supervisor's: usage and step count are the broker's.
@@ -44,17 +48,19 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from tether.parent.agents.service import agents_of
-from tether.parent.delegation.delegator import RunRequest
+from tether.parent.agents.service import AgentBusy, AgentError, CannotResume, agents_of
+from tether.parent.delegation.gate import RunRequest
 from tether.parent.models import ModelProvider
 from tether.parent.process.limits import Limits
 from tether.parent.run.events import ChildEvent, Event
-from tether.protocol.messages import Failure, ModelCompleteParams, ModelCompleteResult, RunResult
+from tether.parent.run.handle import RunHandle
+from tether.parent.run.spec import NamedModel, RunSpec
+from tether.protocol.messages import Failure, RunResult
 
 if TYPE_CHECKING:
     from tether.parent.process.config import ChildConfig
+    from tether.parent.run.budget import Budget
     from tether.parent.run.core import SupervisorCore
-    from tether.parent.run.handle import RunHandle
 
 SPAWN = "spawn"
 ProviderRunner = Callable[[RunRequest], Awaitable[RunResult]]
@@ -66,7 +72,7 @@ class SupervisorRunner:
         self,
         sup: SupervisorCore,
         *,
-        default_model: str | ModelProvider | None = None,
+        default_model: str | ModelProvider | NamedModel | None = None,
         models: Mapping[str, ModelProvider] | None = None,
         workspace: str | os.PathLike[str] = ".",
         limits: Limits | None = None,
@@ -79,10 +85,9 @@ class SupervisorRunner:
         objects by the name a definition gives; `limits` / `config`: each sub-agent child's
         (default: the supervisor's config, no limits); `providers`: more runners by name.
 
-        `keep_alive`: run each `spawn` sub-agent as a continuable agent of `sup.agents` under
-        `parent_run` (a durable session; its child kept alive this long after each answer;
-        the task result's `subagentId` is its agent id, for `send_message`). Sub-agents of
-        other providers (`fork`, `acp`, ...) run once, as without it."""
+        `keep_alive`: run each task's sub-agent as a continuable agent of `sup.agents` under
+        `parent_run` (its child kept alive this long after each answer), where its provider
+        allows (see the module docstring)."""
         self.sup = sup
         self.default_model = default_model
         self.models = dict(models or {})
@@ -94,21 +99,36 @@ class SupervisorRunner:
         self.parent_run = parent_run
         self._built: dict[str, ModelProvider] = {}
         self._live: set[RunHandle] = set()
+        self._watched: set[int] = set()
+
+    @property
+    def keeps_agents(self) -> bool:
+        """Task sub-agents start as continuable agents (a `keep_alive` was given)."""
+        return self.keep_alive is not None
 
     async def __call__(self, request: RunRequest) -> RunResult:
+        self._watch(request.budget)
+        if request.follow_up is not None:
+            return await self.follow_up(request)
         name = request.definition.provider
         provider = self.providers.get(name)
         if provider is not None:
+            request.facts.not_continuable = f"it ran on the runner {name!r}, which runs it once"
             return await provider(request)
-        if name == SPAWN and self.keep_alive is not None:
-            return await self.continuable(request)
-        if name in self.sup.providers:
-            return await self.spawn(request)
-        known = ", ".join(sorted({*self.providers, *self.sup.providers.names()}))
-        return _failed(
-            f"no sub-agent provider named {name!r} (type {request.definition.type!r}); "
-            f"this parent knows: {known}"
-        )
+        if name not in self.sup.providers:
+            known = ", ".join(sorted({*self.providers, *self.sup.providers.names()}))
+            return _failed(
+                f"no sub-agent provider named {name!r} (type {request.definition.type!r}); "
+                f"this parent knows: {known}"
+            )
+        chosen = self.sup.providers.get(name)
+        if request.continuable and self.keeps_agents:
+            if not chosen.drives_itself:
+                return await self.continuable(request)
+            request.facts.not_continuable = (
+                f"it ran on provider {name!r}, which runs its agent once ({chosen.once_because})"
+            )
+        return await self.spawn(request)
 
     def agent_types(self) -> dict[str, str]:
         """The providers a model may pick per task call (`agentType`): those of the
@@ -126,49 +146,105 @@ class SupervisorRunner:
             out[provider.name] = provider.summary or provider.name
         return out
 
-    # --- the spawn provider -------------------------------------------------------------------
+    def live_run(self, agent_id: str) -> str | None:
+        """The run id of a continuable agent's live child (a warm follow-up goes to it)."""
+        handle = agents_of(self.sup).live_handle(agent_id)
+        return handle.run_id if handle is not None else None
 
-    async def spawn(self, request: RunRequest) -> RunResult:
-        """Run the sub-agent through the supervisor's provider its definition names (`spawn`
-        by default: a fresh tether child of this supervisor)."""
+    # --- one run ------------------------------------------------------------------------------
+
+    async def _spec(self, request: RunRequest) -> RunSpec | RunResult:
         try:
             model = await self.model_for(request.definition.model)
         except ValueError as exc:
             return _failed(f"the sub-agent's model cannot be used: {exc}")
-        box: list[RunHandle] = []
+        request.facts.model = model.name if isinstance(model, NamedModel) else None
+        request.facts.metered = request.budget is not None
+        request.facts.run_id = request.run_id
 
-        def relay(event: Event) -> None:
-            if isinstance(event, ChildEvent):
-                request.progress(event.kind, event.data)
+        return RunSpec(
+            prompt=request.prompt,
+            agent=request.agent,
+            workspace=request.workspace or self.workspace,
+            model=model,
+            limits=self.limits,
+            description=request.label,
+            config=self.config,
+            history=request.history,
+            on_event=_Relay(request),
+            provider=request.definition.provider,
+            run_id=request.run_id or None,
+            budgets=(request.budget,) if request.budget is not None else (),
+            labels={"toolCallId": request.tool_call_id, "subagentId": request.subagent_id},
+        )
 
-        async def counted(params: ModelCompleteParams, result: ModelCompleteResult) -> None:
-            if not box:
-                return
-            request.report_usage(box[0].broker.brokered.usage)
-            if request.over_budget():
-                self.stop_all(TREE_SPENT)
-
+    async def spawn(self, request: RunRequest) -> RunResult:
+        """Run the sub-agent once through the supervisor's provider its definition names."""
+        spec = await self._spec(request)
+        if isinstance(spec, RunResult):
+            return spec
         try:
-            handle = await self.sup.start(
-                request.prompt,
-                agent=request.agent,
-                workspace=request.workspace or self.workspace,
-                model=model,
-                limits=self.limits,
-                description=request.label,
-                config=self.config,
-                history=request.history,
-                on_event=relay,
-                on_turn=counted,
-                provider=request.definition.provider,
+            handle = await self.sup.start(spec)
+        except ValueError as exc:
+            return _failed(f"the sub-agent could not start: {exc}")
+        _relay_of(spec).handle = handle
+        return await self._outcome(handle, handle.result())
+
+    async def continuable(self, request: RunRequest) -> RunResult:
+        """Start the sub-agent as a continuable agent (see `keep_alive`)."""
+        spec = await self._spec(request)
+        if isinstance(spec, RunResult):
+            return spec
+        assert self.keep_alive is not None
+        try:
+            agent = await agents_of(self.sup).spawn(
+                spec, keep_alive=self.keep_alive, label=request.label, parent_run=self.parent_run
             )
         except ValueError as exc:
             return _failed(f"the sub-agent could not start: {exc}")
-        box.append(handle)
+        request.bind_agent(agent.id)
+        _relay_of(spec).handle = agent.run
+        return await self._outcome(agent.run, agent.result())
+
+    async def follow_up(self, request: RunRequest) -> RunResult:
+        """A follow-up message to a continuable agent this delegation started."""
+        assert request.follow_up is not None
+        request.facts.agent_id = request.follow_up
+        request.facts.continuable = True
+        request.facts.metered = request.budget is not None
+        agents = agents_of(self.sup)
+        model = await self.model_for(request.definition.model)
+        request.facts.model = model.name if isinstance(model, NamedModel) else None
+
+        relay = _Relay(request)
+
+        def started(handle: RunHandle) -> None:
+            request.facts.run_id = handle.run_id
+            relay.handle = handle
+            self._live.add(handle)
+
+        try:
+            return await agents.send(
+                request.follow_up,
+                request.prompt,
+                model=model,
+                on_event=relay,
+                budgets=(request.budget,) if request.budget is not None else (),
+                run_id=request.run_id or None,
+                on_start=started,
+            )
+        except AgentBusy as exc:
+            return _failed(f"{exc.message}; try again later")
+        except (CannotResume, AgentError, ValueError) as exc:
+            return _failed(str(exc))
+        finally:
+            self._live = {h for h in self._live if not h.done or h.alive}
+
+    async def _outcome(self, handle: RunHandle, result: Awaitable[RunResult]) -> RunResult:
         self._live.add(handle)
         try:
             try:
-                result = await handle.result()
+                return await result
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
                     handle.abort()
@@ -176,36 +252,16 @@ class SupervisorRunner:
                 raise
         finally:
             self._live.discard(handle)
-        request.report_usage(result.usage)
-        return result
 
-    async def continuable(self, request: RunRequest) -> RunResult:
-        """Run the sub-agent as a continuable agent of the supervisor (see `keep_alive`)."""
-        from tether.parent.agents.tools import run_continuable
-
-        assert self.keep_alive is not None
-        try:
-            model = await self.model_for(request.definition.model)
-        except ValueError as exc:
-            return _failed(f"the sub-agent's model cannot be used: {exc}")
-        return await run_continuable(
-            agents_of(self.sup),
-            request,
-            keep_alive=self.keep_alive,
-            parent_run=self.parent_run,
-            model=model,
-            limits=self.limits,
-            config=self.config,
-            workspace=request.workspace or self.workspace,
-        )
-
-    async def model_for(self, name: str | None) -> ModelProvider | None:
-        """The provider a definition's `model` names (the default model for `None`); raises
-        `ValueError` for a model string that cannot be built."""
+    async def model_for(self, name: str | None) -> NamedModel | ModelProvider | None:
+        """The model a definition's `model` names (the default model for `None`), with its
+        string when it has one; raises `ValueError` for a model string that cannot be built."""
         if name is None:
             default = self.default_model
-            return await self.resolve(default) if isinstance(default, str) else default
-        return await self.resolve(name)
+            if isinstance(default, str):
+                return NamedModel(default, await self.resolve(default))
+            return default
+        return NamedModel(name, await self.resolve(name))
 
     async def resolve(self, name: str) -> ModelProvider:
         """A model by name: one of `models`, else the model string built (once)."""
@@ -221,6 +277,11 @@ class SupervisorRunner:
 
     # --- the tree budget ----------------------------------------------------------------------
 
+    def _watch(self, budget: Budget | None) -> None:
+        if budget is not None and id(budget) not in self._watched:
+            self._watched.add(id(budget))
+            budget.on_spent.append(lambda why: self.stop_all(TREE_SPENT))
+
     def stop_all(self, why: str) -> None:
         """End every live sub-agent run as `budget_exhausted`."""
         for handle in list(self._live):
@@ -230,6 +291,27 @@ class SupervisorRunner:
     def live(self) -> int:
         """Sub-agent runs going on right now."""
         return len(self._live)
+
+
+class _Relay:
+    """A run's events to `request.progress`, each with the tokens the run's broker has counted
+    so far (`request.report_usage`: the live figures a `subagent.progress` event shows)."""
+
+    def __init__(self, request: RunRequest) -> None:
+        self.request = request
+        self.handle: RunHandle | None = None
+
+    def __call__(self, event: Event) -> None:
+        if not isinstance(event, ChildEvent):
+            return
+        if self.handle is not None:
+            self.request.report_usage(self.handle.broker.brokered.usage)
+        self.request.progress(event.kind, event.data)
+
+
+def _relay_of(spec: RunSpec) -> _Relay:
+    assert isinstance(spec.on_event, _Relay)
+    return spec.on_event
 
 
 def _failed(message: str) -> RunResult:

@@ -23,16 +23,22 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from tether.parent.agents.service import agents_of
-from tether.parent.agents.tools import LIST_AGENTS, SEND_MESSAGE, agent_tools
+from tether.parent.agents.tools import (
+    LIST_AGENTS,
+    SEND_MESSAGE,
+    SEND_MESSAGE_SPEC,
+    list_agents_tool,
+)
 from tether.parent.delegation.runner import SupervisorRunner
 from tether.parent.mcp_server.tools import ServedTool, from_parent_tool
 
 if TYPE_CHECKING:
-    from tether.parent.delegation.delegator import Runner
+    from tether.parent.delegation.delegator import Delegator
     from tether.parent.models import ModelProvider
     from tether.parent.process.config import ChildConfig
     from tether.parent.process.limits import Limits
     from tether.parent.run.core import SupervisorCore
+    from tether.parent.run.spec import NamedModel
 
 
 HINTS: dict[str, dict[str, bool]] = {
@@ -53,14 +59,15 @@ def continuable(
     *,
     under: str,
     keep_alive: float | str,
-    default_model: ModelProvider | None,
+    default_model: NamedModel | ModelProvider | None,
     models: Mapping[str, ModelProvider],
     limits: Limits | None,
     config: ChildConfig | None,
     workspace: str | os.PathLike[str] = ".",
-) -> tuple[Runner, list[ServedTool]]:
-    """The delegation runner and the extra tools of a continuable server (see above)."""
-    runner = SupervisorRunner(
+) -> SupervisorRunner:
+    """The delegation runner of a continuable server: each task's sub-agent a continuable
+    agent under `under` (see above)."""
+    return SupervisorRunner(
         sup,
         default_model=default_model,
         models=models,
@@ -70,8 +77,15 @@ def continuable(
         keep_alive=keep_alive,
         parent_run=under,
     )
+
+
+def continuation_tools(
+    delegator: Delegator, sup: SupervisorCore, *, under: str
+) -> list[ServedTool]:
+    """`send_message` (a follow-up through the delegator's gate, like a task call) and
+    `list_agents` (the agents under `under`), as MCP tools."""
     tools = [
-        from_parent_tool(tool, hints=HINTS[tool.spec.name])
-        for tool in agent_tools(agents_of(sup), parent_run=under, model=default_model)
+        delegator.message_tool(SEND_MESSAGE_SPEC),
+        list_agents_tool(agents_of(sup), parent_run=under),
     ]
-    return runner, tools
+    return [from_parent_tool(tool, hints=HINTS[tool.spec.name]) for tool in tools]

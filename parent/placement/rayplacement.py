@@ -36,7 +36,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
@@ -45,7 +45,6 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from tether.parent.models import ModelProvider
 from tether.parent.placement.lost import (
     engine_failure,
     lost_result,
@@ -65,7 +64,7 @@ from tether.parent.placement.wire import HostInfo, HostReport, NodeRun, Refused
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.launchers import Bwrap, Launcher, Local, Pidns, resolve_launcher
 from tether.parent.process.limits import Limits
-from tether.parent.run.broker import ApprovePolicy, ParentTool, TurnHook, resolve_models
+from tether.parent.run.broker import resolve_models
 from tether.parent.run.events import (
     DEFAULT_EVENT_BUFFER,
     ChildEvent,
@@ -74,8 +73,9 @@ from tether.parent.run.events import (
     RunFinished,
     RunStarted,
 )
-from tether.parent.run.roles import resolve_agent
-from tether.protocol.messages import AgentDefinition, ChatMessage, RunResult
+from tether.parent.run.plan import check_agent, check_config
+from tether.parent.run.spec import NamedModel, RunSpec, spec_of
+from tether.protocol.messages import AgentDefinition, RunResult
 
 EventCallback = Callable[[Event], None]
 log = logging.getLogger("tether.parent")
@@ -388,67 +388,70 @@ class RayPlacement:
 
     # --- runs -------------------------------------------------------------------------------
 
-    async def start(
-        self,
-        prompt: str,
-        *,
-        agent: str | AgentDefinition = "general",
-        workspace: str | os.PathLike[str] = ".",
-        model: str | ModelProvider | None = None,
-        limits: Limits | None = None,
-        description: str = "",
-        command: Sequence[str] | None = None,
-        approve: ApprovePolicy | None = None,
-        on_event: EventCallback | None = None,
-        config: ChildConfig | None = None,
-        run_id: str | None = None,
-        parent_tools: Sequence[ParentTool] = (),
-        history: Sequence[ChatMessage] = (),
-        on_turn: TurnHook | None = None,
-    ) -> RemoteRun:
+    async def start(self, spec: RunSpec | str | None = None, /, **fields: Any) -> RemoteRun:
         """Start one run on a node and return its handle; the arguments are the local
-        supervisor's. Raises `ValueError` for bad usage, before anything is placed. The
-        workspace must exist on the node (a relative path is made absolute here)."""
+        supervisor's (a `RunSpec`, or its fields as keywords), checked by the same planning
+        step's parts (`run.plan.check_agent`, `check_config`; the rest is planned on the
+        node). Raises `ValueError` for bad usage, before anything is placed. The workspace
+        must exist on the node (a relative path is made absolute here)."""
         if self._tg is None or self._closing:
             raise RuntimeError("use the placement as `async with RayPlacement(...) as sup:`")
-        custom = isinstance(agent, str) and ":" in agent
-        definition = AgentDefinition(type="custom") if custom else resolve_agent(agent)
-        cfg = config or self.config
-        if command is not None:
-            if not command:
-                raise ValueError("command must not be empty")
-            cfg = _replace_command(cfg, command)
+        run = spec_of(spec, fields)
+        unplaceable = [
+            name
+            for name, given in (
+                ("provider", run.provider),
+                ("fork_from", run.fork_from),
+                ("continuation", run.continuation),
+                ("budgets", run.budgets),
+            )
+            if given
+        ]
+        if unplaceable:
+            raise ValueError(
+                f"a placed run takes no {', '.join(unplaceable)} (it runs tether's own child on "
+                "its node, once)"
+            )
+        definition, impl = check_agent(run)
+        cfg = check_config(run, self.config, None)  # a custom agent is set up on the node
         node_cfg = self._node_config(cfg)
-        models = await resolve_models(model, definition)
-        if custom:
-            node_agent: str | AgentDefinition = str(agent)
+        model = run.model
+        models = await resolve_models(
+            model.provider if isinstance(model, NamedModel) else model,
+            definition,
+            name=model.name if isinstance(model, NamedModel) else None,
+        )
+        if impl is not None:
+            node_agent: str | AgentDefinition = str(run.agent)
         else:
             node_agent = msgspec.structs.replace(definition, model=None, compaction_model=None)
-        spec = NodeRun(
+        parent_tools = run.parent_tools
+        node = NodeRun(
             # `p`: never the id of a local supervisor's run in the same process
-            run_id=run_id or f"run-{os.getpid()}-p{next(_run_ids)}",
-            prompt=prompt,
+            run_id=run.run_id or f"run-{os.getpid()}-p{next(_run_ids)}",
+            prompt=run.prompt,
             agent=node_agent,
-            workspace=os.path.abspath(os.fspath(workspace)),
-            description=description,
-            limits=limits or Limits(),
+            workspace=os.path.abspath(os.fspath(run.workspace)),
+            description=run.description,
+            limits=run.limits or Limits(),
             config=node_cfg,
-            history=tuple(history),
+            history=tuple(run.history),
             parent_tools=tuple(t.spec for t in parent_tools),
             models=models.main is not None or models.compaction is not None,
-            approvals=approve is not None,
+            approvals=run.approve is not None,
         )
+        approve, on_turn, on_event = run.approve, run.on_turn, run.on_event
         ctx = RunContext(models, approve, {t.spec.name: t for t in parent_tools}, on_turn)
-        run = RemoteRun(self, spec, ctx)
-        self._runs.add(run)
-        self._tg.start_soon(self._execute, run, on_event)
-        return run
+        placed = RemoteRun(self, node, ctx)
+        self._runs.add(placed)
+        self._tg.start_soon(self._execute, placed, on_event)
+        return placed
 
-    async def run(self, prompt: str, **kwargs: Any) -> RunResult:
+    async def run(self, spec: RunSpec | str | None = None, /, **fields: Any) -> RunResult:
         """Run one sub-agent on a node to its end and return its `RunResult`; never raises for
         anything the child or the engine does. If this call is cancelled, the child is taken
         down on its node first."""
-        handle = await self.start(prompt, **kwargs)
+        handle = await self.start(spec, **fields)
         try:
             return await handle.result()
         except anyio.get_cancelled_exc_class():
@@ -675,12 +678,6 @@ def _host_is_gone(ray: Any, exc: BaseException) -> bool:
     names = ("ActorDiedError", "OwnerDiedError", "NodeDiedError")
     gone = tuple(c for c in (getattr(ray.exceptions, n, None) for n in names) if c is not None)
     return isinstance(exc, gone)
-
-
-def _replace_command(cfg: ChildConfig, command: Sequence[str]) -> ChildConfig:
-    import dataclasses
-
-    return dataclasses.replace(cfg, command=tuple(command))
 
 
 def _replace_launcher(cfg: ChildConfig, launcher: str | Launcher) -> ChildConfig:

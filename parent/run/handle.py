@@ -371,7 +371,8 @@ class RunHandle:
             lambda ev: self._sup.publish(ev, self._on_event),
             max_turns=self._params.agent.max_iterations,
             token_budget=token_budget,
-            budgets=(*self._plan.budgets, *budgets),
+            # Each budget once: a follow-up may name one the run already draws from.
+            budgets=tuple(dict.fromkeys((*self._plan.budgets, *budgets))),
             on_exhausted=lambda why: self._budget_exhausted(act, why),
             parent_tools=self._parent_tools,
             on_turn=self._on_turn,

@@ -12,7 +12,7 @@ import pytest
 from agent_models import Commanded
 
 from tether.parent import Supervisor
-from tether.parent.agents.tools import agent_tools, continuable_runner
+from tether.parent.agents.tools import SEND_MESSAGE_SPEC, agent_tools
 from tether.parent.run.broker import ParentTool
 from tether.protocol.messages import (
     ChatMessage,
@@ -193,9 +193,10 @@ async def test_the_delegation_runner_makes_a_task_sub_agent_continuable(
     state: Path, workspace: Path
 ) -> None:
     from tether.parent.delegation import Delegator, builtin_registry
+    from tether.parent.delegation.runner import SupervisorRunner
 
     async with Supervisor(state_dir=state) as sup:
-        runner = continuable_runner(sup.agents, parent_run="orch", model=Commanded(), keep_alive=30)
+        runner = SupervisorRunner(sup, default_model=Commanded(), keep_alive=30, parent_run="orch")
         delegator = Delegator(builtin_registry(), runner, workspace=workspace)
         out = await delegator.execute(
             {
@@ -207,10 +208,13 @@ async def test_the_delegation_runner_makes_a_task_sub_agent_continuable(
         )
         assert out.status == "needs_input" and out.question == "how deep?"
         assert out.subagent_id.startswith("ag_")
-        send, _ = agent_tools(sup.agents, parent_run="orch")
+        send = delegator.message_tool(SEND_MESSAGE_SPEC)
         is_error, answer = await call(send, agent_id=out.subagent_id, message="one level")
         assert not is_error and answer["status"] == "completed"
         assert answer["summary"].endswith("| one level")
+        assert answer["subagentId"] == out.subagent_id  # the same session holds the answer
+        roles = [(r.role, r.agent_id) for r in delegator.ledger.records]
+        assert roles == [("task", out.subagent_id), ("follow_up", out.subagent_id)]
         [summary] = await sup.list_agents(parent_run="orch")
         assert summary.label == "survey" and summary.activations == 1  # it went warm
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from tether.parent.delegation import Gate, TreeBudget
+from tether.parent.delegation import Slots, TreeBudget
 
 
 async def wait_until(predicate: object, seconds: float = 10.0) -> None:
@@ -16,7 +16,7 @@ async def wait_until(predicate: object, seconds: float = 10.0) -> None:
 
 @pytest.mark.anyio
 async def test_holders_past_the_limit_queue_in_order_and_see_their_positions() -> None:
-    gate = Gate(2)
+    gate = Slots(2)
     positions: dict[str, list[int]] = {n: [] for n in "abcde"}
     order: list[str] = []
     release = {n: anyio.Event() for n in "abcde"}
@@ -42,7 +42,7 @@ async def test_holders_past_the_limit_queue_in_order_and_see_their_positions() -
 
 @pytest.mark.anyio
 async def test_a_waiter_cancelled_in_the_queue_leaves_it_and_the_ones_behind_move_up() -> None:
-    gate = Gate(1)
+    gate = Slots(1)
     seen: list[int] = []
     hold = anyio.Event()
 
@@ -75,9 +75,9 @@ async def test_a_waiter_cancelled_in_the_queue_leaves_it_and_the_ones_behind_mov
     assert gate.holders == 0 and gate.waiting == 0
 
 
-def test_a_gate_needs_a_positive_limit() -> None:
+def test_slots_need_a_positive_limit() -> None:
     with pytest.raises(ValueError):
-        Gate(0)
+        Slots(0)
 
 
 def test_the_tree_budget_counts_live_reports_once_and_settles_them() -> None:
@@ -86,12 +86,21 @@ def test_the_tree_budget_counts_live_reports_once_and_settles_them() -> None:
     budget.report("a", 400)  # cumulative: replaces, never adds
     budget.report("b", 100)
     assert budget.spent == 500 and budget.remaining == 500 and not budget.exceeded()
-    budget.settle("a", 450)
+    budget.settle("a", 450, metered=False)
     assert budget.spent == 550
     budget.report("b", 600)
     assert budget.exceeded() and budget.remaining == 0
     unlimited = TreeBudget()
-    unlimited.settle("x", 10**9)
+    unlimited.settle("x", 10**9, metered=False)
     assert not unlimited.exceeded() and unlimited.remaining is None
     with pytest.raises(ValueError):
         TreeBudget(0)
+
+
+def test_a_metered_run_is_not_counted_again_when_it_settles() -> None:
+    """A run whose broker reserved its turns against the pool is already counted there."""
+    budget = TreeBudget(1000)
+    assert budget.pool is not None
+    budget.pool.count(300)  # what a broker settled
+    budget.settle("a", 300, metered=True)
+    assert budget.spent == 300

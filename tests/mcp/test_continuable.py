@@ -24,9 +24,10 @@ from harness import (
 )
 
 from tether.parent import ScriptedModel, Supervisor
-from tether.parent.agents.tools import LIST_AGENTS_SPEC, SEND_MESSAGE_SPEC, continuable_runner
+from tether.parent.agents.tools import LIST_AGENTS_SPEC, SEND_MESSAGE_SPEC
 from tether.parent.cli import main as cli
 from tether.parent.delegation import Delegator, TaskOutput, builtin_registry
+from tether.parent.delegation.runner import SupervisorRunner
 
 pytestmark = pytest.mark.anyio
 
@@ -100,7 +101,7 @@ async def test_a_cancelled_continuable_task_is_disposed_before_the_cancellation_
 
     children: list[int] = []
     async with Supervisor(state_dir=tmp_path / "state") as sup:
-        runner = continuable_runner(sup.agents, parent_run="t", model=model, keep_alive=60)
+        runner = SupervisorRunner(sup, default_model=model, keep_alive=60, parent_run="t")
         delegator = Delegator(builtin_registry(), runner, workspace=ws)
         with anyio.CancelScope() as scope:
 
