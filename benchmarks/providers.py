@@ -49,7 +49,6 @@ async def _bare_in_memory_run(workspace: str) -> None:
     """The runtime and a parent endpoint over memory pipes, no supervisor, no provider."""
     from tether.child.server import serve_streams
     from tether.parent.run.broker import Broker, RunModels
-    from tether.parent.run.child_session import ChildSession
     from tether.protocol.connection import Connection
     from tether.protocol.messages import (
         PROTOCOL_VERSION,
@@ -59,6 +58,7 @@ async def _bare_in_memory_run(workspace: str) -> None:
         PeerInfo,
     )
     from tether.wire import Endpoint, memory_pipe
+    from tether.wire.child_session import ChildSession
 
     to_child_w, to_child_r = memory_pipe()
     to_parent_w, to_parent_r = memory_pipe()

@@ -24,8 +24,8 @@ from tether.parent.cli.orchestrate import render_orchestration
 from tether.parent.cli.output import render
 from tether.parent.cli.progress import printer
 from tether.parent.process.limits import Limits
+from tether.parent.roles.builtins import role
 from tether.parent.run.events import Event
-from tether.parent.run.roles import role
 from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import AgentDefinition
 

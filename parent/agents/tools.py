@@ -174,7 +174,7 @@ def list_agents_tool(agents: Agents, *, parent_run: str | None = None) -> Parent
 
 def answer(agent_id: str, result: RunResult) -> dict[str, Any]:
     """A message's outcome for the model: the task tool's statuses, plus `needs_input`."""
-    from tether.parent.delegation.output import task_status
+    from tether.parent.run.status import task_status
 
     status = "needs_input" if result.status == "needs_input" else task_status(result)
     out: dict[str, Any] = {"agentId": agent_id, "status": status, "summary": result.summary}

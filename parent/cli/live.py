@@ -22,13 +22,13 @@ from typing import TextIO
 
 import anyio
 
-from tether.parent.delegation.events import (
+from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted
+from tether.parent.run.subagent_events import (
     SubagentCompleted,
     SubagentProgress,
     SubagentQueued,
     SubagentStarted,
 )
-from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.run.terminal import clean
 
 TERMINAL_REFRESH = 0.25

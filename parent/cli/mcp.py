@@ -28,13 +28,13 @@ from tether.parent.cli.task_schema import add_continuable_arguments, check_conti
 from tether.protocol.messages import RunResult, ToolCallParams, ToolCallResult
 
 if TYPE_CHECKING:
-    from tether.parent.delegation.definitions import Registry
     from tether.parent.delegation.delegator import Delegator, RunRequest
     from tether.parent.delegation.verification import VerifierPolicy
     from tether.parent.mcp_server.tools import ServedTool
     from tether.parent.models import ModelProvider
     from tether.parent.process.config import ChildConfig
     from tether.parent.process.limits import Limits
+    from tether.parent.roles.definitions import Registry
     from tether.parent.run.spec import NamedModel
 
 log = logging.getLogger("tether.mcp")
@@ -97,9 +97,9 @@ def main(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("mcp") is None:
         raise ValueError(f"tether mcp needs the MCP SDK, an optional extra: {INSTALL_HINT}")
     from tether.parent.cli.options import config_from, limits_from
-    from tether.parent.delegation.builtins import builtin_registry
     from tether.parent.delegation.files import load_registry
     from tether.parent.delegation.verification import VerifierPolicy
+    from tether.parent.roles.builtins import builtin_registry
 
     registry = builtin_registry() if args.agents is None else load_registry(args.agents)
     check_continuable_arguments(args)

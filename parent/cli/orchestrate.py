@@ -31,9 +31,9 @@ def main(args: argparse.Namespace) -> int:
     """Raises ValueError (bad usage, exit 2) for a bad definitions file, model or limit."""
     from tether.parent.cli.options import config_from, limits_from
     from tether.parent.cli.task_schema import check_continuable_arguments
-    from tether.parent.delegation.builtins import builtin_registry
     from tether.parent.delegation.files import load_registry
     from tether.parent.delegation.verification import VerifierPolicy
+    from tether.parent.roles.builtins import builtin_registry
 
     registry = builtin_registry() if args.agents is None else load_registry(args.agents)
     if args.max_concurrent < 1:
@@ -118,8 +118,8 @@ async def _orchestrate(
 def _add_providers(sup: Supervisor, agents: str, registry: object) -> None:
     """Register the file's `[[provider]]` tables; a definition naming a provider nobody
     registered is bad usage, found before anything runs."""
-    from tether.parent.delegation.definitions import Registry
     from tether.parent.delegation.files import load_providers
+    from tether.parent.roles.definitions import Registry
     from tether.parent.run.provider import split_spec
 
     for named in load_providers(agents):

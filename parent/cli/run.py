@@ -20,7 +20,7 @@ from tether.parent.cli.options import (
     limits_from,
 )
 from tether.parent.cli.progress import printer
-from tether.parent.run.roles import ROLES
+from tether.parent.roles.builtins import ROLES
 from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import RunResult
 

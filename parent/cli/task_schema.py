@@ -35,9 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Raises ValueError (bad usage, exit 2) for a bad file or one without definitions."""
-    from tether.parent.delegation.builtins import builtin_registry
     from tether.parent.delegation.files import load_registry
     from tether.parent.delegation.tool import task_tool
+    from tether.parent.roles.builtins import builtin_registry
 
     registry = builtin_registry() if args.agents is None else load_registry(args.agents)
     tool = task_tool(registry)

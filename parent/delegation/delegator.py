@@ -32,9 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from tether.parent.delegation.admission import Slots, TreeBudget
-from tether.parent.delegation.builtins import BUILTIN_ROLES
-from tether.parent.delegation.definitions import Registry, SubagentDefinition
-from tether.parent.delegation.events import SubagentStatus
 from tether.parent.delegation.gate import (
     Call,
     EventCallback,
@@ -51,7 +48,10 @@ from tether.parent.delegation.output import TaskOutput, refused
 from tether.parent.delegation.snapshot import DEFAULT_EXCLUDE, DEFAULT_MAX_ENTRIES
 from tether.parent.delegation.tool import TaskTool, task_tool
 from tether.parent.delegation.verification import VerifierPolicy
+from tether.parent.roles.builtins import BUILTIN_ROLES
+from tether.parent.roles.definitions import Registry, SubagentDefinition
 from tether.parent.run.broker import ParentTool
+from tether.parent.run.subagent_events import SubagentStatus
 from tether.protocol.messages import ChatMessage, ToolCallParams, ToolCallResult
 
 DEFAULT_MAX_CONCURRENT = 4

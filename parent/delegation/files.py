@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from tether.parent.delegation.builtins import BUILTIN_ROLES
-from tether.parent.delegation.definitions import (
+from tether.parent.roles.builtins import BUILTIN_ROLES
+from tether.parent.roles.definitions import (
     KEYS,
     DefinitionError,
     Registry,

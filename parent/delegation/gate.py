@@ -48,8 +48,16 @@ import anyio
 import msgspec
 
 from tether.parent.delegation.admission import Slots, TreeBudget
-from tether.parent.delegation.definitions import SubagentDefinition
-from tether.parent.delegation.events import (
+from tether.parent.delegation.ledger import Ledger, UsageRecord, now
+from tether.parent.delegation.output import TaskOutput, Verdict, Verification
+from tether.parent.delegation.snapshot import Snapshot, WorkspaceDiff, diff, take_snapshot
+from tether.parent.delegation.verification import VerifierPolicy, fix_prompt, verifier_prompt
+from tether.parent.roles.definitions import SubagentDefinition
+from tether.parent.roles.prompts import CONTINUABLE_SUBAGENT_SYSTEM_PROMPT
+from tether.parent.run.budget import Budget
+from tether.parent.run.evidence import parse_verdict, recheck
+from tether.parent.run.status import task_status
+from tether.parent.run.subagent_events import (
     Role,
     SubagentCompleted,
     SubagentEvent,
@@ -59,13 +67,6 @@ from tether.parent.delegation.events import (
     SubagentStatus,
     WaitingFor,
 )
-from tether.parent.delegation.ledger import Ledger, UsageRecord, now
-from tether.parent.delegation.output import TaskOutput, Verdict, Verification, task_status
-from tether.parent.delegation.prompts import CONTINUABLE_SUBAGENT_SYSTEM_PROMPT
-from tether.parent.delegation.snapshot import Snapshot, WorkspaceDiff, diff, take_snapshot
-from tether.parent.delegation.verification import VerifierPolicy, fix_prompt, verifier_prompt
-from tether.parent.run.budget import Budget
-from tether.parent.run.evidence import parse_verdict, recheck
 from tether.protocol.messages import (
     AgentDefinition,
     Artifact,

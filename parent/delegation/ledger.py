@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 import msgspec
 from msgspec import Struct
 
-from tether.parent.delegation.events import Role
-from tether.parent.delegation.output import TaskStatus
+from tether.parent.run.status import TaskStatus
+from tether.parent.run.subagent_events import Role
 from tether.protocol.messages import FailureKind, Usage
 
 log = logging.getLogger("tether.delegation")

@@ -50,24 +50,24 @@ import msgspec
 
 from tether.parent.agents.service import DEFAULT_KEEP_ALIVE, agents_of
 from tether.parent.agents.tools import SEND_MESSAGE_SPEC, list_agents_tool
-from tether.parent.delegation.builtins import builtin_registry
-from tether.parent.delegation.definitions import Registry, SubagentDefinition
 from tether.parent.delegation.delegator import DEFAULT_MAX_CONCURRENT, Delegator
-from tether.parent.delegation.events import SubagentEvent, SubagentStatus
 from tether.parent.delegation.history import fork_history, without_tools
 from tether.parent.delegation.ledger import Ledger, LedgerTotals
 from tether.parent.delegation.output import TaskOutput
-from tether.parent.delegation.prompts import (
-    BUILD_MODE_NOTE,
-    EXPLORE_MODE_NOTE,
-    ORCHESTRATOR_SYSTEM_PROMPT,
-)
 from tether.parent.delegation.runner import ProviderRunner, SupervisorRunner
 from tether.parent.delegation.verification import VerifierPolicy
 from tether.parent.models import ModelProvider
 from tether.parent.process.limits import Limits
+from tether.parent.roles.builtins import builtin_registry
+from tether.parent.roles.definitions import Registry, SubagentDefinition
+from tether.parent.roles.prompts import (
+    BUILD_MODE_NOTE,
+    EXPLORE_MODE_NOTE,
+    ORCHESTRATOR_SYSTEM_PROMPT,
+)
 from tether.parent.run.broker import ParentTool
 from tether.parent.run.spec import EventCallback, NamedModel, RunSpec
+from tether.parent.run.subagent_events import SubagentEvent, SubagentStatus
 from tether.protocol.messages import (
     AgentDefinition,
     ModelCompleteParams,

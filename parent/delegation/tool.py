@@ -21,8 +21,8 @@ from typing import Any
 import jsonschema
 from msgspec import Struct
 
-from tether.parent.delegation.definitions import Registry, SubagentDefinition
 from tether.parent.delegation.output import ArgumentProblem, TaskOutput, refused
+from tether.parent.roles.definitions import Registry, SubagentDefinition
 
 TOOL_NAME = "task"
 LABEL_MAX_CHARS = 80

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.parent.delegation.definitions import SubagentDefinition
 from tether.parent.delegation.snapshot import WorkspaceDiff
+from tether.parent.roles.definitions import SubagentDefinition
 
 DEFAULT_MIN_FILES = 3
 DEFAULT_MAX_FIX_CYCLES = 2

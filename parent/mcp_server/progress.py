@@ -25,7 +25,7 @@ from collections import deque
 
 import anyio
 
-from tether.parent.delegation.events import (
+from tether.parent.run.subagent_events import (
     SubagentCompleted,
     SubagentEvent,
     SubagentProgress,

@@ -24,10 +24,10 @@ from typing import Any
 import msgspec
 
 from tether.parent.delegation.delegator import Delegator
-from tether.parent.delegation.events import SubagentEvent
 from tether.parent.delegation.output import TaskOutput
 from tether.parent.mcp_server.progress import describe
 from tether.parent.mcp_server.tools import Answer, CallContext, ServedTool
+from tether.parent.run.subagent_events import SubagentEvent
 from tether.parent.run.terminal import clean
 
 TITLE = "Delegate to a tether sub-agent"

@@ -70,16 +70,16 @@ import psutil
 
 from tether.parent.process._keeper import running
 from tether.parent.process.cgroups import ChildCgroup
+from tether.parent.process.classify import Observed
 from tether.parent.process.limits import DisposePolicy
 from tether.parent.process.proc import EXEC_FAILED_MARKER, ChildProcess
 from tether.parent.process.ring import ByteRing
 from tether.parent.process.tree import fresh_snapshot, signal_procs, tree_procs
-from tether.parent.run.child_session import ChildSession
-from tether.parent.run.classify import Observed
 from tether.protocol import ConnectionClosed, ErrorCode, RemoteError, WireError
 from tether.protocol.connection import Connection
 from tether.protocol.messages import Rung
 from tether.wire import Endpoint, StreamEnd
+from tether.wire.child_session import ChildSession
 
 EXIT_DRAIN_SECONDS = 0.5
 """After the child exits, how long its unread output may take to be read before the stream is

@@ -39,7 +39,7 @@ cut (`observed.cancelled`) and the caller's ladder takes the agent down.
 
 Nothing the agent does raises out of `run()`: garbage, an oversize line, silence, a crash, a
 malformed answer or an error answer all end as an `AcpOutcome` whose `observed` record says
-what happened, in the terms `tether.parent.run.classify` turns into a `failure.kind`. The caller
+what happened, in the terms `tether.parent.process.classify` turns into a `failure.kind`. The caller
 adds what only it saw (exit status, signal, rung, stderr tail) before classifying;
 `AcpOutcome.result()` classifies without it.
 
@@ -74,6 +74,7 @@ from anyio import CancelScope
 from anyio.abc import ByteReceiveStream, ByteSendStream
 from pydantic import ValidationError
 
+from tether.parent.process.classify import Observed, classify, failure_of
 from tether.parent.providers.acp_mapping import (
     UpdateFolder,
     cancelled_answer,
@@ -88,7 +89,6 @@ from tether.parent.providers.acp_transport import (
     PipeTransport,
 )
 from tether.parent.providers.confined_fs import ConfinedFiles, FileRefused
-from tether.parent.run.classify import Observed, classify, failure_of
 from tether.parent.run.events import ChildEvent
 from tether.protocol.messages import (
     Artifact,

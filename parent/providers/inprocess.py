@@ -30,11 +30,10 @@ import time
 
 import anyio
 
+from tether.parent.process.classify import Observed
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.isolation import Choice
 from tether.parent.process.spawn import child_env, version
-from tether.parent.run.child_session import ChildSession
-from tether.parent.run.classify import Observed
 from tether.parent.run.events import RunStarted
 from tether.parent.run.provider import Provider, SubagentRequest, SubagentRun
 from tether.protocol import (
@@ -52,6 +51,7 @@ from tether.protocol.messages import (
     RunResult,
 )
 from tether.wire import Endpoint, memory_pipe
+from tether.wire.child_session import ChildSession
 
 log = logging.getLogger("tether.parent")
 

@@ -32,10 +32,10 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tether.parent.delegation.definitions import DefinitionError
 from tether.parent.process.env import build_child_env
 from tether.parent.process.spawn import missing_command
 from tether.parent.providers.builtin import CommandProvider
+from tether.parent.roles.definitions import DefinitionError
 from tether.parent.run.provider import NAME_PATTERN, Provider, SubagentRequest
 
 KINDS = ("acp", "command")

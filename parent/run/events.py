@@ -1,6 +1,6 @@
 """What a supervisor tells its listeners: a run started, the child made progress, a run ended;
 and, for an orchestrated run, what its sub-agents do (`subagent.queued`, `.started`,
-`.progress`, `.completed`, from `tether.parent.delegation.events`)."""
+`.progress`, `.completed`, from `tether.parent.run.subagent_events`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from tether.parent.delegation.events import (
+from tether.parent.run.subagent_events import (
     SubagentCompleted,
     SubagentEvent,
     SubagentProgress,

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 
+from tether.parent.process.classify import Observed
 from tether.parent.process.config import ChildConfig, pool_key
 from tether.parent.process.isolation import probe_host
 from tether.parent.process.launchers import Local, launcher_name, resolve_launcher
@@ -78,7 +79,6 @@ from tether.parent.process.spawn import (
 from tether.parent.process.supervised import SupervisedChild, SupervisedProcess
 from tether.parent.run.broker import Broker, RunModels
 from tether.parent.run.budget import Budget
-from tether.parent.run.classify import Observed
 from tether.parent.run.events import Event, RunFinished, RunStarted
 from tether.parent.run.plan import RunPlan
 from tether.parent.run.provider import RunBody

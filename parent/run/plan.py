@@ -40,6 +40,7 @@ from tether.parent.process.isolation import Choice, choose_level, probe_host, wo
 from tether.parent.process.launchers import resolve_launcher
 from tether.parent.process.limits import Limits
 from tether.parent.process.spawn import check_spawner
+from tether.parent.roles.builtins import resolve_agent
 from tether.parent.run.broker import ApprovePolicy, ParentTool, RunModels, TurnHook, resolve_models
 from tether.parent.run.budget import Budget
 from tether.parent.run.checks import check_model, warn_idle
@@ -50,7 +51,6 @@ from tether.parent.run.provider import (
     RunBody,
     SubagentRequest,
 )
-from tether.parent.run.roles import resolve_agent
 from tether.parent.run.spec import Continuation, EventCallback, NamedModel, RunSpec
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
 from tether.protocol.messages import AgentDefinition, AgentRunParams

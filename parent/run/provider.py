@@ -53,12 +53,12 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 
+from tether.parent.process.classify import Observed
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.isolation import Choice, GatewayNetwork
 from tether.parent.process.launchers import launcher_name, resolve_launcher
 from tether.parent.process.proc import SpawnError
 from tether.parent.process.spawn import child_env, missing_command, spawn_child
-from tether.parent.run.classify import Observed
 from tether.parent.run.events import ChildEvent, Event, RunStarted
 from tether.protocol.messages import (
     AgentDefinition,

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import msgspec
 
+from tether.parent.process.classify import Observed, classify, failure_of
 from tether.parent.run.broker import Brokered
-from tether.parent.run.classify import Observed, classify, failure_of
 from tether.parent.run.evidence import check_artifacts, parse_verdict
 from tether.protocol.messages import AgentRunParams, Failure, FailureKind, Isolation, RunResult
 

@@ -323,8 +323,8 @@ async def test_a_continuable_runner_runs_a_definition_of_another_provider_once(
     state: Path, workspace: Path
 ) -> None:
     from tether.parent.delegation import Delegator, Registry
-    from tether.parent.delegation.definitions import SubagentDefinition
     from tether.parent.delegation.runner import SupervisorRunner
+    from tether.parent.roles.definitions import SubagentDefinition
 
     kept = SubagentDefinition(type="kept", description="continuable")
     once = SubagentDefinition(type="once", description="in process", provider="inprocess")

@@ -17,7 +17,7 @@ from tether.parent.delegation import (
     dump_definitions,
     load_definitions,
 )
-from tether.parent.delegation.prompts import SUBAGENT_SYSTEM_PROMPT
+from tether.parent.roles.prompts import SUBAGENT_SYSTEM_PROMPT
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -26,7 +26,7 @@ from tether.parent.delegation import (
     VerifierPolicy,
     builtin_registry,
 )
-from tether.parent.delegation.prompts import SUBAGENT_SYSTEM_PROMPT
+from tether.parent.roles.prompts import SUBAGENT_SYSTEM_PROMPT
 from tether.protocol.messages import (
     FAILURE_KINDS,
     Artifact,

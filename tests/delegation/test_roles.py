@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tether.parent.delegation import BUILTIN_ROLES, builtin_registry
-from tether.parent.delegation.prompts import ORCHESTRATOR_SYSTEM_PROMPT, SUBAGENT_SYSTEM_PROMPT
-from tether.parent.run.roles import ROLES, resolve_agent, role
+from tether.parent.roles.builtins import ROLES, resolve_agent, role
+from tether.parent.roles.prompts import ORCHESTRATOR_SYSTEM_PROMPT, SUBAGENT_SYSTEM_PROMPT
 from tether.protocol.messages import AgentDefinition
 
 

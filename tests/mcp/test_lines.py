@@ -11,14 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.parent.delegation.events import (
-    SubagentCompleted,
-    SubagentProgress,
-    SubagentQueued,
-    SubagentStarted,
-)
 from tether.parent.delegation.output import (
-    TASK_STATUSES,
     ArgumentProblem,
     TaskOutput,
     Verification,
@@ -26,6 +19,13 @@ from tether.parent.delegation.output import (
 )
 from tether.parent.mcp_server.progress import ProgressFeed, describe
 from tether.parent.mcp_server.task import answer, output_schema
+from tether.parent.run.status import TASK_STATUSES
+from tether.parent.run.subagent_events import (
+    SubagentCompleted,
+    SubagentProgress,
+    SubagentQueued,
+    SubagentStarted,
+)
 from tether.protocol.messages import Artifact
 
 WHO = dict(id="sa-2", type="explorer", label="look around")

@@ -13,13 +13,13 @@ from pathlib import Path
 from book import ORCHESTRATOR, call, complete, script, task, turn
 
 from tether.parent.cli.live import LiveView, TreeState
-from tether.parent.delegation.events import (
+from tether.parent.run.events import ChildEvent, RunFinished, RunStarted
+from tether.parent.run.subagent_events import (
     SubagentCompleted,
     SubagentProgress,
     SubagentQueued,
     SubagentStarted,
 )
-from tether.parent.run.events import ChildEvent, RunFinished, RunStarted
 from tether.protocol.messages import RunResult
 
 TETHER = [sys.executable, "-m", "tether.parent.cli"]

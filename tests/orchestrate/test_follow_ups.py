@@ -16,9 +16,9 @@ from book import Recorder, call, complete, script, turn
 from tether.parent import Supervisor
 from tether.parent.agents.tools import SEND_MESSAGE_SPEC
 from tether.parent.delegation import Delegator, builtin_registry
-from tether.parent.delegation.events import SubagentCompleted, SubagentStarted
 from tether.parent.delegation.runner import SupervisorRunner
 from tether.parent.run.spec import NamedModel
+from tether.parent.run.subagent_events import SubagentCompleted, SubagentStarted
 from tether.protocol.messages import (
     ChatMessage,
     ModelCompleteParams,

@@ -17,13 +17,13 @@ from book import ORCHESTRATOR, Recorder, call, complete, script, task, turn
 
 from tether.parent import ChildConfig, Limits, RunStarted, Supervisor
 from tether.parent.delegation import Ledger, SubagentDefinition, builtin_registry
-from tether.parent.delegation.events import (
+from tether.parent.run.events import Event
+from tether.parent.run.subagent_events import (
     SubagentCompleted,
     SubagentProgress,
     SubagentQueued,
     SubagentStarted,
 )
-from tether.parent.run.events import Event
 
 pytestmark = pytest.mark.anyio
 

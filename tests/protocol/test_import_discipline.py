@@ -194,3 +194,181 @@ def test_tether_contain_imports_without_site_packages_and_loads_only_the_stdlib(
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == []
+
+
+# --- layers and cycles -----------------------------------------------------------------------
+
+CODE_FOLDERS = {
+    "protocol": "tether.protocol",
+    "wire": "tether.wire",
+    "contain": "tether.contain",
+    "child": "tether.child",
+    "parent": "tether.parent",
+}
+PARENT_LAYERS = {
+    # a layer: the parent's packages above it, which it must never import (not even lazily)
+    "tether.parent.roles": (
+        "tether.parent.process",
+        "tether.parent.run",
+        "tether.parent.agents",
+        "tether.parent.delegation",
+        "tether.parent.providers",
+        "tether.parent.mcp_server",
+        "tether.parent.placement",
+        "tether.parent.cli",
+        "tether.parent.supervisor",
+    ),
+    "tether.parent.process": (
+        "tether.parent.run",
+        "tether.parent.agents",
+        "tether.parent.delegation",
+        "tether.parent.providers",
+        "tether.parent.mcp_server",
+        "tether.parent.placement",
+        "tether.parent.cli",
+        "tether.parent.supervisor",
+    ),
+    "tether.parent.run": (
+        "tether.parent.agents",
+        "tether.parent.delegation",
+        "tether.parent.mcp_server",
+        "tether.parent.placement",
+        "tether.parent.cli",
+        "tether.parent.supervisor",
+    ),
+    "tether.parent.agents": (
+        "tether.parent.delegation",
+        "tether.parent.mcp_server",
+        "tether.parent.placement",
+        "tether.parent.cli",
+    ),
+    "tether.parent.delegation": (
+        "tether.parent.mcp_server",
+        "tether.parent.placement",
+        "tether.parent.cli",
+    ),
+}
+
+
+def _module_table() -> dict[str, Path]:
+    table: dict[str, Path] = {}
+    for folder, package in CODE_FOLDERS.items():
+        for path in _python_files(folder):
+            parts = [package, *path.relative_to(ROOT / folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            table[".".join(parts)] = path
+    return table
+
+
+def _module_edges(table: dict[str, Path]) -> dict[str, set[str]]:
+    """Every import of a tether module by another: module level, inside functions, under
+    `if TYPE_CHECKING:`, relative, and the dotted strings a package's lazy `_LAZY` table
+    names. `from pkg import sub` is an import of `pkg.sub` when that is a module."""
+
+    def owner(name: str) -> str | None:
+        while name and name not in table:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = {m: set() for m in table}
+    for module, path in table.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        here = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = here
+                    for _ in range(node.level - 1):
+                        anchor = anchor.rpartition(".")[0]
+                    base = f"{anchor}.{base}" if base else anchor
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    names.append(sub if sub in table else base)
+            elif (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value.startswith("tether.")
+                and "_LAZY" in path.read_text(encoding="utf-8")
+            ):
+                names = [node.value]
+            for name in names:
+                target = owner(name)
+                if target is not None and target != module:
+                    edges[module].add(target)
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in edges:
+        if root in index:
+            continue
+        work: list[tuple[str, list[str]]] = [(root, sorted(edges[root]))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, todo = work[-1]
+            if todo:
+                nxt = todo.pop()
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, sorted(edges[nxt])))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_tether_module_is_in_an_import_cycle_counting_every_import() -> None:
+    assert _cycles(_module_edges(_module_table())) == []
+
+
+def test_the_cycle_finder_sees_a_cycle_through_a_function_local_import(tmp_path: Path) -> None:
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(edges) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.parametrize("layer", sorted(PARENT_LAYERS))
+def test_a_layer_of_the_parent_never_imports_one_above_it(layer: str) -> None:
+    table = _module_table()
+    edges = _module_edges(table)
+    above = PARENT_LAYERS[layer]
+    bad = sorted(
+        f"{module} imports {target}"
+        for module, targets in edges.items()
+        if module == layer or module.startswith(layer + ".")
+        for target in targets
+        if any(target == a or target.startswith(a + ".") for a in above)
+    )
+    assert bad == []

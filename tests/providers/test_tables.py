@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tether.parent.delegation.definitions import DefinitionError
 from tether.parent.delegation.files import load_definitions, load_providers
 from tether.parent.providers.acp_provider import AcpProvider
 from tether.parent.providers.tables import FixedCommandProvider
+from tether.parent.roles.definitions import DefinitionError
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
+from tether.parent.process.classify import Observed, classify, failure_of, signal_name
 from tether.parent.process.limits import Limits
-from tether.parent.run.classify import Observed, classify, failure_of, signal_name
 
 SIGKILL = int(signal.SIGKILL)
 SIGTERM = int(signal.SIGTERM)

@@ -72,7 +72,7 @@ async def test_a_consumer_that_never_reads_holds_at_most_the_buffer(tmp_path: Pa
 async def test_a_sub_agents_start_and_end_are_kept_while_its_progress_and_queue_places_drop() -> (
     None
 ):
-    from tether.parent.delegation.events import (
+    from tether.parent.run.subagent_events import (
         SubagentCompleted,
         SubagentProgress,
         SubagentQueued,

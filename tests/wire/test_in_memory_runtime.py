@@ -14,7 +14,6 @@ import pytest
 from tether.child.server import serve_streams
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.run.broker import Broker, RunModels
-from tether.parent.run.child_session import ChildSession
 from tether.parent.run.events import ChildEvent
 from tether.protocol import ConnectionClosed, ErrorCode, RemoteError
 from tether.protocol.connection import Connection
@@ -26,6 +25,7 @@ from tether.protocol.messages import (
     PeerInfo,
 )
 from tether.wire import Endpoint, memory_pipe
+from tether.wire.child_session import ChildSession
 
 pytestmark = pytest.mark.anyio
 

@@ -12,7 +12,8 @@ demand a final `VERDICT: PASS|FAIL|PARTIAL` line the parent parses (`tether.pare
 
 from __future__ import annotations
 
-from tether.parent.delegation.definitions import Registry, SubagentDefinition
+from tether.parent.roles.definitions import Registry, SubagentDefinition
+from tether.protocol.messages import AgentDefinition
 
 EXPLORER_INSTRUCTIONS = """\
 Role: explorer. Answer the question in the task by reading and searching the workspace.
@@ -130,3 +131,29 @@ BUILTIN_TYPES: tuple[str, ...] = tuple(d.type for d in BUILTIN_ROLES)
 def builtin_registry() -> Registry:
     """A registry holding the five built-in roles."""
     return Registry(BUILTIN_ROLES)
+
+
+# --- the roles in the form a child runs (`AgentDefinition`) ---------------------------------
+
+ROLES: dict[str, AgentDefinition] = {d.type: d.to_wire() for d in BUILTIN_ROLES}
+
+
+def role(name: str, *, read_only: bool | None = None) -> AgentDefinition:
+    """A built-in role's wire definition; `read_only` overrides its default mode."""
+    for d in BUILTIN_ROLES:
+        if d.type == name:
+            return d.to_wire(read_only=read_only)
+    raise ValueError(_unknown(name))
+
+
+def resolve_agent(agent: str | AgentDefinition) -> AgentDefinition:
+    if isinstance(agent, AgentDefinition):
+        return agent
+    try:
+        return ROLES[agent]
+    except KeyError:
+        raise ValueError(_unknown(agent)) from None
+
+
+def _unknown(name: str) -> str:
+    return f"unknown agent {name!r}; built-in roles: {', '.join(sorted(ROLES))}"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from tether.parent.delegation.output import TaskStatus
+from tether.parent.run.status import TaskStatus
 
 Role = Literal["task", "follow_up", "verifier", "fix"]
 """Why a sub-agent ran: the task call itself, a follow-up message to a continuable sub-agent

@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta, Struct, field
 
-from tether.parent.delegation.prompts import (
+from tether.parent.roles.prompts import (
     BUILD_MODE_NOTE,
     EXPLORE_MODE_NOTE,
     SUBAGENT_SYSTEM_PROMPT,
