@@ -1,4 +1,5 @@
-"""Shared fixtures: the anyio backend, and the reaper that fails a test leaving processes."""
+"""Shared fixtures: the anyio backend, and the reaper that fails a test leaving processes; and
+the spawn count, which says at the end of a run how many tests started a process."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import psutil
@@ -192,3 +194,57 @@ def reaper() -> Iterator[None]:
             except (psutil.NoSuchProcess, ProcessLookupError):
                 pass
         pytest.fail("processes left behind: " + "; ".join(described))
+
+
+# The spawn count: every way this interpreter starts a process raises one of these audit events
+# in the test's own process (subprocess, and asyncio's and anyio's subprocesses through it:
+# `subprocess.Popen`; multiprocessing's and tether's own forks: `os.fork`), so a test "started a
+# process" when one was raised while its setup, call or teardown ran, in any thread. A process
+# started by a module- or session-scoped fixture counts once, for the first test that needed it.
+_SPAWN_EVENTS = frozenset(
+    {"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system"}
+)
+_spawns = 0
+_SPAWNED = "spawned"
+
+
+def _count_spawns(event: str, args: tuple[object, ...]) -> None:
+    global _spawns
+    if event in _SPAWN_EVENTS:
+        _spawns += 1
+
+
+sys.addaudithook(_count_spawns)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    global _spawns
+    _spawns = 0
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, pytest.TestReport, object]:
+    report = yield
+    # Each phase's report carries the count so far; it crosses to an xdist controller with it.
+    report.user_properties.append((_SPAWNED, _spawns))
+    return report
+
+
+_tests_seen: dict[str, bool] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "setup" and report.skipped:
+        _tests_seen.setdefault(report.nodeid, False)
+        return
+    spawned = any(name == _SPAWNED and count for name, count in report.user_properties)
+    _tests_seen[report.nodeid] = _tests_seen.get(report.nodeid, False) or spawned
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _tests_seen:
+        ran = len(_tests_seen)
+        spawned = sum(_tests_seen.values())
+        terminalreporter.write_line(f"tests that started a process: {spawned} of {ran}")
