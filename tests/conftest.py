@@ -232,19 +232,30 @@ def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, pytest.TestR
     return report
 
 
-_tests_seen: dict[str, bool] = {}
+_ran: dict[str, list[float]] = {}
+"""Each test that ran (skipped ones left out): [whether it started a process, its seconds]."""
+SPAWN_REPORT_ENV = "TETHER_SPAWN_REPORT"
+"""A file to write one line per test to: whether it started a process, its seconds, its id."""
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when == "setup" and report.skipped:
-        _tests_seen.setdefault(report.nodeid, False)
+    if report.skipped and report.when in ("setup", "call"):
+        _ran.pop(report.nodeid, None)
         return
+    if report.when == "teardown" and report.nodeid not in _ran:
+        return  # skipped: its teardown reports too
+    seen = _ran.setdefault(report.nodeid, [0.0, 0.0])
     spawned = any(name == _SPAWNED and count for name, count in report.user_properties)
-    _tests_seen[report.nodeid] = _tests_seen.get(report.nodeid, False) or spawned
+    seen[0] = max(seen[0], float(spawned))
+    seen[1] += report.duration
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _tests_seen:
-        ran = len(_tests_seen)
-        spawned = sum(_tests_seen.values())
-        terminalreporter.write_line(f"tests that started a process: {spawned} of {ran}")
+    if not _ran:
+        return
+    spawned = sum(int(s) for s, _ in _ran.values())
+    terminalreporter.write_line(f"tests that started a process: {spawned} of {len(_ran)} that ran")
+    path = os.environ.get(SPAWN_REPORT_ENV)
+    if path:
+        rows = sorted(_ran.items(), key=lambda kv: -kv[1][1])
+        Path(path).write_text("".join(f"{int(s)}\t{t:.3f}\t{nodeid}\n" for nodeid, (s, t) in rows))
