@@ -80,10 +80,11 @@ from tether.parent.agents.transcript import closing_results
 from tether.parent.process.limits import Limits
 from tether.parent.roles.builtins import resolve_agent
 from tether.parent.run.budget import Budget
+from tether.parent.run.events import EventCallback
 from tether.parent.run.evidence import recheck
 from tether.parent.run.handle import RunHandle
 from tether.parent.run.provider import Provider
-from tether.parent.run.spec import Continuation, EventCallback, ModelSpec, RunSpec, spec_of
+from tether.parent.run.spec import Continuation, ModelSpec, RunSpec, spec_of
 from tether.protocol.messages import ChatMessage, Failure, RunResult
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from tether.parent.cli import run as run_cli
 from tether.parent.cli import task_schema as delegation_cli
 from tether.parent.cli.options import UsageError, add_isolation_options, add_limit_options
 from tether.parent.cli.output import render
-from tether.parent.process.spawn import version
+from tether.parent.process.wired import version
 
 
 class _Parser(argparse.ArgumentParser):

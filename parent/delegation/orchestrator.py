@@ -66,7 +66,8 @@ from tether.parent.roles.prompts import (
     ORCHESTRATOR_SYSTEM_PROMPT,
 )
 from tether.parent.run.broker import ParentTool
-from tether.parent.run.spec import EventCallback, NamedModel, RunSpec
+from tether.parent.run.events import EventCallback
+from tether.parent.run.spec import NamedModel, RunSpec
 from tether.parent.run.subagent_events import SubagentEvent, SubagentStatus
 from tether.protocol.messages import (
     AgentDefinition,

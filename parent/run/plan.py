@@ -12,8 +12,10 @@ way a run starts (see `spec.py`). It does, in order:
 3. the workspace (an existing directory, made absolute) and the child config (the caller's or
    the supervisor's, with the command);
 4. the provider's `prepare` (its argument, a fork's transcript — the caller's completed turns
-   as the parent's broker recorded them), the containment tier, the launcher, the spawner, and
-   the isolation level the provider gives (a sandbox needs a workspace it can protect);
+   as the parent's broker recorded them), the transport that will obtain the child (the
+   config's `transport`: a local process or tether's runtime in memory, which refuses what it
+   cannot carry), the containment tier, the launcher, the spawner, and the isolation level the
+   transport and the provider give (a sandbox needs a workspace it can protect);
 5. the models, resolved in the parent (`broker.resolve_models`: the caller's model wins over
    the definition's; model strings from the wire are never resolved);
 6. the request as the child will read it (`agent/run` parameters; too large for one message is
@@ -36,7 +38,7 @@ from pathlib import Path
 
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.host import Host, host
-from tether.parent.process.isolation import Choice, choose_level, probe_host, workspace_problem
+from tether.parent.process.isolation import Choice, probe_host, workspace_problem
 from tether.parent.process.launchers import resolve_launcher
 from tether.parent.process.limits import Limits
 from tether.parent.process.spawn import check_spawner
@@ -44,6 +46,7 @@ from tether.parent.roles.builtins import resolve_agent
 from tether.parent.run.broker import ApprovePolicy, ParentTool, RunModels, TurnHook, resolve_models
 from tether.parent.run.budget import Budget
 from tether.parent.run.checks import check_model, warn_idle
+from tether.parent.run.events import EventCallback
 from tether.parent.run.provider import (
     Provider,
     ProviderBody,
@@ -51,22 +54,30 @@ from tether.parent.run.provider import (
     RunBody,
     SubagentRequest,
 )
-from tether.parent.run.spec import Continuation, EventCallback, NamedModel, RunSpec
+from tether.parent.run.spec import Continuation, NamedModel, RunSpec
+from tether.parent.run.transport import (
+    PROCESS,
+    ChildTransport,
+    builtin_transports,
+    transport_named,
+)
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
 from tether.protocol.messages import AgentDefinition, AgentRunParams
 from tether.protocol.methods import AGENT_RUN
 
 _run_ids = itertools.count(1)
 
-FOLLOW_UP_PROVIDERS = "spawn, fork or command (a child that announces agentMessage)"
+FOLLOW_UP_PROVIDERS = "spawn, fork, inprocess or command (a child that announces agentMessage)"
 
 
 @dataclass(frozen=True)
 class PlanContext:
-    """What a plan depends on besides the spec: the supervisor's providers and default config."""
+    """What a plan depends on besides the spec: the supervisor's providers, default config and
+    transports."""
 
     providers: ProviderRegistry
     config: ChildConfig
+    transports: Mapping[str, ChildTransport] = field(default_factory=builtin_transports)
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,8 @@ class RunPlan:
     """The name of the provider that carries the run."""
     body: RunBody | None
     """A provider's own way of running it (`None`: a tether child of `config`)."""
+    transport: ChildTransport
+    """How the run obtains its tether child (`config.transport`; unused with a `body`)."""
     continuation: Continuation | None = None
     approve: ApprovePolicy | None = None
     on_event: EventCallback | None = None
@@ -181,11 +194,14 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         )
     )
     cfg = request.config
+    # A provider that drives its own agent starts any process it needs itself, locally.
+    transport = transport_named(ctx.transports, PROCESS if chosen.drives_itself else cfg.transport)
+    transport.check(cfg)
     tier = host(cfg.containment)
     launcher = resolve_launcher(cfg.launcher)  # an unknown launcher is bad usage
     check_spawner(cfg)
     remote = launcher.name if launcher.provides.eof_teardown_only else None
-    choice = chosen.isolation(choose_level(cfg.isolation, remote_launcher=remote), cfg)
+    choice = chosen.isolation(transport.isolation(cfg, remote), cfg)
     if choice.level == "sandbox":
         protects = probe_host().root and launcher.name == "local"
         problem = workspace_problem(str(ws), protects_code=protects)
@@ -229,6 +245,7 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         models=models,
         provider=chosen.name,
         body=ProviderBody(chosen, request) if chosen.drives_itself else None,
+        transport=transport,
         continuation=spec.continuation,
         approve=spec.approve,
         on_event=spec.on_event,

@@ -20,11 +20,10 @@ from tether.parent.process.config import ChildConfig
 from tether.parent.process.limits import Limits
 from tether.parent.run.broker import ApprovePolicy, Broker, ParentTool, TurnHook
 from tether.parent.run.budget import Budget
-from tether.parent.run.events import Event
+from tether.parent.run.events import EventCallback
 from tether.parent.run.provider import Provider
 from tether.protocol.messages import AgentDefinition, ChatMessage
 
-EventCallback = Callable[[Event], None]
 ReportHook = Callable[[str], Awaitable[None]]
 """Told of each `report` event's text, in order, before the child's later messages are read."""
 

@@ -325,10 +325,23 @@ async def test_a_continuable_runner_runs_a_definition_of_another_provider_once(
     from tether.parent.delegation import Delegator, Registry
     from tether.parent.delegation.runner import SupervisorRunner
     from tether.parent.roles.definitions import SubagentDefinition
+    from tether.parent.run.provider import Provider, SubagentRun
+    from tether.protocol.messages import RunResult
+
+    class Once(Provider):
+        """Drives its own agent, so runs it once."""
+
+        name = "once-only"
+
+        async def run(self, run: SubagentRun) -> RunResult | None:
+            return RunResult(
+                success=True, status="completed", summary=f"seen: {run.request.prompt}"
+            )
 
     kept = SubagentDefinition(type="kept", description="continuable")
-    once = SubagentDefinition(type="once", description="in process", provider="inprocess")
+    once = SubagentDefinition(type="once", description="its own driver", provider="once-only")
     async with Supervisor(state_dir=state) as sup:
+        sup.providers.register(Once())
         runner = SupervisorRunner(sup, default_model=Commanded(), keep_alive=30, parent_run="orch")
         delegator = Delegator(Registry([kept, once]), runner, workspace=workspace)
         outputs = {}
