@@ -217,6 +217,20 @@ def _count_spawns(event: str, args: tuple[object, ...]) -> None:
 sys.addaudithook(_count_spawns)
 
 
+IN_MEMORY = "in_memory"
+"""The marker of the supervisor tier that runs without processes: its tests run their children
+on the in-memory transport (`ChildConfig(transport="memory")`), and one that starts a process
+all the same fails (`no_process_started`)."""
+
+
+@pytest.fixture(autouse=True)
+def no_process_started(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test of the in-memory tier that started a process (see `IN_MEMORY`)."""
+    yield
+    if request.node.get_closest_marker(IN_MEMORY) is not None and _spawns:
+        pytest.fail(f"a test marked {IN_MEMORY} started {_spawns} process(es)", pytrace=False)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
     global _spawns

@@ -135,8 +135,14 @@ class SupervisorCore(EventBus):
     # --- the context ------------------------------------------------------------------------
 
     def _warn_once(self, choice: Choice) -> None:
-        """Say on stderr, once per supervisor, that `auto` settled for less than a sandbox."""
-        if choice.warning and probe_host().why_not and not self._warned:
+        """Say on stderr, once per supervisor, that `auto` settled for less than a sandbox (a
+        child in memory has its own warning, in its result, and asks the host nothing)."""
+        if (
+            choice.level == "process"
+            and choice.warning
+            and probe_host().why_not
+            and not self._warned
+        ):
             self._warned = True
             sys.stderr.write(f"tether: warning: {choice.warning}\n")
             sys.stderr.flush()
