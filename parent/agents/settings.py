@@ -77,6 +77,7 @@ def spec_from_stored(
         containment=stored.containment,
         launcher=stored.launcher,
         spawner=stored.spawner,
+        transport=stored.transport,
     )
     try:
         limits = Limits(**stored.limits)  # type: ignore[arg-type]
@@ -134,6 +135,7 @@ def stored_settings(spec: AgentSpec, default: ChildConfig) -> SpawnSettings:
         launcher=launcher,
         containment=cfg.containment,
         spawner=cfg.spawner,
+        transport=cfg.transport,
         pass_env=list(cfg.pass_env),
         keep_alive=spec.keep_alive,
         token_total=spec.token_total,
