@@ -298,9 +298,9 @@ class SupervisorCore(EventBus):
             self._zygote = None
             if old is not None:
                 await self._close_zygote(old)
+            keeper = self._keeper_ready()  # before the zygote, which is a child process too
             zygote = await Zygote.start(build_child_env(os.environ))
             self._zygote = zygote
-            keeper = self._keeper_ready()
             if keeper is not None:
                 keeper.watch(zygote.pid)
                 # Each cgroup made for its standby too: if this supervisor dies, the keeper

@@ -91,8 +91,9 @@ class InMemory:
         cfg = request.config
         observed = Observed(limits=request.limits)
         serve = _runtime(cfg, observed)
+        # No grace of the helper's own: the child's dispose has waited the EOF grace already.
         async with (
-            serve_in_memory(serve, grace=cfg.dispose.eof) as peer,
+            serve_in_memory(serve, grace=0) as peer,
             MemoryChild(peer, observed, cfg) as child,
         ):
             yield ObtainedChild(child, None, os.getpid(), ARGV, "memory")
