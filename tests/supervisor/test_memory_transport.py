@@ -88,6 +88,33 @@ async def test_a_continuable_run_in_memory_takes_follow_ups_in_the_same_runtime(
 
 
 @pytest.mark.in_memory
+@pytest.mark.parametrize("how", ["config", "provider"])
+async def test_a_run_in_memory_never_asks_the_host_whether_it_can_sandbox(
+    tmp_path: Path, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The probe starts a throwaway sandboxed child: nothing a run in memory needs.
+    from tether.parent.run import core
+
+    asked: list[str] = []
+    real = core.probe_host
+
+    def probe(*args: object, **kwargs: object) -> object:
+        asked.append("probe")
+        return real()
+
+    monkeypatch.setattr(core, "probe_host", probe)
+    config = IN_MEMORY if how == "config" else ChildConfig()
+    provider = "inprocess" if how == "provider" else None
+    async with Supervisor(config) as sup:
+        with anyio.fail_after(20):
+            result = await sup.run(
+                "x", workspace=tmp_path, model=ScriptedModel.from_json(COMPLETE), provider=provider
+            )
+    assert result.success, result
+    assert asked == []
+
+
+@pytest.mark.in_memory
 async def test_an_agent_that_cannot_be_loaded_in_memory_is_spawn_failed(tmp_path: Path) -> None:
     async with Supervisor(IN_MEMORY) as sup:
         with anyio.fail_after(20):
