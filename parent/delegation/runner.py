@@ -15,10 +15,10 @@ one `RunRequest`:
    An unknown name, or bad usage of a provider, is a `spawn_failed` result the orchestrator's
    model reads, never an exception;
 3. continuable: with a `keep_alive`, a task's sub-agent of a provider that runs tether's
-   protocol (`spawn`, `fork`, `command`) starts as a continuable agent of `sup.agents` under
-   `parent_run` (a durable session; `RunFacts.agent_id` is its id, what `send_message` takes).
-   A provider that drives its own agent (`acp`, `inprocess`, one a user wrote) runs it once,
-   and the facts say why it cannot be continued;
+   protocol (`spawn`, `fork`, `command`, `inprocess`) starts as a continuable agent of
+   `sup.agents` under `parent_run` (a durable session; `RunFacts.agent_id` is its id, what
+   `send_message` takes). A provider that drives its own agent (`acp`, one a user wrote) runs
+   it once, and the facts say why it cannot be continued;
 4. the model: decided by the parent, never the child. A definition that names a model runs on
    it (`models=` maps names to provider objects first, else the string is resolved, once per
    runner); one that names none runs on the orchestrator's model (`default_model`). Either way

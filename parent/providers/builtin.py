@@ -107,8 +107,8 @@ class CommandProvider(Provider):
 
 
 def builtin_providers() -> ProviderRegistry:
-    """A registry of the built-in providers: spawn, fork, command, inprocess and acp (the last
-    two import their heavy parts only when they run)."""
+    """A registry of the built-in providers: spawn, fork, command, inprocess and acp (the ACP
+    package and the child runtime are imported only when a run needs them)."""
     from tether.parent.providers.acp_provider import AcpProvider
     from tether.parent.providers.inprocess import InProcessProvider
 

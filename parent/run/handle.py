@@ -46,7 +46,7 @@ child: the pool's task owns its children's contexts. A child in memory has nothi
 still: its broker, closed, serves nothing between activations all the same.
 
 `result()` is the first activation's result; `wait()` returns once the child is gone.
-A provider with its own way of running (a foreign agent over ACP, the in-process runtime; see
+A provider with its own way of running (a foreign agent over ACP, one a user writes; see
 `tether.parent.providers`) hands the handle a `RunBody` in place of that tether child: the body
 obtains and drives its child, filling the run's `Observed`, under the same outer and drive
 scopes, so `abort()`, `cancel()` (through the body), budgets and the result work the same way.
