@@ -396,7 +396,7 @@ class RunHandle:
         assert act.broker is not None
         act.result = build_result(
             self._params,
-            containment=self.host.tier,
+            containment=self._containment(),
             isolation=self._isolation_report(),
             observed=observed,
             answer=act.answer,
@@ -644,6 +644,10 @@ class RunHandle:
         has answered."""
         if self._current is not None:
             self._budget_exhausted(self._current, why)
+
+    def _containment(self) -> str:
+        got = self._obtained
+        return self.host.tier if got is None or got.contained else "none"
 
     def _isolation_report(self) -> Isolation:
         choice = self.isolation

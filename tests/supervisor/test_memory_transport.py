@@ -52,7 +52,7 @@ async def test_a_run_in_memory_is_driven_like_a_child_and_says_it_had_no_process
             result = await handle.result()
         assert handle.spawner == "memory" and handle.pid is None
     assert result.success and result.summary == "done", result
-    assert result.pid is None
+    assert result.pid is None and result.containment == "none"
     assert result.isolation is not None and result.isolation.level == "none"
     assert result.isolation.warning and "in-memory transport" in result.isolation.warning
     [started] = [e for e in events if isinstance(e, RunStarted)]

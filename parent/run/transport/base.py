@@ -86,6 +86,9 @@ class ObtainedChild:
     """How it was started: `exec`, `zygote` or `memory`."""
     fallback: str | None = None
     """Why the default spawner used exec rather than the zygote."""
+    contained: bool = True
+    """It is under the plan's containment tier (`False`: nothing contains it, and its result
+    says `containment: "none"`)."""
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ class InMemory:
             serve_in_memory(serve, grace=0) as peer,
             MemoryChild(peer, observed, cfg) as child,
         ):
-            yield ObtainedChild(child, None, os.getpid(), ARGV, "memory")
+            yield ObtainedChild(child, None, os.getpid(), ARGV, "memory", contained=False)
 
 
 def _runtime(cfg: ChildConfig, observed: Observed) -> Serve:
