@@ -1,5 +1,7 @@
-# Sourced by scripts/*: create or refresh .venv with the project, its test extras and the ray
-# extra (the scale-out tests start a real Ray cluster on loopback).
+# Sourced by scripts/*: create or refresh .venv with the project and the extras the sourcing
+# script names in TETHER_EXTRAS (comma-separated, default `test,ray`: the test runners, linters,
+# type checker and nox, and the Ray cluster the scale-out tests start on loopback).
+# scripts/demo asks for none: it needs tether's runtime dependencies only.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -11,12 +13,32 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
+extras="${TETHER_EXTRAS-test,ray}"
 # Reinstall when pyproject.toml or the module list changed (the strict editable install maps
-# each file, so a new module needs a fresh install); cheap when nothing changed.
+# each file, so a new module needs a fresh install), or when this script needs an extra the
+# last install did not include; cheap when nothing changed. The stamp holds the hash and the
+# extras installed with it: a runtime-only script is content with a fuller install.
 stamp=.venv/.tether-install-stamp
 want="$( (cat pyproject.toml; find parent child protocol wire contain -name '*.py' | sort) | sha256sum | cut -d' ' -f1)"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+have_hash=""
+have_extras=""
+if [ -f "$stamp" ]; then
+  read -r have_hash have_extras < "$stamp" || true
+fi
+missing=0
+if [ "$have_hash" != "$want" ]; then
+  missing=1
+else
+  IFS=, read -r -a needed <<< "$extras"
+  for extra in "${needed[@]}"; do
+    case ",$have_extras," in *",$extra,"*) ;; *) missing=1 ;; esac
+  done
+fi
+if [ "$missing" -eq 1 ]; then
+  # Keep the extras an earlier install had: a demo after the tests takes nothing away.
+  extras="$have_extras,$extras"
+  extras="$(tr ',' '\n' <<< "$extras" | sed '/^$/d' | sort -u | paste -sd, -)"
   .venv/bin/python -m pip install -q --disable-pip-version-check \
-    -e '.[test,ray]' --config-settings editable_mode=strict
-  echo "$want" > "$stamp"
+    -e ".${extras:+[$extras]}" --config-settings editable_mode=strict
+  echo "$want $extras" > "$stamp"
 fi
