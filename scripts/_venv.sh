@@ -10,8 +10,19 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; th
   echo "tether needs Python 3.11 or newer (found: $("$PY" --version 2>&1))" >&2
   exit 2
 fi
+# pip: the venv's own, or, for a new venv, this interpreter's when it can install into another
+# (pip 22.3+): the venv is then made without ensurepip's copy of pip, which takes longer than
+# everything else the demo installs, and gets pip from the same install as tether.
+pip=(.venv/bin/python -m pip)
+with_pip=()
 if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
+  if "$PY" -m pip --python "$PY" --version >/dev/null 2>&1; then
+    "$PY" -m venv --without-pip .venv
+    pip=("$PY" -m pip --python .venv/bin/python)
+    with_pip=(pip)
+  else
+    "$PY" -m venv .venv
+  fi
 fi
 extras="${TETHER_EXTRAS-test,ray}"
 # Reinstall when pyproject.toml or the module list changed (the strict editable install maps
@@ -38,7 +49,7 @@ if [ "$missing" -eq 1 ]; then
   # Keep the extras an earlier install had: a demo after the tests takes nothing away.
   extras="$have_extras,$extras"
   extras="$(tr ',' '\n' <<< "$extras" | sed '/^$/d' | sort -u | paste -sd, -)"
-  .venv/bin/python -m pip install -q --disable-pip-version-check \
-    -e ".${extras:+[$extras]}" --config-settings editable_mode=strict
+  "${pip[@]}" install -q --disable-pip-version-check \
+    -e ".${extras:+[$extras]}" "${with_pip[@]}" --config-settings editable_mode=strict
   echo "$want $extras" > "$stamp"
 fi
