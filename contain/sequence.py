@@ -162,6 +162,17 @@ def workspace_idmap(plan: Plan) -> tuple[int, int, int, int] | None:
     return (plan.owner[0], plan.uid, plan.owner[1], plan.gid)
 
 
+def local_sockets(plan: Plan) -> bool:
+    """Whether this child may `connect` to UNIX sockets: the plan asks, and it can keep the
+    promise `Plan.local_sockets` makes — abstract sockets scoped (Landlock ABI 6), and pathname
+    sockets sealed by the private mounts or resolved by Landlock (ABI 9)."""
+    from tether.contain.landlock import RESOLVE_UNIX_ABI, SCOPE_ABI
+
+    if not (plan.local_sockets and plan.sandboxed and plan.network is None):
+        return False
+    return plan.abi >= SCOPE_ABI and (plan.private_mounts or plan.abi >= RESOLVE_UNIX_ABI)
+
+
 def enter_sandbox(plan: Plan, *, userns: int | None = None) -> None:
     """Step 5: confine this process as `plan` says; raises `SandboxError`. `userns`: see
     `contain` (the caller closes it)."""
@@ -193,6 +204,8 @@ def _enter(plan: Plan, userns: int | None) -> None:
             userns=userns,
             workspace_read_only=plan.workspace_read_only,
             protect=plan.protect,
+            seal=local_sockets(plan),
+            devices=plan.devices,
         )
         _private_dirs(plan)
     elif plan.home:
@@ -221,4 +234,4 @@ def _enter(plan: Plan, userns: int | None) -> None:
     privileges.set_no_new_privs()
     rules.restrict_self()
     if plan.seccomp:
-        seccomp.install(inet=network is not None)
+        seccomp.install(inet=network is not None, unix_connect=local_sockets(plan))

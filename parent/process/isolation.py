@@ -50,6 +50,7 @@ from tether.contain.inplace import (
     runs_in_place,
     trampoline_argv,
 )
+from tether.contain.mounts import SEAL_FAILED
 from tether.contain.plan import (
     DEFAULT_SANDBOX_ID,
     PRIVATE_HOME,
@@ -57,6 +58,7 @@ from tether.contain.plan import (
     Plan,
     system_reads,
 )
+from tether.contain.sequence import EXEC_FAILED
 from tether.protocol.messages import IsolationLevel
 
 LEVELS = ("sandbox", "process")
@@ -91,6 +93,13 @@ class HostIsolation:
     """Why `sandbox` is unavailable here; `None` when it works."""
     forced: bool = False
     """`TETHER_LANDLOCK_ABI` lowered the ABI."""
+    local_sockets: bool = False
+    """A sandboxed child may connect to the UNIX sockets its run binds (and to no other):
+    `local_sockets_why` says how, or why not."""
+    local_sockets_why: str = ""
+    install_problem: str | None = None
+    """tether's own installation is broken (the trampoline cannot start): no child runs at
+    any level, and the host's sandbox is untried."""
 
     @property
     def best(self) -> str:
@@ -172,20 +181,71 @@ def _probe(forced: str) -> HostIsolation:
         )
     elif not seccomp.available():
         why = "seccomp filters are not available on this kernel or architecture"
-    else:
-        why = _trial(abi, root)
-    return HostIsolation(root=root, landlock_abi=abi, why_not=why, forced=is_forced)
+    if why is not None:
+        return HostIsolation(root=root, landlock_abi=abi, why_not=why, forced=is_forced)
+    sockets, sockets_why = _local_sockets(abi, root)
+    trial = _trial(abi, root, local_sockets=sockets)
+    if sockets and trial.seal_failed:
+        sockets, sockets_why = False, f"refused: {trial.why}"
+        trial = _trial(abi, root, local_sockets=False)
+    return HostIsolation(
+        root=root,
+        landlock_abi=abi,
+        why_not=trial.why if trial.install_problem is None else None,
+        forced=is_forced,
+        local_sockets=sockets and trial.why is None,
+        local_sockets_why=sockets_why,
+        install_problem=trial.install_problem,
+    )
 
 
-def _trial(abi: int, root: bool) -> str | None:
-    """Sandbox a throwaway child that runs /bin/true; why it failed, or `None`."""
+def _local_sockets(abi: int, root: bool) -> tuple[bool, str]:
+    """Whether this host's sandbox can let a child connect to its run's own UNIX sockets and to
+    no other (`Plan.local_sockets`), and how, or why not."""
+    if abi >= landlock.RESOLVE_UNIX_ABI:
+        return True, (
+            f"Landlock ABI {abi} resolves pathname sockets (only beneath the workspace and the "
+            "private temp dirs, or bound in the run's own domain) and scopes abstract ones"
+        )
+    if not root:
+        return False, (
+            f"refused: a supervisor that is not root cannot give the sandbox a private view of "
+            f"the filesystem, and Landlock ABI {abi} cannot tell the run's own sockets from the "
+            f"host's (that needs ABI {landlock.RESOLVE_UNIX_ABI}, Linux 7.1+): connect() is "
+            "refused outright"
+        )
+    if abi < landlock.SCOPE_ABI:
+        return False, (
+            f"refused: Landlock ABI {abi} does not keep abstract sockets inside the run (that "
+            f"needs ABI {landlock.SCOPE_ABI}, Linux 6.12+): connect() is refused outright"
+        )
+    return True, (
+        "sealed private mounts (every host mount idmapped so no outside socket passes the "
+        f"permission check, a private /dev) and Landlock ABI {abi}'s abstract-socket scope"
+    )
+
+
+@dataclass(frozen=True)
+class _Trial:
+    why: str | None = None
+    """Why the trial sandbox failed; `None` when it ran."""
+    seal_failed: bool = False
+    """It failed because the private mounts could not be sealed (`mounts.SealError`)."""
+    install_problem: str | None = None
+    """It failed before any sandbox: the trampoline itself could not start."""
+
+
+def _trial(abi: int, root: bool, *, local_sockets: bool) -> _Trial:
+    """Sandbox a throwaway child that runs /bin/true: how it went."""
     true = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
     with tempfile.TemporaryDirectory(prefix="tether-probe-") as ws:
         setup = plan_for(
             "sandbox",
             command=[true],
             workspace=ws,
-            host=HostIsolation(root=root, landlock_abi=abi, why_not=None),
+            host=HostIsolation(
+                root=root, landlock_abi=abi, why_not=None, local_sockets=local_sockets
+            ),
             interpreter=False,
         )
         word = config_word.encode(
@@ -208,14 +268,25 @@ def _trial(abi: int, root: bool) -> str | None:
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"a trial sandbox could not run: {exc}"
+            return _Trial(f"a trial sandbox could not run: {exc}")
         finally:
             if setup.cleanup is not None:
                 setup.cleanup()
-    if got.returncode != 0:
-        last = (got.stderr.decode(errors="replace").strip().splitlines() or [""])[-1]
-        return f"a trial sandbox failed on this host: {last[:300] or f'exit {got.returncode}'}"
-    return None
+    if got.returncode == 0:
+        return _Trial()
+    stderr = got.stderr.decode(errors="replace")
+    last = (stderr.strip().splitlines() or [""])[-1][:300] or f"exit {got.returncode}"
+    if EXEC_FAILED not in stderr:
+        # The trampoline never reached its sandbox: tether's installation, not the host.
+        return _Trial(
+            last,
+            install_problem=(
+                f"tether's trampoline ({TRAMPOLINE}) cannot start under `{sys.executable} "
+                f"-I -S`: {last}. tether's installation is broken: reinstall it (pip install "
+                "--force-reinstall, or pip install -e . in a checkout)"
+            ),
+        )
+    return _Trial(f"a trial sandbox failed on this host: {last}", seal_failed=SEAL_FAILED in last)
 
 
 def choose_level(
@@ -241,6 +312,8 @@ def choose_level(
             "sandbox: its isolation is the launcher's",
         )
     host = host or probe_host()
+    if host.install_problem is not None:
+        raise ValueError(host.install_problem)
     if host.why_not is None:
         return Choice("sandbox")
     if requested == "sandbox":
@@ -460,6 +533,8 @@ def plan_for(
             cwd=ws,
             network=net,
             workspace_read_only=workspace_read_only,
+            # The launcher's own mounts are not sealed: only Landlock can tell sockets apart.
+            local_sockets=net is None and abi >= landlock.RESOLVE_UNIX_ABI,
         )
         return Setup(plan, private_env("/tmp"))
     if host.root:
@@ -483,6 +558,7 @@ def plan_for(
             network=net,
             workspace_read_only=workspace_read_only,
             protect=code_inside(ws) if ws is not None else [],
+            local_sockets=net is None and host.local_sockets,
         )
         return Setup(plan, private_env("/tmp"))
     private = tempfile.mkdtemp(prefix="tether-sandbox-")
@@ -498,6 +574,7 @@ def plan_for(
         cwd=ws,
         network=net,
         workspace_read_only=workspace_read_only,
+        local_sockets=net is None and abi >= landlock.RESOLVE_UNIX_ABI,
     )
     env = private_env(private)
     env["TMPDIR"] = os.path.join(private, "tmp")
