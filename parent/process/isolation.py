@@ -380,7 +380,12 @@ def interpreter_reads() -> tuple[str, ...]:
         # Located, not imported: the parent never loads the child's code.
         spec = importlib.util.find_spec(name)
         for where in (spec.submodule_search_locations or []) if spec else []:
-            paths += [where, os.path.dirname(os.path.dirname(where))]
+            paths.append(where)
+            # The directory holding `tether/` (site-packages, a strict editable link tree);
+            # a default editable install's sources (a checkout's `contain/`) have none, and
+            # their parent is the checkout's own parent: never granted.
+            if os.path.basename(os.path.dirname(where)) == "tether":
+                paths.append(os.path.dirname(os.path.dirname(where)))
             init = os.path.join(where, "__init__.py")
             if os.path.islink(init):
                 paths.append(os.path.dirname(os.path.realpath(init)))
