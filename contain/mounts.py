@@ -137,9 +137,15 @@ def layout(
     private_tmp: Iterable[str] = PRIVATE_TMP,
 ) -> Layout:
     """Which tmpfs covers and which clones make `reads` and `workspace` visible at their own
-    paths to a process for which `traversable(dir)` says whether it may search `dir`."""
+    paths to a process for which `traversable(dir)` says whether it may search `dir`.
+
+    A granted directory the process cannot search itself (a 0700 directory holding an agent
+    file, a 0700 home) is never cloned back as it is, which would show it still closed: it is
+    rebuilt like a closed ancestor, and only the grants inside it come back (the agent file
+    the command names, the workspace beside it), never the rest of it."""
     covers: dict[str, int] = {d: 0o1777 for d in private_tmp}
     grants = sorted({os.path.normpath(p) for p in reads}, key=lambda p: (p.count("/"), p))
+    closed = {g for g in grants if g != workspace and not traversable(g)}
     everything = [*grants, *([workspace] if workspace else [])]
     for path in everything:
         if any(_under(path, c) for c in covers):
@@ -152,10 +158,15 @@ def layout(
             if not traversable(ancestor):
                 covers[ancestor] = 0o755
                 break
+    for path in closed:
+        if not any(_under(path, c) for c in covers):
+            covers[path] = 0o755
     ordered = sorted(covers, key=lambda c: (c.count("/"), c))
     outer = [c for c in ordered if not any(c != o and _under(c, o) for o in ordered)]
     restore: list[str] = []
     for path in grants:
+        if path in closed:
+            continue  # rebuilt: only the grants inside it come back
         if workspace and _under(path, workspace):
             continue  # visible through the workspace mount
         if any(_under(path, r) for r in restore):

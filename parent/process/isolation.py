@@ -32,7 +32,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -490,6 +492,68 @@ def workspace_problem(workspace: str, *, protects_code: bool = False) -> str | N
             f"they import); use a directory that does not hold the virtualenv or tether itself{fix}"
         )
     return None
+
+
+def unreadable_problem(
+    command: Sequence[str],
+    read_paths: Sequence[str] = (),
+    *,
+    as_uid: tuple[int, int] | None,
+) -> str | None:
+    """Why a sandboxed child could not read a path its command names (an agent file, a
+    script) or a `read_paths` entry, or `None` when it can read them all. `as_uid`: the
+    (uid, gid) a root supervisor's sandbox runs as, in private mounts that rebuild every
+    directory on the way it cannot enter (so only the path's own mode matters); `None`: the
+    child keeps this process's uid, and the whole path must be open to it."""
+    named = [p for arg in command for p in _named_paths(arg)]
+    named += [p for p in read_paths if os.path.isabs(p) and os.path.exists(p)]
+    for path in dict.fromkeys(os.path.realpath(p) for p in named):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        is_dir = stat.S_ISDIR(st.st_mode)
+        if as_uid is None:
+            ok = os.access(path, os.R_OK | (os.X_OK if is_dir else 0))
+            who = "this user"
+        else:
+            ok = _may_read(st, *as_uid, is_dir)
+            who = f"the sandbox's uid {as_uid[0]}"
+        if ok:
+            continue
+        what = "directory" if is_dir else "file"
+        fix = f"chmod o+r{'x' if is_dir else ''} {shlex.quote(path)}"
+        return (
+            f"a sandboxed child cannot read the {what} {path} (mode {stat.S_IMODE(st.st_mode):o}, "
+            f"owner uid {st.st_uid}): {who} may not {'list and enter' if is_dir else 'read'} "
+            f"it. Make it readable ({fix}), move it where others may read it, or run with "
+            "process isolation (--isolation process)"
+        )
+    return None
+
+
+def sandbox_uid(
+    sandbox_user: tuple[int, int] | None, launcher: object | None = None
+) -> tuple[int, int] | None:
+    """The (uid, gid) a sandboxed child runs as in private mounts (a root supervisor, no
+    launcher that isolates the filesystem itself); `None`: it keeps this process's uid."""
+    provides = getattr(launcher, "provides", None)
+    if not probe_host().root or getattr(provides, "filesystem_isolation", False):
+        return None
+    return sandbox_user or (DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)
+
+
+def _may_read(st: os.stat_result, uid: int, gid: int, directory: bool) -> bool:
+    """Whether `uid`/`gid` (no supplementary group) may read `st` (and search it, a
+    directory) by its mode bits."""
+    need = 0o5 if directory else 0o4
+    if st.st_uid == uid:
+        bits = st.st_mode >> 6
+    elif st.st_gid == gid:
+        bits = st.st_mode >> 3
+    else:
+        bits = st.st_mode
+    return bits & need == need
 
 
 def code_inside(ws: str) -> list[str]:

@@ -36,7 +36,14 @@ from pathlib import Path
 
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.host import Host, host
-from tether.parent.process.isolation import Choice, choose_level, probe_host, workspace_problem
+from tether.parent.process.isolation import (
+    Choice,
+    choose_level,
+    probe_host,
+    sandbox_uid,
+    unreadable_problem,
+    workspace_problem,
+)
 from tether.parent.process.launchers import resolve_launcher
 from tether.parent.process.limits import Limits
 from tether.parent.process.spawn import check_spawner
@@ -189,6 +196,10 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     if choice.level == "sandbox":
         protects = probe_host().root and launcher.name == "local"
         problem = workspace_problem(str(ws), protects_code=protects)
+        if problem is None:
+            problem = unreadable_problem(
+                cfg.command, cfg.read_paths, as_uid=sandbox_uid(cfg.sandbox_user, launcher)
+            )
         if problem is not None:
             raise ValueError(problem)
     model = spec.model
