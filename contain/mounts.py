@@ -234,15 +234,23 @@ def parse_mountinfo(text: str) -> list[MountEntry]:
     return entries
 
 
-def seal_plan(entries: Iterable[MountEntry]) -> tuple[MountEntry | None, list[MountEntry]]:
+def seal_plan(
+    entries: Iterable[MountEntry], needed: Iterable[str] | None = None
+) -> tuple[MountEntry | None, list[MountEntry]]:
     """What a sealed view clones: the mount on top at `/`, and every other mount on top at its
-    path, outermost first, except /dev and what lies beneath it (a private /dev replaces it)."""
+    path, outermost first, except /dev and what lies beneath it (a private /dev replaces it);
+    with `needed` (the paths the child is granted), only mounts that hold one of them or lie
+    inside one: Landlock grants nothing in any other, so its mount point shows the empty
+    directory beneath instead (and costs no clone at each spawn)."""
     top: dict[str, MountEntry] = {}
     for entry in entries:
         top.pop(entry.path, None)  # re-inserted last: the order of the mount on top
         top[entry.path] = entry
     root = top.pop("/", None)
     rest = [e for e in top.values() if not _under(e.path, "/dev")]
+    if needed is not None:
+        wanted = list(needed)
+        rest = [e for e in rest if any(_under(n, e.path) or _under(e.path, n) for n in wanted)]
     order = {e.path: i for i, e in enumerate(rest)}
     return root, sorted(rest, key=lambda e: (e.path.count("/"), order[e.path]))
 
@@ -315,17 +323,20 @@ def _containing(entries: list[MountEntry], path: str) -> MountEntry:
     return max((e for e in entries if _under(path, e.path)), key=lambda e: e.path.count("/"))
 
 
-def _seal(userns: int, devices: Iterable[str], restore: Iterable[str]) -> list[tuple[str, int]]:
+def _seal(
+    userns: int, devices: Iterable[str], restore: Iterable[str], needed: Iterable[str] | None
+) -> list[tuple[str, int]]:
     """Rebuild this (private, new) mount namespace's view from sealed clones of every host
     mount, with a private /dev (see the module docstring); returns sealed clones of the
     `restore` paths (and of mounts beneath them) for the caller to attach over its covers, in
     order. Everything is cloned from the host's tree first: once sealed, not even root may
     enter a directory whose owner the view does not map. Raises `OSError`."""
     with open("/proc/self/mountinfo") as f:
-        root_entry, entries = seal_plan(parse_mountinfo(f.read()))
+        table = parse_mountinfo(f.read())
+    root_entry, entries = seal_plan(table, needed)
     if root_entry is None:
         raise SealError("/proc/self/mountinfo names no mount at /")
-    every = [root_entry, *entries]
+    every = [root_entry, *seal_plan(table)[1]]
     clones: list[tuple[str, int]] = []
     kept: list[tuple[str, int]] = []
     try:
@@ -463,6 +474,7 @@ def private_namespace(
     seal: bool = False,
     sealer: int | None = None,
     devices: Iterable[str] = (),
+    needed: Iterable[str] | None = None,
 ) -> Applied:
     """Enter a private mount namespace laid out as `plan` (see the module docstring).
     `idmap` is (owner uid, sandbox uid, owner gid, sandbox gid) for the workspace, or `None`
@@ -472,7 +484,8 @@ def private_namespace(
     /tmp would otherwise reach a workspace under it); `protect`: directories inside the
     workspace mounted read-only over it; `seal`: no socket outside the workspace and the private
     temp dirs stays reachable (`sealer`: an fd of `unmapped_userns()` made ahead, else one is
-    made here; `devices`: what the private /dev holds). Raises `OSError`."""
+    made here; `devices`: what the private /dev holds; `needed`: every path the child is
+    granted, whose mounts alone are cloned, `None`: every mount). Raises `OSError`."""
     made = made_sealer = None
     if idmap is not None and plan.workspace and userns is None:
         userns = made = idmap_userns(*idmap)
@@ -503,7 +516,7 @@ def private_namespace(
                 userns or 0,
             )
         if seal and sealer is not None:
-            clones = _seal(sealer, devices, plan.restore)
+            clones = _seal(sealer, devices, plan.restore, needed)
         else:
             clones = [(p, open_tree_clone(p)) for p in plan.restore if os.path.exists(p)]
             for _, fd in clones:

@@ -104,16 +104,19 @@ def contain(
     for_exec: bool = True,
     plan: Plan | None = None,
     userns: int | None = None,
+    sealer: int | None = None,
 ) -> None:
     """Steps 0-5 (see the module docstring). `ppid`: arm the death signal against this
     parent; `None`: no death signal. `userns`: an fd of a user namespace with the plan's
-    `workspace_idmap`, made ahead; closed here whatever happens, so the child never holds it.
-    Raises `OSError` or `SandboxError`."""
+    `workspace_idmap`, made ahead; `sealer`: one of `mounts.unmapped_userns()`, made ahead;
+    both closed here whatever happens, so the child never holds them. Raises `OSError` or
+    `SandboxError`."""
     try:
-        _contain(cgroup_procs, setsid, ppid, rlimits, for_exec, plan, userns)
+        _contain(cgroup_procs, setsid, ppid, rlimits, for_exec, plan, userns, sealer)
     finally:
-        if userns is not None:
-            os.close(userns)
+        for fd in (userns, sealer):
+            if fd is not None:
+                os.close(fd)
 
 
 def _contain(
@@ -124,6 +127,7 @@ def _contain(
     for_exec: bool,
     plan: Plan | None,
     userns: int | None,
+    sealer: int | None,
 ) -> None:
     join_cgroups(cgroup_procs)
     if setsid:
@@ -136,7 +140,7 @@ def _contain(
     else:
         signals_for_python()
     if plan is not None and plan.sandboxed:
-        enter_sandbox(plan, userns=userns)
+        enter_sandbox(plan, userns=userns, sealer=sealer)
         if ppid is not None:
             # A change of credentials clears the death signal: arm it again, and check again
             # that the parent did not die in between.
@@ -173,18 +177,18 @@ def local_sockets(plan: Plan) -> bool:
     return plan.abi >= SCOPE_ABI and (plan.private_mounts or plan.abi >= RESOLVE_UNIX_ABI)
 
 
-def enter_sandbox(plan: Plan, *, userns: int | None = None) -> None:
-    """Step 5: confine this process as `plan` says; raises `SandboxError`. `userns`: see
-    `contain` (the caller closes it)."""
+def enter_sandbox(plan: Plan, *, userns: int | None = None, sealer: int | None = None) -> None:
+    """Step 5: confine this process as `plan` says; raises `SandboxError`. `userns`,
+    `sealer`: see `contain` (the caller closes them)."""
     try:
-        _enter(plan, userns)
+        _enter(plan, userns, sealer)
     except SandboxError:
         raise
     except OSError as exc:
         raise SandboxError(f"the sandbox could not be set up: {exc}") from exc
 
 
-def _enter(plan: Plan, userns: int | None) -> None:
+def _enter(plan: Plan, userns: int | None, sealer: int | None) -> None:
     # Imported here: a child at the process level never pays for them.
     from tether.contain import landlock, mounts, seccomp
 
@@ -205,7 +209,9 @@ def _enter(plan: Plan, userns: int | None) -> None:
             workspace_read_only=plan.workspace_read_only,
             protect=plan.protect,
             seal=local_sockets(plan),
+            sealer=sealer,
             devices=plan.devices,
+            needed=[*plan.reads, *plan.writes, *([plan.workspace] if plan.workspace else [])],
         )
         _private_dirs(plan)
     elif plan.home:

@@ -87,6 +87,7 @@ def main(argv: list[str]) -> None:
             rlimits=config.get("rlimits", {}),
             for_exec=not here,
             plan=plan,
+            sealer=config.get("sealer"),  # inherited from the supervisor, closed by contain
         )
     except SandboxError as exc:
         os.write(2, f"{EXEC_FAILED} {command[0]}: {exc}\n".encode())

@@ -45,14 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from tether.contain import argv as config_word
-from tether.contain import landlock, seccomp
+from tether.contain import landlock, mounts, seccomp
 from tether.contain.inplace import (
     TRAMPOLINE,
     import_path_writable,
     runs_in_place,
     trampoline_argv,
 )
-from tether.contain.mounts import SEAL_FAILED
 from tether.contain.plan import (
     DEFAULT_SANDBOX_ID,
     PRIVATE_HOME,
@@ -288,7 +287,9 @@ def _trial(abi: int, root: bool, *, local_sockets: bool) -> _Trial:
                 "--force-reinstall, or pip install -e . in a checkout)"
             ),
         )
-    return _Trial(f"a trial sandbox failed on this host: {last}", seal_failed=SEAL_FAILED in last)
+    return _Trial(
+        f"a trial sandbox failed on this host: {last}", seal_failed=mounts.SEAL_FAILED in last
+    )
 
 
 def choose_level(
@@ -648,6 +649,52 @@ def plan_for(
     env = private_env(private)
     env["TMPDIR"] = os.path.join(private, "tmp")
     return Setup(plan, env, lambda: shutil.rmtree(private, ignore_errors=True))
+
+
+_SEALER_HELPER = (
+    "import ctypes, os\n"
+    "if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0:\n"
+    "    raise SystemExit(1)\n"
+    "os.write(1, b'u')\n"
+    "os.read(0, 1)\n"
+)
+_sealer: list[int] = []
+
+
+def sealer_fd() -> int | None:
+    """An fd of `mounts.unmapped_userns()`'s namespace, made once per supervisor and kept: a
+    root supervisor hands it to every exec'd child whose private mounts are sealed
+    (`SpawnSpec.pass_fds`), which would otherwise fork a helper for it at each spawn. Made by
+    a helper *process* (this one may have threads, so it never forks itself); `None` when it
+    cannot be made (the child then makes its own, and says what failed)."""
+    if _sealer:
+        return _sealer[0]
+    try:
+        helper = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _SEALER_HELPER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+    except OSError:
+        return None
+    assert helper.stdin is not None and helper.stdout is not None
+    try:
+        if helper.stdout.read(1) != b"u":
+            return None
+        ident = f"{mounts.UNMAPPED_ID} {mounts.UNMAPPED_ID} 1\n"
+        for name, text in (("setgroups", "deny"), ("uid_map", ident), ("gid_map", ident)):
+            with open(f"/proc/{helper.pid}/{name}", "w") as f:
+                f.write(text)
+        fd = os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    finally:
+        helper.stdin.close()
+        helper.stdout.close()
+        helper.wait(timeout=TRIAL_SECONDS)
+    _sealer.append(fd)
+    return fd
 
 
 ISOLATION_ENV = "TETHER_ISOLATION"

@@ -117,3 +117,12 @@ def test_a_mount_that_could_hold_a_socket_and_cannot_be_idmapped_is_refused(
     got = _sealed("unsealable", tmp_path)
     assert got["error"].startswith(mounts.SEAL_FAILED), got
     assert f"{tmp_path} (ramfs) cannot be idmapped" in got["error"], got
+
+
+def test_only_mounts_that_hold_or_lie_in_a_grant_are_cloned() -> None:
+    """Landlock grants nothing in the others (here /mnt/my disk and /snap): they are left out,
+    which shows the empty directory beneath and saves a clone at every spawn."""
+    _, rest = seal_plan(parse_mountinfo(MOUNTINFO), ["/proc", "/tmp/inner/x", "/usr"])
+    assert [e.path for e in rest] == ["/proc", "/tmp", "/tmp/inner"]
+    _, rest = seal_plan(parse_mountinfo(MOUNTINFO), ["/tmp"])
+    assert [e.path for e in rest] == ["/tmp", "/tmp/inner"]
