@@ -34,7 +34,8 @@ keep the mode bits the sandbox uid had anyway (it owns nothing outside the works
 is in no group). The clone of `/` becomes the root (`pivot_root`, the host's tree detached),
 the others are attached at their paths; a mount that cannot be idmapped is kept only when it
 can hold no live socket (a pseudo filesystem, `SOCKET_FREE`, or a read-only superblock,
-where nothing can bind), else the sandbox refuses to start (`SealError`). /dev becomes a
+where nothing can bind); any other stays unmapped, and the view counts as not sealed
+(`Applied.unsealed` says why: the child then gets no `connect`). /dev becomes a
 private tmpfs holding only the plan's device files and the /proc/self/fd links (the host's
 /dev holds /dev/log and other sockets, and devtmpfs cannot be idmapped). The rebuilt tree is
 private: a mount the host makes later never shows up inside. Sockets the run binds itself are
@@ -100,12 +101,11 @@ DEV_LINKS = (
 
 
 SEAL_FAILED = "cannot seal the sandbox's view of the host"
-"""How a `SealError` starts (the probe tells a host that cannot seal by it)."""
 
 
 class SealError(OSError):
-    """A host mount can neither be idmapped nor shown to hold no socket: the sandbox cannot
-    promise that no socket outside the run is reachable."""
+    """The sealed view cannot be built at all (no root mount to clone): the sandbox does not
+    start."""
 
     def __str__(self) -> str:
         return f"{SEAL_FAILED}: {self.strerror or super().__str__()}"
@@ -293,10 +293,11 @@ def set_attr(fd: int, attr_set: int, userns_fd: int = 0, path: str = "") -> None
     )
 
 
-def _sealed_clone(entry: MountEntry, userns: int) -> int | None:
+def _sealed_clone(entry: MountEntry, userns: int, unsealed: list[str]) -> int | None:
     """A detached, read-only clone of the mount on top at `entry.path`, idmapped through
-    `userns` (or left unmapped when its filesystem cannot be and holds no socket); `None`
-    when nothing is reachable there. Raises `SealError`."""
+    `userns` (or left unmapped when its filesystem cannot be and holds no socket; when it
+    could hold one, left unmapped all the same, and why is added to `unsealed`); `None` when
+    nothing is reachable there."""
     try:
         fd = open_tree_clone(entry.path, recursive=False)
     except OSError:
@@ -306,11 +307,10 @@ def _sealed_clone(entry: MountEntry, userns: int) -> int | None:
             set_attr(fd, MOUNT_ATTR_IDMAP, userns)
         except OSError as exc:
             if entry.fstype not in SOCKET_FREE and not entry.read_only:
-                raise SealError(
-                    exc.errno,
+                unsealed.append(
                     f"the mount at {entry.path} ({entry.fstype}) cannot be idmapped "
-                    f"({exc.strerror}), so a socket bound there would stay reachable",
-                ) from None
+                    f"({exc.strerror}), so a socket bound there would stay reachable"
+                )
         set_attr(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
     except BaseException:
         os.close(fd)
@@ -324,13 +324,18 @@ def _containing(entries: list[MountEntry], path: str) -> MountEntry:
 
 
 def _seal(
-    userns: int, devices: Iterable[str], restore: Iterable[str], needed: Iterable[str] | None
+    userns: int,
+    devices: Iterable[str],
+    restore: Iterable[str],
+    needed: Iterable[str] | None,
+    unsealed: list[str],
 ) -> list[tuple[str, int]]:
     """Rebuild this (private, new) mount namespace's view from sealed clones of every host
     mount, with a private /dev (see the module docstring); returns sealed clones of the
     `restore` paths (and of mounts beneath them) for the caller to attach over its covers, in
-    order. Everything is cloned from the host's tree first: once sealed, not even root may
-    enter a directory whose owner the view does not map. Raises `OSError`."""
+    order, and adds to `unsealed` why a mount had to stay unmapped. Everything is cloned from
+    the host's tree first: once sealed, not even root may enter a directory whose owner the
+    view does not map. Raises `OSError`."""
     with open("/proc/self/mountinfo") as f:
         table = parse_mountinfo(f.read())
     root_entry, entries = seal_plan(table, needed)
@@ -340,11 +345,11 @@ def _seal(
     clones: list[tuple[str, int]] = []
     kept: list[tuple[str, int]] = []
     try:
-        root = _sealed_clone(root_entry, userns)
+        root = _sealed_clone(root_entry, userns, unsealed)
         if root is None:
             raise SealError("/ cannot be cloned")
         for entry in entries:
-            fd = _sealed_clone(entry, userns)
+            fd = _sealed_clone(entry, userns, unsealed)
             if fd is not None:
                 clones.append((entry.path, fd))
         dev = [(d, open_tree_clone(d, recursive=False)) for d in devices if os.path.exists(d)]
@@ -352,12 +357,12 @@ def _seal(
             if not os.path.lexists(path):
                 continue
             on = _containing(every, path)
-            fd = _sealed_clone(MountEntry(path, on.fstype, on.read_only), userns)
+            fd = _sealed_clone(MountEntry(path, on.fstype, on.read_only), userns, unsealed)
             if fd is not None:
                 kept.append((path, fd))
             for inner in entries:
                 if inner.path != path and _under(inner.path, path):
-                    fd = _sealed_clone(inner, userns)
+                    fd = _sealed_clone(inner, userns, unsealed)
                     if fd is not None:
                         kept.append((inner.path, fd))
         move_to(root, "/")
@@ -462,6 +467,9 @@ class Applied:
     def __init__(self) -> None:
         self.covers: list[str] = []
         self.restored: list[str] = []
+        self.unsealed: list[str] = []
+        """Why the view is not sealed (a mount that could hold a socket and cannot be
+        idmapped); empty when it is, or when no seal was asked for."""
 
 
 def private_namespace(
@@ -515,14 +523,14 @@ def private_namespace(
                 | (MOUNT_ATTR_RDONLY if workspace_read_only else 0),
                 userns or 0,
             )
+        done = Applied()
         if seal and sealer is not None:
-            clones = _seal(sealer, devices, plan.restore, needed)
+            clones = _seal(sealer, devices, plan.restore, needed, done.unsealed)
         else:
             clones = [(p, open_tree_clone(p)) for p in plan.restore if os.path.exists(p)]
             for _, fd in clones:
                 set_attr(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
         set_attr(-100, MOUNT_ATTR_RDONLY, path="/")
-        done = Applied()
         for cover, mode in plan.covers:
             if not os.path.isdir(cover):
                 continue

@@ -43,6 +43,9 @@ else:
     import _signal as signal  # the functions and int constants `signal` wraps in enums
 
 PARENT_GONE = 125
+LOCAL_SOCKETS_ENV = "TETHER_LOCAL_SOCKETS"
+"""Set in a sandboxed child's environment when its plan asked for local UNIX sockets and it
+got none (`refused: WHY`): its private mounts could not be sealed."""
 EXEC_FAILED = "tether-trampoline: exec failed:"
 """The line a process that could not become the child writes to stderr (the parent reads it
 and reports `spawn_failed` with the rest of the line)."""
@@ -194,6 +197,7 @@ def _enter(plan: Plan, userns: int | None, sealer: int | None) -> None:
 
     if plan.abi < 1:
         raise SandboxError("the plan has no Landlock ABI (Landlock is unavailable)")
+    unsealed: list[str] = []
     if plan.private_mounts:
         uid = plan.uid if plan.uid is not None else os.geteuid()
         gid = plan.gid if plan.gid is not None else os.getegid()
@@ -202,7 +206,7 @@ def _enter(plan: Plan, userns: int | None, sealer: int | None) -> None:
             plan.workspace,
             lambda d: mounts.can_traverse(d, uid, [gid]),
         )
-        mounts.private_namespace(
+        applied = mounts.private_namespace(
             lay,
             idmap=workspace_idmap(plan),
             userns=userns,
@@ -211,9 +215,11 @@ def _enter(plan: Plan, userns: int | None, sealer: int | None) -> None:
             seal=local_sockets(plan),
             sealer=sealer,
             devices=plan.devices,
-            needed=[*plan.reads, *plan.writes, *([plan.workspace] if plan.workspace else [])],
+            # Not the writes: they are the private tmpfs, whatever the host mounts there.
+            needed=[*plan.reads, *([plan.workspace] if plan.workspace else [])],
         )
         _private_dirs(plan)
+        unsealed = applied.unsealed
     elif plan.home:
         os.makedirs(plan.home, mode=0o700, exist_ok=True)
     network = plan.network
@@ -239,5 +245,11 @@ def _enter(plan: Plan, userns: int | None, sealer: int | None) -> None:
         os.chdir(plan.cwd)
     privileges.set_no_new_privs()
     rules.restrict_self()
+    sockets = local_sockets(plan)
+    if sockets and unsealed and plan.abi < landlock.RESOLVE_UNIX_ABI:
+        # The view could not be sealed (and Landlock cannot tell sockets apart): no connect,
+        # and the child is told why (its tools, its agent, a person reading its environment).
+        sockets = False
+        os.environ[LOCAL_SOCKETS_ENV] = f"refused: {unsealed[0]}"
     if plan.seccomp:
-        seccomp.install(inet=network is not None, unix_connect=local_sockets(plan))
+        seccomp.install(inet=network is not None, unix_connect=sockets)

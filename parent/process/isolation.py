@@ -59,7 +59,7 @@ from tether.contain.plan import (
     Plan,
     system_reads,
 )
-from tether.contain.sequence import EXEC_FAILED
+from tether.contain.sequence import EXEC_FAILED, LOCAL_SOCKETS_ENV
 from tether.protocol.messages import IsolationLevel
 
 LEVELS = ("sandbox", "process")
@@ -186,9 +186,8 @@ def _probe(forced: str) -> HostIsolation:
         return HostIsolation(root=root, landlock_abi=abi, why_not=why, forced=is_forced)
     sockets, sockets_why = _local_sockets(abi, root)
     trial = _trial(abi, root, local_sockets=sockets)
-    if sockets and trial.seal_failed:
-        sockets, sockets_why = False, f"refused: {trial.why}"
-        trial = _trial(abi, root, local_sockets=False)
+    if sockets and trial.refused_sockets is not None:
+        sockets, sockets_why = False, trial.refused_sockets
     return HostIsolation(
         root=root,
         landlock_abi=abi,
@@ -230,15 +229,18 @@ def _local_sockets(abi: int, root: bool) -> tuple[bool, str]:
 class _Trial:
     why: str | None = None
     """Why the trial sandbox failed; `None` when it ran."""
-    seal_failed: bool = False
-    """It failed because the private mounts could not be sealed (`mounts.SealError`)."""
+    refused_sockets: str | None = None
+    """It ran, but its local sockets were refused, and why (its private mounts could not be
+    sealed: `LOCAL_SOCKETS_ENV`)."""
     install_problem: str | None = None
     """It failed before any sandbox: the trampoline itself could not start."""
 
 
 def _trial(abi: int, root: bool, *, local_sockets: bool) -> _Trial:
-    """Sandbox a throwaway child that runs /bin/true: how it went."""
-    true = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
+    """Sandbox a throwaway child that prints its environment (`env`): how it went. The
+    trial is granted what a Python child is (the interpreter's paths too), so the mounts it
+    seals are the ones a real child's view has."""
+    true = shutil.which("env", path="/usr/bin:/bin") or "/usr/bin/env"
     with tempfile.TemporaryDirectory(prefix="tether-probe-") as ws:
         setup = plan_for(
             "sandbox",
@@ -247,7 +249,6 @@ def _trial(abi: int, root: bool, *, local_sockets: bool) -> _Trial:
             host=HostIsolation(
                 root=root, landlock_abi=abi, why_not=None, local_sockets=local_sockets
             ),
-            interpreter=False,
         )
         word = config_word.encode(
             {"pdeathsig": 0, "ppid": os.getpid(), "plan": setup.plan.to_json()}
@@ -274,6 +275,10 @@ def _trial(abi: int, root: bool, *, local_sockets: bool) -> _Trial:
             if setup.cleanup is not None:
                 setup.cleanup()
     if got.returncode == 0:
+        told = f"{LOCAL_SOCKETS_ENV}=".encode()
+        for line in got.stdout.splitlines():
+            if line.startswith(told):
+                return _Trial(refused_sockets=line[len(told) :].decode(errors="replace"))
         return _Trial()
     stderr = got.stderr.decode(errors="replace")
     last = (stderr.strip().splitlines() or [""])[-1][:300] or f"exit {got.returncode}"
@@ -287,9 +292,7 @@ def _trial(abi: int, root: bool, *, local_sockets: bool) -> _Trial:
                 "--force-reinstall, or pip install -e . in a checkout)"
             ),
         )
-    return _Trial(
-        f"a trial sandbox failed on this host: {last}", seal_failed=mounts.SEAL_FAILED in last
-    )
+    return _Trial(f"a trial sandbox failed on this host: {last}")
 
 
 def choose_level(
