@@ -127,7 +127,7 @@ async def test_sockets_bound_outside_the_run_stay_unreachable(
     held, probing = _workspace(tmp_path, "held"), _workspace(tmp_path, "probing")
     name = f"tether-test-run-{os.urandom(4).hex()}"
     cfg = config(isolation="sandbox", read_paths=[str(Path(host_sockets["readable_dir"]).parent)])
-    # Two supervisors: the runs overlap, and each supervisor admits one spawn at a time.
+    # The other run is another supervisor's, as another program on this host would start it.
     async with (
         Supervisor(cfg) as sup,
         Supervisor(cfg) as other,
