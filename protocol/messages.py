@@ -291,6 +291,18 @@ class Isolation(Wire, frozen=True):
     had none."""
 
 
+class TraceReport(Wire, frozen=True):
+    """Where the parent traced a run (filled in by the parent; docs/traces.md)."""
+
+    path: str
+    """The run's trace file (JSON Lines)."""
+    bytes: int = 0
+    """The file's size when the result was built."""
+    stopped: str | None = None
+    """Why tracing of the run stopped before its end (its size limit, a disk that fell
+    behind, a file that could not be written); `null` when it did not."""
+
+
 class RunResult(Wire, frozen=True):
     success: bool
     status: RunStatus
@@ -320,3 +332,5 @@ class RunResult(Wire, frozen=True):
     duration_seconds: float | None = None
     """Seconds from the run's start (or a follow-up's) to its result, the child's teardown
     included when the run is not continuable (filled in by the parent)."""
+    trace: TraceReport | None = None
+    """The run's trace, when the parent traced it (filled in by the parent)."""

@@ -18,7 +18,9 @@ way a run starts (see `spec.py`). It does, in order:
    the definition's; model strings from the wire are never resolved);
 6. the request as the child will read it (`agent/run` parameters; too large for one message is
    bad usage), whether the provider can keep a run for follow-ups, whether the agent needs a
-   model it has none of, and the idle limit against tether's heartbeats (a warning).
+   model it has none of, and the idle limit against tether's heartbeats (a warning);
+7. the trace: the spec's `trace=`, else the supervisor's, checked to lie outside the workspace
+   (`trace/spec.py`).
 
 Nothing here changes state: it reads the host's facts (probed once per process), the files a
 request names, and model scripts (off the event loop). `check_agent` and `check_config` are the
@@ -52,6 +54,7 @@ from tether.parent.run.provider import (
     SubagentRequest,
 )
 from tether.parent.run.spec import Continuation, EventCallback, NamedModel, RunSpec
+from tether.parent.trace.spec import TraceOption, TraceSpec, check_trace
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
 from tether.protocol.messages import AgentDefinition, AgentRunParams
 from tether.protocol.methods import AGENT_RUN
@@ -63,10 +66,12 @@ FOLLOW_UP_PROVIDERS = "spawn, fork or command (a child that announces agentMessa
 
 @dataclass(frozen=True)
 class PlanContext:
-    """What a plan depends on besides the spec: the supervisor's providers and default config."""
+    """What a plan depends on besides the spec: the supervisor's providers, default config and
+    default trace."""
 
     providers: ProviderRegistry
     config: ChildConfig
+    trace: TraceOption = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,12 @@ class RunPlan:
     on_turn: TurnHook | None = None
     budgets: Sequence[Budget] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    trace: TraceSpec | None = None
+    """Where the run is traced (its directory checked: outside the workspace)."""
+    parent_run: str | None = None
+    agent: str = ""
+    """The agent as the caller named it: a role, a custom agent's `module:callable` (file
+    paths absolute), or the definition's type."""
 
 
 def check_agent(spec: RunSpec) -> tuple[AgentDefinition, str | None]:
@@ -218,6 +229,7 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         check_model(cfg.command, request.agent, models.main is not None)
     limits = spec.limits or Limits()
     warn_idle(cfg.command, limits)
+    trace = check_trace(spec.trace if spec.trace is not None else ctx.trace, str(ws))
     return RunPlan(
         spec=spec,
         run_id=request.run_id,
@@ -236,6 +248,9 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         on_turn=spec.on_turn,
         budgets=spec.budgets,
         labels=spec.labels,
+        trace=trace,
+        parent_run=spec.parent_run,
+        agent=impl or (spec.agent if isinstance(spec.agent, str) else definition.type),
     )
 
 

@@ -16,7 +16,14 @@ import msgspec
 from tether.parent.process.classify import Observed, classify, failure_of
 from tether.parent.run.broker import Brokered
 from tether.parent.run.evidence import check_artifacts, parse_verdict
-from tether.protocol.messages import AgentRunParams, Failure, FailureKind, Isolation, RunResult
+from tether.protocol.messages import (
+    AgentRunParams,
+    Failure,
+    FailureKind,
+    Isolation,
+    RunResult,
+    TraceReport,
+)
 
 VERIFIER = "verifier"
 
@@ -33,10 +40,11 @@ def build_result(
     launcher: str | None = None,
     pid: int | None = None,
     duration_seconds: float | None = None,
+    trace: TraceReport | None = None,
 ) -> RunResult:
     """The result of one run. `prompts`: user turns the parent sent (the run's prompt, and any
     follow-up messages); `launcher`, `pid`, `duration_seconds`: what the parent saw of the
-    run's process."""
+    run's process; `trace`: where the parent traced it (whatever the child claimed)."""
     if answer is not None:
         result = _from_answer(answer, observed)
         artifacts, skipped = check_artifacts(params.workspace, answer.artifacts, answer.skipped)
@@ -59,6 +67,7 @@ def build_result(
         iteration_count=counted.turns,
         turn_count=prompts,
         verdict=verdict,
+        trace=trace,
     )
     if observed.survivors:
         # The promise is "nothing left running"; when the kernel would not let us keep it (a

@@ -233,6 +233,17 @@ PARENT_LAYERS = {
         "tether.parent.cli",
         "tether.parent.supervisor",
     ),
+    # Traces sit below the run core: the broker records into them, the replay model reads them.
+    "tether.parent.trace": (
+        "tether.parent.run",
+        "tether.parent.agents",
+        "tether.parent.delegation",
+        "tether.parent.providers",
+        "tether.parent.mcp_server",
+        "tether.parent.placement",
+        "tether.parent.cli",
+        "tether.parent.supervisor",
+    ),
     "tether.parent.run": (
         "tether.parent.agents",
         "tether.parent.delegation",
