@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from tether.parent.agents.sessions import SpawnSettings
+from tether.parent.models import absolute_model
 from tether.parent.process.config import DEFAULT_COMMAND, ChildConfig
 from tether.parent.process.limits import Limits, parse_duration
 from tether.parent.run.spec import ModelSpec, NamedModel, RunSpec
@@ -148,7 +148,4 @@ def model_string(model: ModelSpec) -> str | None:
     name = model.name if isinstance(model, NamedModel) else model
     if not isinstance(name, str):
         return None
-    scheme, _, path = name.partition(":")
-    if scheme == "scripted" and path:
-        return f"scripted:{Path(path).resolve()}"
-    return name
+    return absolute_model(name)
