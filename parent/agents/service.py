@@ -35,6 +35,10 @@ different agents never share a slot, so they run in parallel.
 - a tending task per child holds the lease while the child lives, cuts the child at once if
   the lease is lost (taken over by another process), and releases the lease after the child
   is gone. A session left `running` reads `interrupted` once its holder is gone.
+- traces (docs/traces.md): an agent's first run, when traced, says which agent it became (an
+  `agent` line); its warm follow-ups are in the same run's trace, and a cold resume in this
+  process appends to that file too. A cold resume in another process starts a trace of its
+  own whose header names the agent.
 
 Limits: the run's `Limits` (wall, idle, memory, ...) and the definition's `maxIterations` and
 `tokenBudget` apply to each activation; `token_total` bounds the tokens of all activations of
@@ -84,6 +88,7 @@ from tether.parent.run.evidence import recheck
 from tether.parent.run.handle import RunHandle
 from tether.parent.run.provider import Provider
 from tether.parent.run.spec import Continuation, EventCallback, ModelSpec, RunSpec, spec_of
+from tether.parent.trace.recorder import RunTrace
 from tether.protocol.messages import ChatMessage, Failure, RunResult
 
 if TYPE_CHECKING:
@@ -175,6 +180,8 @@ class Agents:
         self._agents: dict[str, _Agent] = {}
         self._specs: dict[str, AgentSpec] = {}
         self._runs: dict[str, str] = {}
+        self._traces: dict[str, RunTrace] = {}
+        """The trace of each agent's first run here: its cold resumes append to it."""
         self._tending = 0
         self._quiet = anyio.Event()
         self._shutting = False
@@ -324,6 +331,9 @@ class Agents:
                 with anyio.CancelScope(shield=True):
                     await activation.release("failed")
             raise
+        if handle.trace is not None:
+            handle.trace.agent(summary.id)
+            self._traces[summary.id] = handle.trace
         entry = _Agent(summary.id, activation=activation, handle=handle, recorder=recorder)
         entry.slot.acquire_nowait()
         self._agents[entry.id] = entry
@@ -492,6 +502,7 @@ class Agents:
                 on_event=on_event,
                 budgets=budgets,
                 run_id=run_id,
+                agent_id=agent.id,
             )
         except BaseException:
             if fresh:
@@ -541,13 +552,20 @@ class Agents:
         budgets: Sequence[Budget] = (),
         provider: str | Provider | None = None,
         run_id: str | None = None,
+        agent_id: str | None = None,
     ) -> RunHandle:
+        """`agent_id`: a cold resume's agent (its trace, when it has one here, is appended to)."""
         if self._shutting:
             raise RuntimeError("the supervisor is closing: no new child for an agent")
         definition = spec.definition
         if cap != definition.token_budget:
             definition = msgspec.structs.replace(definition, token_budget=cap)
         run = spec.run
+        if agent_id is not None:
+            run = run.replace(labels={**run.labels, "agentId": agent_id})
+            traced = self._traces.get(agent_id)
+            if traced is not None:
+                run = run.replace(trace=traced.spec.replace(file=traced.path))
         return await self._sup.start(
             run.replace(
                 prompt=prompt,

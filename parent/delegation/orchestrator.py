@@ -68,6 +68,7 @@ from tether.parent.roles.prompts import (
 from tether.parent.run.broker import ParentTool
 from tether.parent.run.spec import EventCallback, NamedModel, RunSpec
 from tether.parent.run.subagent_events import SubagentEvent, SubagentStatus
+from tether.parent.trace.spec import TraceOption, trace_spec
 from tether.protocol.messages import (
     AgentDefinition,
     ModelCompleteParams,
@@ -193,6 +194,7 @@ async def orchestrate(
     on_start: Callable[[Running], None] | None = None,
     continuable: bool = False,
     keep_alive: float | str = DEFAULT_KEEP_ALIVE,
+    trace: TraceOption = None,
 ) -> Orchestration:
     """Run an orchestrator on `prompt` with the task tool over `definitions` (default: the
     built-in roles; an empty set gives it no task tool) and return an `Orchestration`.
@@ -216,6 +218,10 @@ async def orchestrate(
     orchestration only (its run id is their `parent_run`). They outlive the orchestration
     until their keep-alive passes or the supervisor closes; `sup.send_message` continues them.
 
+    `trace`: trace the orchestrator and every sub-agent (a directory or a `TraceSpec`; default:
+    the supervisor's `trace=`). Each sub-agent's trace names the orchestrator's run as its
+    parent; the orchestrator's header holds what `tether replay` needs to start it again.
+
     Raises `ValueError` for bad usage before anything is spawned; never for what a child did.
     """
     registry = (
@@ -227,6 +233,7 @@ async def orchestrate(
     )
     book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
     orchestration_id = f"orch-{os.getpid()}-{secrets.token_hex(4)}"
+    traced = trace_spec(trace) or getattr(sup, "trace", None)
     runner = SupervisorRunner(
         sup,
         default_model=model,
@@ -237,6 +244,7 @@ async def orchestrate(
         providers=providers,
         keep_alive=keep_alive if continuable else None,
         parent_run=orchestration_id,
+        trace=traced,
     )
     # Resolved once: the orchestrator and every sub-agent without a model of its own share it,
     # with its string (what a continuable sub-agent stores for a cold resume, what is billed).
@@ -302,6 +310,19 @@ async def orchestrate(
         _add_usage(book, counted, now)
         counted = now
 
+    if traced is not None:
+        traced = traced.replace(
+            orchestration=_replayable(
+                registry,
+                read_only=read_only,
+                max_steps=max_steps,
+                max_concurrent=max_concurrent,
+                token_budget=token_budget,
+                verifier=verifier,
+                continuable=continuable,
+                agent_types=sorted(offered),
+            )
+        )
     pool = delegator.budget.pool
     handle = await sup.start(
         RunSpec(
@@ -318,6 +339,7 @@ async def orchestrate(
             run_id=orchestration_id,
             # Its own turns count against the tree too: once spent, its next turn is refused.
             budgets=(pool,) if pool is not None else (),
+            trace=traced,
         )
     )
     box.append(handle)
@@ -334,6 +356,36 @@ async def orchestrate(
     # the orchestrator is the broker's, exactly.
     _add_usage(book, counted, result.usage)
     return Orchestration(result=result, ledger=book, tasks=tasks)
+
+
+def _replayable(
+    registry: Registry,
+    *,
+    read_only: bool,
+    max_steps: int,
+    max_concurrent: int,
+    token_budget: int | None,
+    verifier: VerifierPolicy | None,
+    continuable: bool,
+    agent_types: list[str],
+) -> dict[str, Any]:
+    """How an orchestration was started, for its trace's header (`tether replay` reads it)."""
+    policy = verifier or VerifierPolicy()
+    return {
+        "definitions": msgspec.to_builtins(list(registry)),
+        "readOnly": read_only,
+        "maxSteps": max_steps,
+        "maxConcurrent": max_concurrent,
+        "tokenBudget": token_budget,
+        "verifier": {
+            "minFiles": policy.min_files,
+            "maxFixCycles": policy.max_fix_cycles,
+            "enabled": policy.enabled,
+            "definition": None if policy.verifier is None else msgspec.to_builtins(policy.verifier),
+        },
+        "continuable": continuable,
+        "agentTypes": agent_types,
+    }
 
 
 def _add_usage(book: Ledger, before: Usage, now: Usage) -> None:

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from tether.parent.process.config import ChildConfig
     from tether.parent.run.budget import Budget
     from tether.parent.run.core import SupervisorCore
+    from tether.parent.trace.spec import TraceSpec
 
 SPAWN = "spawn"
 ProviderRunner = Callable[[RunRequest], Awaitable[RunResult]]
@@ -80,6 +81,7 @@ class SupervisorRunner:
         providers: Mapping[str, ProviderRunner] | None = None,
         keep_alive: float | str | None = None,
         parent_run: str | None = None,
+        trace: TraceSpec | None = None,
     ) -> None:
         """`default_model`: what a definition without a model runs on; `models`: provider
         objects by the name a definition gives; `limits` / `config`: each sub-agent child's
@@ -87,7 +89,8 @@ class SupervisorRunner:
 
         `keep_alive`: run each task's sub-agent as a continuable agent of `sup.agents` under
         `parent_run` (its child kept alive this long after each answer), where its provider
-        allows (see the module docstring)."""
+        allows (see the module docstring). `trace`: trace each sub-agent there (default: the
+        supervisor's `trace=`), its header naming `parent_run`."""
         self.sup = sup
         self.default_model = default_model
         self.models = dict(models or {})
@@ -97,6 +100,7 @@ class SupervisorRunner:
         self.providers: dict[str, ProviderRunner] = dict(providers or {})
         self.keep_alive = keep_alive
         self.parent_run = parent_run
+        self.trace = trace
         self._built: dict[str, ModelProvider] = {}
         self._live: set[RunHandle] = set()
         self._watched: set[int] = set()
@@ -176,6 +180,8 @@ class SupervisorRunner:
             run_id=request.run_id or None,
             budgets=(request.budget,) if request.budget is not None else (),
             labels={"toolCallId": request.tool_call_id, "subagentId": request.subagent_id},
+            trace=self.trace,
+            parent_run=self.parent_run,
         )
 
     async def spawn(self, request: RunRequest) -> RunResult:
