@@ -96,7 +96,7 @@ def main(args: argparse.Namespace) -> int:
     """Raises ValueError (bad usage, exit 2) before serving; see the module docstring."""
     if importlib.util.find_spec("mcp") is None:
         raise ValueError(f"tether mcp needs the MCP SDK, an optional extra: {INSTALL_HINT}")
-    from tether.parent.cli.options import config_from, limits_from
+    from tether.parent.cli.options import config_from, limits_from, trace_from
     from tether.parent.delegation.files import load_registry
     from tether.parent.delegation.verification import VerifierPolicy
     from tether.parent.roles.builtins import builtin_registry
@@ -115,6 +115,7 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"--workspace {args.workspace!r} is not a directory")
     policy = VerifierPolicy(min_files=args.verify_min_files, max_fix_cycles=args.max_fix_cycles)
     limits, config = limits_from(args), config_from(args)
+    args.trace = trace_from(args)
     default_model, models = _models(registry, args.model)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="tether mcp: %(message)s")
     return anyio.run(_serve, args, registry, default_model, models, limits, config, policy)
@@ -165,7 +166,7 @@ async def _serve(
         serving = anyio.CancelScope()
         await outer.start(_stop_on_signals, serving, signals)  # installed before any child
         with serving:
-            async with Supervisor(config, state_dir=args.state) as sup:
+            async with Supervisor(config, state_dir=args.state, trace=args.trace) as sup:
                 runner: Runner
                 under = parent_run()
                 if args.continuable:

@@ -320,7 +320,7 @@ async def orchestrate(
                 token_budget=token_budget,
                 verifier=verifier,
                 continuable=continuable,
-                agent_types=sorted(offered),
+                agent_types=list(offered),
             )
         )
     pool = delegator.budget.pool

@@ -358,7 +358,7 @@ class Broker:
         trace = self.trace
         if trace is None:
             return await call_parent_tool(self._parent_tools, self.run_id, self.brokered, params)
-        began = trace.begin()
+        began = trace.clock()
         try:
             got = await call_parent_tool(self._parent_tools, self.run_id, self.brokered, params)
         except WireError as exc:

@@ -96,9 +96,13 @@ class RunTrace:
     # --- lines ---------------------------------------------------------------------------------
 
     def begin(self) -> Began:
-        """Mark a call's arrival: its number and when."""
+        """Mark a model call's arrival: its number in the run and when."""
         self._calls += 1
         return (self._calls, time.time(), time.monotonic())
+
+    def clock(self) -> Began:
+        """Mark the arrival of another request (a parent tool's): when."""
+        return (0, time.time(), time.monotonic())
 
     def turn(
         self,
