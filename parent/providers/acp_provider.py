@@ -175,6 +175,8 @@ class AcpProvider(Provider):
 
         gateway = await run.gateway()
         grant = gateway.grant(run.run_id, BrokeredModel(run.broker))
+        if run.broker.trace is not None:
+            run.broker.trace.conceal(grant.token)  # the agent holds it: never in its trace
         ours: socket.socket | None = None
         theirs: socket.socket | None = None
         home: str | None = None

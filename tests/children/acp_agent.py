@@ -16,8 +16,9 @@ run's events and summary:
   `{"hang": SECONDS}` waits and ignores `session/cancel`; after any other step a cancel that
   has arrived ends the turn `cancelled`;
 - `{"crash": CODE}` exits at once with CODE; `{"raw": TEXT}` writes TEXT to stdout as it is;
-  `{"post": {"url", "body", "headers"}}` POSTs JSON with urllib and says the status and body
-  (`$NAME` in the url and header values is the agent's environment variable NAME);
+  `{"post": {"url", "body", "headers", "expand"?}}` POSTs JSON with urllib and says the status
+  and body (`$NAME` in the url and header values, and with `"expand": true` in the body too,
+  is the agent's environment variable NAME);
 - `{"connect": [HOST, PORT]}` opens a TCP connection and says `connect HOST:PORT: ok` or the
   error; `{"unix_socket": true}` makes a UNIX stream socket and says `unix socket: ok` or
   the error; `{"environ": true}` says the agent's whole environment as JSON;
@@ -239,11 +240,16 @@ def _unix_socket() -> str:
     return "unix socket: ok"
 
 
+def _body(arg: dict[str, Any]) -> str:
+    body = json.dumps(arg["body"])
+    return os.path.expandvars(body) if arg.get("expand") else body
+
+
 def _post(arg: dict[str, Any]) -> str:
     headers = {k: os.path.expandvars(v) for k, v in arg.get("headers", {}).items()}
     request = urllib.request.Request(
         os.path.expandvars(arg["url"]),
-        data=json.dumps(arg["body"]).encode(),
+        data=_body(arg).encode(),
         headers={"content-type": "application/json", **headers},
         method="POST",
     )
