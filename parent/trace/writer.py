@@ -208,15 +208,18 @@ class TraceFile:
                 return
             self._busy = True
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            self._write_all(fd, data)
         finally:
             with self._lock:
                 self._busy = False
                 abandoned = self._gave_up
             if abandoned:
                 os.close(fd)
+
+    def _write_all(self, fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
 
     # --- waiting for the disk, bounded ---------------------------------------------------------
 
