@@ -17,13 +17,15 @@ the next recorded one (the built-in loop ends the run with it); the message is a
 `divergences`.
 
 "The same" request: the same purpose, messages and tools, once two facts of where and when a
-run ran are set aside — the workspace's path (the recorded run's, from its header, against the
-replaying run's, which its run handle tells the model through `bind_run`) and the `modifiedAt`
-times of delivered files, which a copy of a workspace does not keep.
+run ran are set aside — the workspace's path wherever it stands as a whole path (the recorded
+run's, from its header, against the replaying run's, which its run handle tells the model
+through `bind_run`) and the `modifiedAt` times of delivered files, which a copy of a workspace
+does not keep.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,11 +52,20 @@ def canonical(
     data = _encoder.encode((purpose, messages, tools))
     root = (workspace or "").rstrip("/")
     if root:
-        once = msgspec.json.encode(root)[1:-1]
-        twice = msgspec.json.encode(once.decode())[1:-1]
-        for form in sorted({once, twice}, key=len, reverse=True):
-            data = data.replace(form, _WORKSPACE)
+        data = _root_pattern(root).sub(_WORKSPACE, data)
     return _MODIFIED_AT.sub(rb"\1*", data)
+
+
+@functools.lru_cache(maxsize=64)
+def _root_pattern(root: str) -> re.Pattern[bytes]:
+    """The workspace's path as a whole path, as is or JSON-escaped once or twice: not a piece
+    of a longer name (`/ws` in `/ws2`), nor a path inside another (`/ws` in `/data/ws`)."""
+    once = msgspec.json.encode(root)[1:-1]
+    twice = msgspec.json.encode(once.decode())[1:-1]
+    forms = b"|".join(re.escape(f) for f in sorted({once, twice}, key=len, reverse=True))
+    # Not after a name's character, unless that is the letter of an escape (`\n/ws/a`).
+    before = rb"(?:(?<![\w.~/-])|(?<=\\[nrtbf]))"
+    return re.compile(before + rb"(?:" + forms + rb")(?![\w.~-])")
 
 
 def first_difference(recorded: bytes, now: bytes) -> str:

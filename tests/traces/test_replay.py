@@ -176,10 +176,13 @@ async def test_an_orchestration_with_sub_agents_replayed_from_its_trace_reproduc
     assert differences(recorded, tree(second.result.trace.path)) == []
     assert second.result.summary == first.result.summary
     assert second.totals() == first.totals()
-    assert [r.status for r in second.ledger.records] == [r.status for r in first.ledger.records]
-    assert [t.output.to_dict()["summary"] for t in second.tasks] == [
-        t.output.to_dict()["summary"] for t in first.tasks
-    ]
+    assert sorted((r.definition, r.role, r.status, r.steps) for r in second.ledger.records) == (
+        sorted((r.definition, r.role, r.status, r.steps) for r in first.ledger.records)
+    )
+    # Parallel task calls finish in either order: compared by call.
+    assert sorted((t.tool_call_id, t.output.summary) for t in second.tasks) == sorted(
+        (t.tool_call_id, t.output.summary) for t in first.tasks
+    )
     # The recording: the orchestrator, and one trace per sub-agent run naming it as parent.
     subs = [r for t in recorded[1:] for r in t.runs]
     assert len(subs) == len(first.ledger.records) == 6
