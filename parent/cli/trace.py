@@ -10,6 +10,7 @@ prints the JSON Schema of a trace line. Exit status 0, or 2 for a file that is n
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -46,5 +47,9 @@ def main(args: argparse.Namespace) -> int:
         document = msgspec.json.encode(as_json(trace, subs))
         sys.stdout.write(msgspec.json.format(document).decode() + "\n")
     else:
-        print(clean(render(trace, subs, full=args.full)))
+        try:
+            print(clean(render(trace, subs, full=args.full)))
+            sys.stdout.flush()
+        except BrokenPipeError:  # `| head`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0

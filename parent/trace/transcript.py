@@ -45,7 +45,16 @@ def render(trace: Trace, linked: Sequence[Trace] = (), *, full: bool = False) ->
             for run in sub.runs:
                 out.append(f"  {_summary_line(run)}")
                 out.append(f"    {sub.path}")
-    return "\n".join(out)
+    return "\n".join(_hang(entry) for entry in out)
+
+
+def _hang(entry: str) -> str:
+    """An entry's later lines indented under its first, so the next entry stands out."""
+    if "\n" not in entry:
+        return entry
+    first, *rest = entry.split("\n")
+    pad = " " * (len(first) - len(first.lstrip(" ")) + 4)
+    return "\n".join([first, *(pad + line for line in rest)])
 
 
 def as_json(trace: Trace, linked: Sequence[Trace] = ()) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """Fixtures for the trace tests: a copy of the example workspace, a directory for traces, and
-the model server of tests/models importable (pytest runs with `--import-mode=importlib`)."""
+the model server of tests/models and the MCP harness of tests/mcp importable (pytest runs with
+`--import-mode=importlib`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-for folder in (Path(__file__).parent, ROOT / "tests" / "models"):
+for folder in (Path(__file__).parent, ROOT / "tests" / "models", ROOT / "tests" / "mcp"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
