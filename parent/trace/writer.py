@@ -5,8 +5,10 @@ Theory of operation
 A `TraceFile` is a queue of encoded lines and the file they go to. `put()` is called on the
 run's path (the broker, before the child gets a model's answer) and never waits: it only
 appends to the queue, after the size policy said yes. A drain task (`drain()`, owned by the
-run's task) opens the file and then writes whatever is queued with one `write` at a time, both
-in a worker thread, so a slow disk delays the drain, never the run.
+run's task) opens the file and then writes what is queued, both in a worker thread, so a slow
+disk delays the drain, never the run. It lets lines gather for `LINGER_SECONDS` (or until
+`BATCH_BYTES` wait) and writes them with one `write`: a worker thread's turn per line would cost
+a run more than the lines do. A parent killed mid-run loses at most those last lines.
 
 Two bounds, one policy. The file never grows past `max_bytes` (its size when opened for
 appending counts), and no more than `buffer_bytes` may wait for the disk. When a line would
@@ -36,6 +38,10 @@ import anyio
 
 FLUSH_SECONDS = 10.0
 """The longest a run's result waits for its trace lines to be written."""
+LINGER_SECONDS = 0.05
+"""How long the drain lets lines gather before it writes them: one write (and one worker
+thread's turn) for many lines, unless `BATCH_BYTES` wait or the run wants them on disk."""
+BATCH_BYTES = 256 << 10
 STOP_RESERVE = 4096
 """Bytes kept below the size limit for the `stopped` line."""
 _NAME_TRIES = 100
@@ -72,6 +78,8 @@ class TraceFile:
         self._fd: int | None = None
         self._closing = False
         self._wake = anyio.Event()
+        self._urgent = False
+        self._hurry = anyio.Event()
         self._drained = anyio.Event()
         self._ended = anyio.Event()
         self._scope = anyio.CancelScope()
@@ -114,7 +122,14 @@ class TraceFile:
         self.size += len(line)
         if self._drained.is_set():
             self._drained = anyio.Event()
+        if self._queued >= BATCH_BYTES:
+            self._rush()
         self._wake.set()
+
+    def _rush(self) -> None:
+        """Write what is queued now, without lingering."""
+        self._urgent = True
+        self._hurry.set()
 
     # --- the drain's side ----------------------------------------------------------------------
 
@@ -154,6 +169,11 @@ class TraceFile:
                 self._wake = anyio.Event()
                 await self._wake.wait()
                 continue
+            if not self._urgent:
+                with anyio.move_on_after(LINGER_SECONDS):
+                    await self._hurry.wait()
+            self._urgent = False
+            self._hurry = anyio.Event()
             batch, self._queue = b"".join(self._queue), []
             try:
                 await anyio.to_thread.run_sync(self._write, batch, abandon_on_cancel=True)
@@ -226,6 +246,7 @@ class TraceFile:
     async def flush(self, seconds: float = FLUSH_SECONDS) -> None:
         """Wait until every queued line is written, at most `seconds`; a disk slower than
         that stops the trace (what is queued still goes out; the run no longer waits)."""
+        self._rush()
         with anyio.move_on_after(seconds):
             await self._drained.wait()
             return
@@ -234,6 +255,7 @@ class TraceFile:
     async def aclose(self, seconds: float = FLUSH_SECONDS) -> None:
         """Let the drain write what is left (at most `seconds`) and close the file."""
         self._closing = True
+        self._rush()
         self._wake.set()
         with anyio.move_on_after(seconds):
             await self._ended.wait()
