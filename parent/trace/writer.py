@@ -11,7 +11,8 @@ disk delays the drain, never the run. It lets lines gather for `LINGER_SECONDS` 
 a run more than the lines do. A parent killed mid-run loses at most those last lines.
 
 Two bounds, one policy. The file never grows past `max_bytes` (its size when opened for
-appending counts), and no more than `buffer_bytes` may wait for the disk. When a line would
+appending counts), and no more than `buffer_bytes` may wait while a write is under way (lines
+the drain is only gathering go out at once when they pass it). When a line would
 break either, tracing of the run *stops*: the line is dropped, a last `stopped` line naming the
 reason is queued in its place (room for it is kept below `max_bytes`), and every later line is
 dropped. The run goes on; its result says so (`trace.stopped`). A file that cannot be opened or
@@ -80,6 +81,9 @@ class TraceFile:
         self._wake = anyio.Event()
         self._urgent = False
         self._hurry = anyio.Event()
+        self._writing = 0
+        """Bytes handed to a write that has not returned yet: the disk is behind by what waits
+        meanwhile."""
         self._drained = anyio.Event()
         self._ended = anyio.Event()
         self._scope = anyio.CancelScope()
@@ -99,13 +103,15 @@ class TraceFile:
         if self.size + n > self._max - STOP_RESERVE:
             self.stop(f"the trace reached its size limit of {self._max} bytes")
             return False
-        if self._queued and self._queued + n > self._buffer:
+        if self._writing and self._queued + n > self._buffer:
             self.stop(
                 f"the disk fell behind: {self._queued} bytes were still waiting to be written "
                 f"(the buffer holds {self._buffer})"
             )
             return False
         self._enqueue(line)
+        if self._queued > self._buffer:
+            self._rush()  # nothing is being written: the drain was only gathering lines
         return True
 
     def stop(self, reason: str) -> None:
@@ -175,11 +181,14 @@ class TraceFile:
             self._urgent = False
             self._hurry = anyio.Event()
             batch, self._queue = b"".join(self._queue), []
+            self._writing = len(batch)
             try:
                 await anyio.to_thread.run_sync(self._write, batch, abandon_on_cancel=True)
             except OSError as exc:
                 self._fail(f"writing the trace failed: {exc.strerror or exc}")
                 return
+            finally:
+                self._writing = 0
             self._queued -= len(batch)
             self.written += len(batch)
 

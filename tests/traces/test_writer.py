@@ -100,6 +100,23 @@ async def test_a_disk_that_falls_behind_by_more_than_the_buffer_stops_the_trace_
     assert written[-1].startswith(b"stopped 4000: the disk fell behind: 4000 bytes were")
 
 
+async def test_lines_gathered_while_the_disk_keeps_up_never_count_as_falling_behind(
+    tmp_path: Path,
+) -> None:
+    f = StalledDisk(tmp_path, buffer_bytes=4096)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(f.drain)
+        await wait_for(lambda: f._fd is not None)
+        for n in range(30):
+            assert f.put(line(n))  # gathered, not yet written: the drain lingers
+        assert f.put(line(30, 20_000))  # past the buffer, with nothing being written
+        assert f.stopped is None
+        await f.flush(5)
+        await f.aclose(5)
+    data = (tmp_path / "run-1.jsonl").read_bytes()
+    assert data == b"".join(line(n) for n in range(30)) + line(30, 20_000)
+
+
 async def test_a_result_waits_for_its_lines_no_longer_than_the_flush_bound(tmp_path: Path) -> None:
     f = StalledDisk(tmp_path)
     f.moving.clear()
