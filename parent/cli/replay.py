@@ -153,6 +153,12 @@ def _check_replayable(header: Header) -> None:
             "own: replay it by starting that agent again with the model "
             "scripted:trace:FILE"
         )
+    if header.orchestration is not None and header.orchestration.get("continuable"):
+        raise ValueError(
+            "the traced orchestration ran continuable sub-agents, whose agent ids are new each "
+            "time and reach the orchestrator's model: its replay would leave the recording at "
+            "once"
+        )
     if header.parent_tools and header.orchestration is None:
         names = ", ".join(t.name for t in header.parent_tools)
         raise ValueError(

@@ -10,14 +10,29 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from tether.parent.trace.format import Header, encode
 from tether.parent.trace.reader import read_trace
 from tether.parent.trace.schema import render
+from tether.protocol.messages import AgentDefinition
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPLORER = ROOT / "examples" / "explorer.json"
 ORCHESTRATE = ROOT / "examples" / "orchestrate.json"
+HEADER = Header(
+    run_id="run-1",
+    wall=1.0,
+    mono=1.0,
+    tether_version="0",
+    protocol_version=1,
+    agent="orchestrator",
+    definition=AgentDefinition(type="orchestrator"),
+    prompt="p",
+    workspace="/nowhere",
+    provider="spawn",
+)
 HOSTILE = (
     '[{"text": "\\u001b]0;pwned\\u0007\\u001b[31mred\\u001b[0m and \\u202eevil",'
     ' "toolCalls": [{"name": "complete", "arguments": {"summary": "done \\u001b[2J"}}]}]'
@@ -144,6 +159,8 @@ def test_replay_in_a_workspace_that_changed_exits_1_naming_the_divergence(
             "lies in the run's workspace",
         ),
         (["replay", "{file}", "--workspace", "{none}"], "is not a directory"),
+        (["replay", "{acp}"], "ran on provider 'acp', which runs an agent of its own"),
+        (["replay", "{continuable}"], "ran continuable sub-agents, whose agent ids are new"),
     ],
 )
 def test_bad_usage_exits_2_with_the_reason(
@@ -151,7 +168,14 @@ def test_bad_usage_exits_2_with_the_reason(
 ) -> None:
     file = tmp_path / "not-a-trace.jsonl"
     file.write_text('{"turns": []}\n')
-    filled = [a.format(file=file, none=tmp_path / "none", ws=workspace) for a in args]
+    made = {}
+    for name, changes in (
+        ("acp", {"provider": "acp"}),
+        ("continuable", {"orchestration": {"continuable": True, "definitions": []}}),
+    ):
+        made[name] = tmp_path / f"{name}.jsonl"
+        made[name].write_bytes(encode(msgspec.structs.replace(HEADER, **changes)))
+    filled = [a.format(file=file, none=tmp_path / "none", ws=workspace, **made) for a in args]
     got = tether(*filled)
     assert got.returncode == 2, got.stdout + got.stderr
     assert said in got.stderr
