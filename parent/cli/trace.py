@@ -15,7 +15,9 @@ import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="trace_cmd", required=True, parser_class=type(p))
+    sub = p.add_subparsers(
+        dest="trace_cmd", metavar="{show,schema}", required=True, parser_class=type(p)
+    )
     show = sub.add_parser("show", help="print a trace as a transcript")
     show.add_argument("file", metavar="FILE", help="a trace (a .jsonl file of --trace DIR)")
     show.add_argument("--json", action="store_true", help="print it as one JSON document")
