@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+import msgspec
+
 from tether.parent.trace.format import (
     AgentBound,
     Approval,
@@ -29,6 +31,7 @@ from tether.parent.trace.format import (
     TurnRequest,
     _Line,
     encode,
+    kind_of,
 )
 from tether.parent.trace.redact import Redactor
 from tether.parent.trace.spec import SUFFIX, TraceSpec
@@ -194,8 +197,16 @@ class RunTrace:
         return {"run_id": self.run_id, "wall": time.time(), "mono": time.monotonic()}
 
     def _put(self, line: _Line) -> None:
-        if self.file.stopped is None:
-            self.file.put(self._redact(encode(line)))
+        if self.file.stopped is not None:
+            return
+        try:
+            data = encode(line)
+        except (msgspec.EncodeError, UnicodeEncodeError) as exc:
+            # Not a string JSON can hold (a provider's lone surrogate, say): the trace cannot
+            # be complete from here, and the run must not fail for it.
+            self.file.stop(f"a {kind_of(line)} line could not be written as JSON: {exc}")
+            return
+        self.file.put(self._redact(data))
 
     def _stop_line(self, reason: str, size: int) -> bytes:
         return encode(Stopped(**self._now(), reason=reason, bytes=size))

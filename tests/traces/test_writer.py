@@ -4,6 +4,7 @@ with a last `stopped` line and the file is never longer than its limit."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Iterator
@@ -208,3 +209,41 @@ async def test_a_follow_up_appends_and_the_existing_bytes_count_toward_the_limit
         await f.aclose(5)
     lines = real.read_bytes().splitlines(keepends=True)
     assert lines[1] == line(0) and lines[2].startswith(b"stopped 5101: the trace reached")
+
+
+async def test_a_line_json_cannot_hold_stops_the_trace_and_never_fails_the_run(
+    tmp_path: Path,
+) -> None:
+    from tether.parent.trace.format import Header
+    from tether.parent.trace.recorder import RunTrace
+    from tether.parent.trace.spec import TraceSpec
+    from tether.protocol.messages import (
+        AgentDefinition,
+        ChatMessage,
+        ModelCompleteParams,
+        ModelCompleteResult,
+    )
+
+    header = Header(
+        run_id="run-1",
+        wall=1.0,
+        mono=1.0,
+        tether_version="0",
+        protocol_version=1,
+        agent="general",
+        definition=AgentDefinition(),
+        prompt="p",
+        workspace=str(tmp_path),
+        provider="spawn",
+    )
+    trace = RunTrace(TraceSpec(tmp_path / "traces"), header)
+    bad = ModelCompleteResult(message=ChatMessage(role="assistant", content="\ud800"))
+    params = ModelCompleteParams(run_id="run-1", messages=[])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(trace.drain)
+        trace.turn(params, trace.begin(), slot="main", model="m", response=bad)  # no raise
+        await trace.aclose(5)
+    assert trace.report().stopped is not None
+    assert trace.report().stopped.startswith("a turn line could not be written as JSON")
+    lines = Path(trace.path).read_bytes().splitlines()
+    assert [json.loads(ln)["kind"] for ln in lines] == ["header", "stopped"]
