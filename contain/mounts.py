@@ -23,6 +23,8 @@ Run as root in the trampoline (or the zygote's forked child), before the uid cha
    hides everything else there (/root/.ssh).
 5. The clones are moved back to their own paths (mount points created in the tmpfs as
    needed), the workspace last, over itself when nothing covered it.
+6. Directories the child must never reach (`hide`: a session store's) get an empty read-only
+   tmpfs of mode 000 over them, after everything else, so no clone or grant shows them again.
 
 `layout()` decides steps 2, 4 and 5 from the grants and a traversal test; it is pure, so the rules
 are tested without mounting anything.
@@ -42,8 +44,10 @@ from tether.contain._sys import check, libc, syscall
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
+MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
+MS_NOEXEC = 0x8
 MS_REC = 0x4000
 MS_SLAVE = 1 << 19
 OPEN_TREE_CLONE = 1
@@ -234,6 +238,7 @@ class Applied:
     def __init__(self) -> None:
         self.covers: list[str] = []
         self.restored: list[str] = []
+        self.hidden: list[str] = []
 
 
 def private_namespace(
@@ -243,6 +248,7 @@ def private_namespace(
     userns: int | None = None,
     workspace_read_only: bool = False,
     protect: Iterable[str] = (),
+    hide: Iterable[str] = (),
 ) -> Applied:
     """Enter a private mount namespace laid out as `plan` (see the module docstring).
     `idmap` is (owner uid, sandbox uid, owner gid, sandbox gid) for the workspace, or `None`
@@ -250,7 +256,8 @@ def private_namespace(
     ahead (the zygote keeps one per mapping; the caller still owns the fd), else one is made
     here; `workspace_read_only` mounts the workspace read-only too (a write grant on a private
     /tmp would otherwise reach a workspace under it); `protect`: directories inside the
-    workspace mounted read-only over it. Raises `OSError`."""
+    workspace mounted read-only over it; `hide`: directories covered last by an empty
+    read-only mount (those the child's view still has). Raises `OSError`."""
     made = None
     if idmap is not None and plan.workspace and userns is None:
         userns = made = idmap_userns(*idmap)
@@ -302,6 +309,12 @@ def private_namespace(
             move_to(guards[path], path)
             os.close(guards[path])
             done.restored.append(path)
+        for path in sorted(set(hide), key=lambda p: (p.count("/"), p)):
+            if os.path.isdir(path) and not os.path.islink(path):
+                mount(
+                    "tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0"
+                )
+                done.hidden.append(path)
         return done
     finally:
         if made is not None:

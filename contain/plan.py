@@ -109,6 +109,7 @@ _FIELDS = (
     "network",
     "workspace_read_only",
     "protect",
+    "hide",
 )
 
 
@@ -138,6 +139,7 @@ class Plan:
         network: dict[str, Any] | None = None,
         workspace_read_only: bool = False,
         protect: Sequence[str] = (),
+        hide: Sequence[str] = (),
     ) -> None:
         self.level = level
         self.abi = abi
@@ -174,6 +176,9 @@ class Plan:
         """Directories inside the workspace mounted read-only over it (private mounts only):
         the interpreter's import path and tether's own code, which the supervisor imports and
         every new child's trampoline runs outside the sandbox."""
+        self.hide = list(hide)
+        """Directories covered by an empty, read-only mount (private mounts only): the
+        session store's, which no grant may reach, whatever the layout."""
 
     @property
     def sandboxed(self) -> bool:

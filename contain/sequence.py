@@ -193,6 +193,7 @@ def _enter(plan: Plan, userns: int | None) -> None:
             userns=userns,
             workspace_read_only=plan.workspace_read_only,
             protect=plan.protect,
+            hide=plan.hide,
         )
         _private_dirs(plan)
     elif plan.home:

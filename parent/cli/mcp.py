@@ -3,7 +3,8 @@ delegation to tether sub-agents over MCP on stdin/stdout until the client discon
 
 Declaring the options imports nothing heavy and not the MCP SDK; only running the subcommand
 does. Bad usage (no SDK installed, a wrong definitions file, a model that cannot be built, a
-missing workspace, a bad limit) is refused with exit status 2 before anything is served or
+missing workspace, with `--continuable` a state directory inside the workspace or holding it,
+a bad limit) is refused with exit status 2 before anything is served or
 spawned. Otherwise the server runs until the client closes the connection (exit 0) or it gets
 SIGTERM or SIGINT (exit 128 + the signal); either way every child is disposed through the
 ladder before it exits. stdout carries MCP only; tether's own lines go to stderr.
@@ -113,6 +114,10 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError("--token-budget must be at least 1")
     if not os.path.isdir(args.workspace):
         raise ValueError(f"--workspace {args.workspace!r} is not a directory")
+    if args.continuable:
+        from tether.parent.agents.sessions.paths import check_apart
+
+        check_apart(args.state, args.workspace)  # the store never inside the workspace
     policy = VerifierPolicy(min_files=args.verify_min_files, max_fix_cycles=args.max_fix_cycles)
     limits, config = limits_from(args), config_from(args)
     default_model, models = _models(registry, args.model)

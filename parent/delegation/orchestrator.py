@@ -303,23 +303,26 @@ async def orchestrate(
         counted = now
 
     pool = delegator.budget.pool
-    handle = await sup.start(
-        RunSpec(
-            prompt=prompt,
-            agent=orchestrator_definition(read_only=read_only, max_steps=max_steps),
-            workspace=workspace,
-            model=provider,
-            limits=limits,
-            description=description,
-            config=config,
-            parent_tools=parent_tools,
-            on_event=on_event,
-            on_turn=on_turn,
-            run_id=orchestration_id,
-            # Its own turns count against the tree too: once spent, its next turn is refused.
-            budgets=(pool,) if pool is not None else (),
-        )
+    run = RunSpec(
+        prompt=prompt,
+        agent=orchestrator_definition(read_only=read_only, max_steps=max_steps),
+        workspace=workspace,
+        model=provider,
+        limits=limits,
+        description=description,
+        config=config,
+        parent_tools=parent_tools,
+        on_event=on_event,
+        on_turn=on_turn,
+        run_id=orchestration_id,
+        # Its own turns count against the tree too: once spent, its next turn is refused.
+        budgets=(pool,) if pool is not None else (),
     )
+    if continuable:
+        # It reaches the store through its tools: its workspace is apart from the store, and
+        # its sandbox is denied the store's paths, as every agent's is.
+        run = agents_of(sup).guard(run)
+    handle = await sup.start(run)
     box.append(handle)
     if on_start is not None:
         on_start(Running(handle, delegator))

@@ -18,7 +18,9 @@ one `RunRequest`:
    protocol (`spawn`, `fork`, `command`) starts as a continuable agent of `sup.agents` under
    `parent_run` (a durable session; `RunFacts.agent_id` is its id, what `send_message` takes).
    A provider that drives its own agent (`acp`, `inprocess`, one a user wrote) runs it once,
-   and the facts say why it cannot be continued;
+   and the facts say why it cannot be continued. Every run of such a delegation (a verifier
+   too) is guarded as an agent's is (`Agents.guard`: its workspace apart from the store, the
+   store's paths denied to its sandbox);
 4. the model: decided by the parent, never the child. A definition that names a model runs on
    it (`models=` maps names to provider objects first, else the string is resolved, once per
    runner); one that names none runs on the orchestrator's model (`default_model`). Either way
@@ -184,6 +186,8 @@ class SupervisorRunner:
         if isinstance(spec, RunResult):
             return spec
         try:
+            if self.keeps_agents:  # a run of a delegation that keeps agents (a verifier)
+                spec = agents_of(self.sup).guard(spec)
             handle = await self.sup.start(spec)
         except ValueError as exc:
             return _failed(f"the sub-agent could not start: {exc}")

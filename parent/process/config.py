@@ -55,6 +55,11 @@ class ChildConfig:
     dedicated default (`tether.contain.plan.DEFAULT_SANDBOX_ID`)."""
     read_paths: Sequence[str] = ()
     """More paths a sandboxed child may read (and execute), beyond what it is granted."""
+    deny_paths: Sequence[str] = ()
+    """Directories a sandboxed child must never reach, whatever else it is granted (the
+    session store's, for the runs of continuable agents). Under a root supervisor's private
+    mounts each is covered by an empty read-only mount; where the sandbox cannot cover one a
+    grant reaches (no private mounts, a launcher), the run is refused when it is planned."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,7 @@ def pool_key(
         workspace if level == "sandbox" else None,
         cfg.sandbox_user,
         tuple(cfg.read_paths),
+        tuple(cfg.deny_paths),
         tuple(cfg.command),
         tuple(cfg.pass_env),
         tuple(sorted(cfg.env.items())),

@@ -370,6 +370,70 @@ def _normalized(paths: Sequence[str]) -> list[str]:
     return sorted(out)
 
 
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _read_grants(
+    command: Sequence[str], ws: str | None, read_paths: Sequence[str], interpreter: bool = True
+) -> list[str]:
+    """What a sandboxed child of `command` may read besides its workspace `ws` (resolved)."""
+    reads = {*_base_reads(interpreter), *_normalized([*command_reads(command), *read_paths])}
+    if ws is not None:
+        reads = {p for p in reads if not _under(p, ws)}
+    return sorted(reads)
+
+
+def _denied(paths: Sequence[str]) -> list[str]:
+    """Each denied path made absolute, as given and resolved (`/` never)."""
+    out: set[str] = set()
+    for raw in paths:
+        given = os.path.abspath(raw)
+        out.update((os.path.normpath(given), os.path.realpath(given)))
+    out.discard("/")
+    return sorted(out)
+
+
+SHARED_WRITES = ("/dev/shm",)
+"""Writes a sandbox without private mounts grants on the host's own filesystem (its private
+temp directory is made fresh for each child, so it never holds anything else)."""
+
+
+def deny_problem(
+    deny_paths: Sequence[str],
+    *,
+    command: Sequence[str],
+    workspace: str,
+    read_paths: Sequence[str] = (),
+    can_cover: bool,
+) -> str | None:
+    """Why a sandboxed child cannot be kept out of every one of `deny_paths`, or `None`.
+    Landlock grants whole trees and cannot carve a path out of one: a denied directory that a
+    grant reaches (it lies inside the workspace, a read grant or a shared write, or holds one)
+    can be denied only by covering it with a mount of its own, which only a root supervisor's
+    private mounts do (`can_cover`); one that holds the workspace never can."""
+    ws = os.path.realpath(workspace)
+    grants = [ws, *_read_grants(command, ws, read_paths), *SHARED_WRITES]
+    for denied in _denied(deny_paths):
+        if _under(ws, denied):
+            return (
+                f"{denied} must be kept from sandboxed children, and it holds the workspace "
+                f"{ws}: use a workspace outside it"
+            )
+        if can_cover:
+            continue
+        for grant in grants:
+            if _under(denied, grant) or _under(grant, denied):
+                how = "lies inside" if _under(denied, grant) else "holds"
+                return (
+                    f"{denied} must be kept from sandboxed children, and it {how} {grant}, "
+                    "which the sandbox grants them; without private mounts (a root "
+                    "supervisor, no launcher) the sandbox cannot cover part of a grant: move "
+                    f"{denied} elsewhere"
+                )
+    return None
+
+
 _KEPT_FROM_WORKSPACES = (
     "/usr", "/etc", "/bin", "/sbin", "/lib", "/boot", "/root",
     "/dev", "/proc", "/sys", "/run", "/tmp", "/var/tmp",
@@ -433,21 +497,21 @@ def plan_for(
     interpreter: bool = True,
     network: GatewayNetwork | None = None,
     workspace_read_only: bool = False,
+    deny_paths: Sequence[str] = (),
 ) -> Setup:
     """The plan for one child at `level`. `inside_launcher`: the sandbox is applied inside a
     launcher that made its own mount namespace and user (bwrap), so it adds Landlock, seccomp
     and no_new_privs only. `interpreter=False` leaves Python's own paths out (the probe).
     `network`: a foreign agent's way to the model gateway (`GatewayNetwork`);
-    `workspace_read_only`: the workspace is granted read only."""
+    `workspace_read_only`: the workspace is granted read only; `deny_paths`: directories the
+    child must never reach (`ChildConfig.deny_paths`): covered by the private mounts where
+    there are some, refused by `deny_problem` when the run is planned where there are not."""
     if level != "sandbox":
         return Setup(Plan())
     net = network.to_json() if network is not None else None
     host = host or probe_host()
     ws = os.path.realpath(workspace) if workspace else None
-    reads = {*_base_reads(interpreter), *_normalized([*command_reads(command), *read_paths])}
-    if ws is not None:
-        reads = {p for p in reads if not (p == ws or p.startswith(ws.rstrip("/") + "/"))}
-    granted = sorted(reads)
+    granted = _read_grants(command, ws, read_paths, interpreter)
     abi = host.landlock_abi
     if inside_launcher:
         plan = Plan(
@@ -483,6 +547,7 @@ def plan_for(
             network=net,
             workspace_read_only=workspace_read_only,
             protect=code_inside(ws) if ws is not None else [],
+            hide=[d for d in _denied(deny_paths) if not (ws is not None and _under(ws, d))],
         )
         return Setup(plan, private_env("/tmp"))
     private = tempfile.mkdtemp(prefix="tether-sandbox-")
@@ -554,6 +619,7 @@ def isolation_setup(
     launcher: object | None = None,
     network: GatewayNetwork | None = None,
     workspace_read_only: bool = False,
+    deny_paths: Sequence[str] = (),
 ) -> Spawnable:
     """The one place a child's isolation is decided: its plan (`plan_for`), and where it is
     applied. bwrap must be the outer layer (inside a Landlock domain it cannot set up its
@@ -574,6 +640,7 @@ def isolation_setup(
         inside_launcher=reduced,
         network=network,
         workspace_read_only=workspace_read_only,
+        deny_paths=deny_paths,
     )
     if inside:
         config = config_word.encode({"plan": setup.plan.to_json()})

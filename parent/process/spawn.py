@@ -167,6 +167,7 @@ async def spawn_child(
         sandbox_user=cfg.sandbox_user,
         read_paths=cfg.read_paths,
         launcher=launcher,
+        deny_paths=cfg.deny_paths,
         network=network,
         workspace_read_only=workspace_read_only,
     )

@@ -13,7 +13,8 @@ way a run starts (see `spec.py`). It does, in order:
    the supervisor's, with the command);
 4. the provider's `prepare` (its argument, a fork's transcript — the caller's completed turns
    as the parent's broker recorded them), the containment tier, the launcher, the spawner, and
-   the isolation level the provider gives (a sandbox needs a workspace it can protect);
+   the isolation level the provider gives (a sandbox needs a workspace it can protect, and
+   must be able to keep the child out of every path the config denies);
 5. the models, resolved in the parent (`broker.resolve_models`: the caller's model wins over
    the definition's; model strings from the wire are never resolved);
 6. the request as the child will read it (`agent/run` parameters; too large for one message is
@@ -36,7 +37,13 @@ from pathlib import Path
 
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.host import Host, host
-from tether.parent.process.isolation import Choice, choose_level, probe_host, workspace_problem
+from tether.parent.process.isolation import (
+    Choice,
+    choose_level,
+    deny_problem,
+    probe_host,
+    workspace_problem,
+)
 from tether.parent.process.launchers import resolve_launcher
 from tether.parent.process.limits import Limits
 from tether.parent.process.spawn import check_spawner
@@ -188,7 +195,13 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     choice = chosen.isolation(choose_level(cfg.isolation, remote_launcher=remote), cfg)
     if choice.level == "sandbox":
         protects = probe_host().root and launcher.name == "local"
-        problem = workspace_problem(str(ws), protects_code=protects)
+        problem = workspace_problem(str(ws), protects_code=protects) or deny_problem(
+            cfg.deny_paths,
+            command=cfg.command,
+            workspace=str(ws),
+            read_paths=cfg.read_paths,
+            can_cover=protects,
+        )
         if problem is not None:
             raise ValueError(problem)
     model = spec.model

@@ -127,3 +127,19 @@ def test_state_and_keep_alive_need_continuable_and_a_keep_alive_must_read_as_one
     assert "--keep-alive applies only with --continuable" in capsys.readouterr().err
     assert cli.main([*base, "--continuable", "--keep-alive", "soon"]) == 2
     assert "soon" in capsys.readouterr().err
+
+
+def test_a_continuable_server_whose_store_would_lie_in_its_workspace_is_refused_before_serving(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = f"scripted:{model_script(tmp_path / 'model.json')}"
+    base = ["mcp", "--continuable", "--model", model, "--workspace", str(tmp_path)]
+    assert cli.main([*base, "--state", str(tmp_path / "state")]) == 2
+    err = capsys.readouterr().err
+    assert f"directory {tmp_path / 'state'} lies inside the workspace {tmp_path}" in err
+    # The default store under HOME, when the workspace is HOME.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    assert cli.main(base) == 2
+    assert f"{tmp_path / '.local/state/tether'} (the default" in capsys.readouterr().err
+    assert not (tmp_path / "state").exists() and not (tmp_path / ".local").exists()

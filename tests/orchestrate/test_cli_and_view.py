@@ -244,10 +244,13 @@ def test_sigint_cancels_the_orchestration_prints_it_and_exits_130(tmp_path: Path
 def test_a_continuable_orchestration_leaves_sub_agents_tether_agents_can_continue(
     tmp_path: Path,
 ) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    model = book(ws)  # the book in the workspace, the store outside it
     state = tmp_path / "state"
     got = tether(
-        "orchestrate", "Survey.", "--model", f"scripted:{book(tmp_path)}",
-        "--workspace", str(tmp_path), "--continuable", "--state", str(state),
+        "orchestrate", "Survey.", "--model", f"scripted:{model}",
+        "--workspace", str(ws), "--continuable", "--state", str(state),
         "--keep-alive", "2s", "--quiet",
     )  # fmt: skip
     assert got.returncode == 0, got.stderr

@@ -238,3 +238,45 @@ def test_a_non_root_sandboxed_acp_agent_may_connect_to_the_gateway_port_only(
     assert any("status 200" in t and "gateway answers" in t for t in texts), texts
     assert f"connect 127.0.0.1:{port}: EACCES" in texts
     assert "unix socket: EACCES" in texts
+
+
+@pytest.mark.parametrize("layout", ["shared_memory", "beside_the_childs_code"])
+def test_a_non_root_sandbox_refuses_a_session_store_it_could_not_keep_a_hostile_child_out_of(
+    user_dir: Path, layout: str
+) -> None:
+    """Without private mounts the sandbox cannot carve the store out of a grant: a store in
+    /dev/shm (which the child may write) or beside the child's code (which it may read) is
+    refused before the hostile child starts; it would have read or rewritten its session."""
+    code = user_dir / "code"
+    ws = user_dir / "ws"
+    for d in (code, ws):
+        d.mkdir()
+    for name in ("store_rewriter.py", "_wire.py"):
+        shutil.copy(HERE.parent / "children" / name, code / name)
+    state = code / ".state"
+    if layout == "shared_memory":
+        state = Path(tempfile.mkdtemp(prefix="tether-test-state-", dir="/dev/shm"))
+        os.chown(state, USER, USER)
+    model = "openai:x@http://127.0.0.1:9/v1"
+    (ws / "targets.json").write_text(json.dumps({"state": str(state), "model": model}))
+    for p in [code, ws, *code.iterdir(), *ws.iterdir()]:
+        os.chown(p, USER, USER)
+    config = {
+        "mode": "store",
+        "workspace": str(ws),
+        "code": str(code),
+        "state": str(state),
+        "isolation": "sandbox",
+        "read_paths": PROJECT,
+    }
+    try:
+        host = _host(config, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = host.communicate(timeout=120)
+        assert host.returncode == 0, err
+        got = json.loads(out.strip().splitlines()[-1])
+        assert "refused" in got, (got, (ws / "report.json").read_text())
+        assert f"{state} must be kept from sandboxed children" in got["refused"]
+        assert not (ws / "report.json").exists()
+    finally:
+        if layout == "shared_memory":
+            shutil.rmtree(state, ignore_errors=True)

@@ -8,7 +8,10 @@
 - mode "hold": starts a run whose model never answers, prints {"supervisor", "keeper",
   "child"} once the child is up, and waits until its stdin closes;
 - mode "acp": runs tests/children/acp_agent.py through the `acp` provider with `steps` (a
-  JSON list) and a model that answers "gateway answers", prints {"result", "texts"}.
+  JSON list) and a model that answers "gateway answers", prints {"result", "texts"};
+- mode "store": spawns the hostile tests/children/store_rewriter.py (copied to `code`) as a
+  continuable agent whose session store is `state`, prints {"refused": MESSAGE} when that is
+  bad usage, else {"result"} (the child's report is in the workspace).
 """
 
 import json
@@ -99,6 +102,24 @@ async def acp(c: dict) -> None:  # type: ignore[type-arg]
     sys.stdout.write(json.dumps(out) + "\n")
 
 
+async def store(c: dict) -> None:  # type: ignore[type-arg]
+    model = ScriptedModel.from_json('{"turns": [{"text": "fine"}]}')
+    async with Supervisor(_config(c), state_dir=c["state"]) as sup:
+        try:
+            agent = await sup.spawn_agent(
+                "go",
+                workspace=c["workspace"],
+                command=[PY, "-I", str(Path(c["code"], "store_rewriter.py"))],
+                model=model,
+                keep_alive=0,
+            )
+        except ValueError as exc:
+            sys.stdout.write(json.dumps({"refused": str(exc)}) + "\n")
+            return
+        result = await agent.result()
+    sys.stdout.write(json.dumps({"result": msgspec.to_builtins(result)}) + "\n")
+
+
 config = json.loads(sys.argv[1])
-mode = config["mode"]
-anyio.run(attack if mode == "attack" else acp if mode == "acp" else hold, config)
+modes = {"attack": attack, "acp": acp, "store": store, "hold": hold}
+anyio.run(modes[config["mode"]], config)
