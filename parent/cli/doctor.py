@@ -137,15 +137,10 @@ def _launchers() -> dict[str, Any]:
 
 
 def _providers(agents: str | None) -> list[dict[str, Any]]:
+    from tether.parent.delegation.files import register_providers
     from tether.parent.providers.builtin import builtin_providers
 
-    registry = builtin_providers()
-    if agents is not None:
-        from tether.parent.delegation.files import load_providers
-
-        for provider in load_providers(agents):
-            registry.register(provider, replace=True)
-    return registry.report()
+    return register_providers(builtin_providers(), agents).report()
 
 
 def report(agents: str | None = None) -> dict[str, Any]:

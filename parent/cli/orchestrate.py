@@ -23,8 +23,8 @@ from tether.parent.run.terminal import clean
 
 if TYPE_CHECKING:
     from tether.parent.delegation.orchestrator import Orchestration, Running
+    from tether.parent.roles.definitions import Registry
     from tether.parent.run.handle import RunHandle
-    from tether.parent.supervisor import Supervisor
 
 
 def main(args: argparse.Namespace) -> int:
@@ -56,10 +56,15 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _orchestrate(
-    args: argparse.Namespace, registry: object, limits: object, config: object, policy: object
+    args: argparse.Namespace,
+    registry: Registry,
+    limits: object,
+    config: object,
+    policy: object,
 ) -> Orchestration:
     from tether.parent.cli.interrupt import cancel_on_signal
     from tether.parent.cli.live import LiveView
+    from tether.parent.delegation.files import register_providers
     from tether.parent.supervisor import Supervisor
 
     view = None if args.quiet else LiveView(sys.stderr)
@@ -76,8 +81,7 @@ async def _orchestrate(
 
     refused: ValueError | None = None
     async with Supervisor(config, state_dir=args.state) as sup:  # type: ignore[arg-type]
-        if args.agents is not None:
-            _add_providers(sup, args.agents, registry)
+        register_providers(sup.providers, args.agents, registry)
         async with anyio.create_task_group() as tg:
 
             async def watch_signals() -> None:
@@ -113,25 +117,6 @@ async def _orchestrate(
         if view is not None:
             view.draw()
         return got
-
-
-def _add_providers(sup: Supervisor, agents: str, registry: object) -> None:
-    """Register the file's `[[provider]]` tables; a definition naming a provider nobody
-    registered is bad usage, found before anything runs."""
-    from tether.parent.delegation.files import load_providers
-    from tether.parent.roles.definitions import Registry
-    from tether.parent.run.provider import split_spec
-
-    for named in load_providers(agents):
-        sup.providers.register(named, replace=True)
-    assert isinstance(registry, Registry)
-    for definition in registry:
-        name = split_spec(definition.provider)[0]
-        if name not in sup.providers:
-            raise ValueError(
-                f"{agents}: agent {definition.type!r} names provider {name!r}, which is "
-                f"neither built in nor a [[provider]] of the file ({sup.providers.listing()})"
-            )
 
 
 def render_orchestration(got: Orchestration) -> str:

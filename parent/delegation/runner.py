@@ -52,6 +52,7 @@ import anyio
 
 from tether.parent.agents.service import AgentBusy, AgentError, CannotResume, agents_of
 from tether.parent.delegation.gate import RunRequest
+from tether.parent.delegation.tool import offered_agent_types
 from tether.parent.models import ModelProvider
 from tether.parent.process.limits import Limits
 from tether.parent.run.events import ChildEvent, Event
@@ -134,19 +135,10 @@ class SupervisorRunner:
 
     def agent_types(self) -> dict[str, str]:
         """The providers a model may pick per task call (`agentType`): those of the
-        supervisor that run out of process and can run here, with what each is. The
-        `inprocess` provider is never offered to a model (it has no isolation)."""
-        out: dict[str, str] = {}
-        for provider in self.sup.providers:
-            if not provider.isolated:
-                continue
-            try:
-                if provider.problem(None) is not None:
-                    continue
-            except Exception:
-                continue
-            out[provider.name] = provider.summary or provider.name
-        return out
+        supervisor that run out of process and can run here, with what each is
+        (`offered_agent_types`). The `inprocess` provider is never offered to a model (it has
+        no isolation)."""
+        return offered_agent_types(self.sup.providers)
 
     def live_run(self, agent_id: str) -> str | None:
         """The run id of a continuable agent's live child (a warm follow-up goes to it)."""

@@ -131,6 +131,9 @@ class Provider:
     tether_runtime: bool = False
     """Runs tether's own child runtime (spawn, fork, inprocess): it hosts custom agents
     (`module:callable`), and its built-in loop needs a model."""
+    from_caller_turns: bool = False
+    """Starts from the caller's completed turns (`fork`): offered as a task call's `agentType`
+    only to a caller whose transcript the parent holds (an orchestrator, not an MCP client)."""
     once_because: str = "it drives its own agent"
     """Why a provider that drives its own run cannot keep it for follow-ups (said in the
     error when a continuable run is asked of it)."""
