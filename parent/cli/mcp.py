@@ -51,7 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--agents",
         metavar="FILE",
-        help="a TOML definitions file ([[agent]] tables): the sub-agent types `task` offers; "
+        help="a TOML definitions file: its [[agent]] tables are the sub-agent types `task` "
+        "offers, its [[provider]] tables providers they may name; "
         "default: the built-in roles",
     )
     p.add_argument(
@@ -159,6 +160,7 @@ async def _serve(
     policy: VerifierPolicy,
 ) -> int:
     from tether.parent.agents.service import DEFAULT_KEEP_ALIVE
+    from tether.parent.cli.agents import continue_command
     from tether.parent.delegation.delegator import Delegator, Runner
     from tether.parent.delegation.files import register_providers
     from tether.parent.delegation.ledger import Ledger
@@ -194,7 +196,8 @@ async def _serve(
                         config=config,
                         workspace=args.workspace,
                     )
-                    _say(f"continuable sub-agents, parent run {under}")
+                    hint = continue_command("ID", state=args.state, model=args.model)
+                    _say(f"continuable sub-agents, parent run {under}; continue one: {hint}")
                 else:
                     runner = SupervisorRunner(
                         sup,

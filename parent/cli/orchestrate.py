@@ -2,7 +2,8 @@
 orchestrator and its sub-agents, show them live on stderr, print the outcome on stdout.
 
 Stdout: the orchestrator's result, each task call's outcome (status, steps, artifacts,
-verification) and the usage ledger with totals; with `--json`, `Orchestration.to_dict()`.
+verification; with `--continuable`, the `tether agents send` command that continues its agent,
+which works as printed) and the usage ledger with totals; with `--json`, `Orchestration.to_dict()`.
 Stderr: a nested live view on a terminal, plain lines otherwise (`live.py`); nothing with
 `--quiet`. Exit status: 0 when the orchestrator succeeded, 1 when it did not, 2 for bad usage
 (nothing is spawned then); after SIGINT/SIGTERM, 128 + the signal (the first asks the
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -49,7 +51,9 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(got.to_dict())).decode() + "\n")
     else:
-        print(render_orchestration(got))
+        # Each type's model, as the runner chose it: for the hint that continues its agents.
+        models = {d.type: d.model or args.model for d in registry}
+        print(render_orchestration(got, state=args.state, models=models))
     if args.interrupted is not None:
         return 128 + int(args.interrupted)
     return 0 if got.success else 1
@@ -119,8 +123,13 @@ async def _orchestrate(
         return got
 
 
-def render_orchestration(got: Orchestration) -> str:
-    """The readable outcome: the orchestrator's result, each task call, the usage ledger."""
+def render_orchestration(
+    got: Orchestration, *, state: str | None = None, models: Mapping[str, str | None] = {}
+) -> str:
+    """The readable outcome: the orchestrator's result, each task call (a continuable one
+    with the command that continues it: `state`, the state directory given; `models`, each
+    type's model string), the usage ledger."""
+    from tether.parent.cli.agents import continue_command
     from tether.parent.cli.output import render
 
     lines = ["orchestrator:", *("  " + ln for ln in render(got.result).splitlines())]
@@ -138,7 +147,9 @@ def render_orchestration(got: Orchestration) -> str:
         if o.question:
             lines.append(f"    asks: {o.question}")
         if o.subagent_id.startswith("ag_"):
-            lines.append(f"    continue: tether agents send {o.subagent_id} MESSAGE")
+            model = models.get(str(args.get("subagent_type", "")))
+            command = continue_command(o.subagent_id, state=state, model=model)
+            lines.append(f"    continue: {command}")
         for a in o.artifacts:
             lines.append(f"    artifact {a.path} ({a.fs_type}, {a.size} bytes)")
         if o.changed_files:

@@ -14,7 +14,12 @@ def render(result: RunResult) -> str:
 
 def _render(result: RunResult) -> str:
     lines = []
-    if result.success:
+    if result.success and result.status == "needs_input":
+        # A continuable agent stopped to ask: its question is the answer to read.
+        lines.append(f"needs_input: {result.question or result.summary or result.message}")
+        if result.summary and result.summary != result.question:
+            lines.append(f"summary: {result.summary}")
+    elif result.success:
         lines.append(f"completed: {result.summary or result.message}")
     else:
         f = result.failure

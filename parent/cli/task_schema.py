@@ -24,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--agents",
         metavar="FILE",
-        help="a TOML definitions file ([[agent]] tables); default: the built-in roles",
+        help="a TOML definitions file ([[agent]] tables, and [[provider]] tables offered as "
+        "agentType); default: the built-in roles",
     )
     p.add_argument(
         "--format",

@@ -229,3 +229,30 @@ def test_send_refuses_an_agent_whose_workspace_now_holds_the_store(
     assert f"directory {moved} lies inside the workspace {workspace}" in sent.stderr
     [summary] = json.loads(tether("list", "--state", str(moved), "--json").stdout)
     assert summary["activations"] == 1  # nothing was started
+
+
+def test_send_shows_the_question_of_an_agent_that_asks_and_how_to_answer_it(
+    tmp_path: Path, state: Path, workspace: Path
+) -> None:
+    ask = {"name": "ask_orchestrator", "arguments": {"question": "Which \x1b[2Jfile first?"}}
+    done = {"name": "complete", "arguments": {"summary": "looked"}}
+    book = tmp_path / "book.json"
+    book.write_text(
+        json.dumps(
+            {
+                "scripts": [
+                    {"when": "PLEASE ASK", "turns": [{"text": "", "toolCalls": [ask]}]},
+                    {"turns": [{"text": "", "toolCalls": [done]}]},
+                ]
+            }
+        )
+    )
+    agent_id = populate(state, workspace, f"scripted:{book}")
+    sent = tether("send", agent_id, "PLEASE ASK before you go on", "--state", str(state))
+    assert sent.returncode == 0, sent.stderr
+    lines = sent.stdout.splitlines()
+    assert lines[0] == "needs_input: Which file first?"
+    assert f"answer it: tether agents send {agent_id} ANSWER --state {state}" in lines
+    as_json = tether("send", agent_id, "PLEASE ASK again", "--state", str(state), "--json")
+    result = json.loads(as_json.stdout)
+    assert (result["status"], result["question"]) == ("needs_input", "Which \x1b[2Jfile first?")
