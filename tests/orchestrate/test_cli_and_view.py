@@ -355,3 +355,17 @@ def test_continuation_flags_without_continuable_are_bad_usage(tmp_path: Path) ->
         "orchestrate", "x", "--model", "scripted:x", "--continuable", "--keep-alive", "soon"
     )
     assert got.returncode == 2 and "keep" in got.stderr.lower()
+
+
+def test_a_continuable_orchestration_whose_store_lies_in_its_workspace_is_refused(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    got = tether(
+        "orchestrate", "Survey.", "--model", f"scripted:{book(tmp_path)}",
+        "--workspace", str(tmp_path), "--continuable", "--state", str(state), "--json",
+    )  # fmt: skip
+    assert got.returncode == 2, got.stdout + got.stderr
+    assert f"directory {state} lies inside the workspace {tmp_path}" in got.stderr
+    assert got.stdout == "" and "child pid" not in got.stderr  # nothing ran
+    assert not state.exists()
