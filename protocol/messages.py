@@ -202,6 +202,11 @@ class ToolCallResult(Wire, frozen=True):
     content: str
     """What the model reads as the tool's result."""
     is_error: bool = False
+    compact: str | None = None
+    """What of this result must outlive compaction of the run's transcript: the parent sets it
+    on a result that delivers something (a task call's summary, status and artifacts). A child
+    that compacts its transcript keeps this text, verbatim, instead of summarising the result
+    away; `null`: the result is summarised like any other."""
 
 
 class ToolApproveParams(Wire, frozen=True):

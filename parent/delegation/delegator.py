@@ -25,7 +25,6 @@ The runner is a seam; `runner.SupervisorRunner` fills it with the supervisor (se
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -216,8 +215,7 @@ class Delegator:
                 args["message"],
                 tool_call_id=params.call_id or f"message-{calls}",
             )
-            body = {"agentId": args["agent_id"].strip(), **output.to_dict()}
-            return ToolCallResult(content=json.dumps(body), is_error=output.error is not None)
+            return output.tool_result({"agentId": args["agent_id"].strip()})
 
         return ParentTool(spec, call)
 

@@ -154,10 +154,15 @@ class Orchestration:
 
 
 def orchestrator_definition(
-    *, read_only: bool = True, max_steps: int = DEFAULT_ORCHESTRATOR_STEPS
+    *,
+    read_only: bool = True,
+    max_steps: int = DEFAULT_ORCHESTRATOR_STEPS,
+    compaction_threshold: int | None = None,
+    compaction_model: str | None = None,
 ) -> AgentDefinition:
-    """The orchestrator's wire definition: its system prompt and mode note; no model (the
-    caller's `model` is the run's)."""
+    """The orchestrator's wire definition: its system prompt and mode note, and when its
+    transcript is compacted (`None`: the child's default threshold, its own model); no model
+    (the caller's `model` is the run's)."""
     note = EXPLORE_MODE_NOTE if read_only else BUILD_MODE_NOTE
     return AgentDefinition(
         type=ORCHESTRATOR_TYPE,
@@ -165,6 +170,8 @@ def orchestrator_definition(
         max_iterations=max_steps,
         instructions=f"{ORCHESTRATOR_SYSTEM_PROMPT.strip()}\n{note.strip()}",
         read_only=read_only,
+        compaction_threshold=compaction_threshold,
+        compaction_model=compaction_model,
     )
 
 
@@ -193,6 +200,8 @@ async def orchestrate(
     on_start: Callable[[Running], None] | None = None,
     continuable: bool = False,
     keep_alive: float | str = DEFAULT_KEEP_ALIVE,
+    compaction_threshold: int | None = None,
+    compaction_model: str | None = None,
 ) -> Orchestration:
     """Run an orchestrator on `prompt` with the task tool over `definitions` (default: the
     built-in roles; an empty set gives it no task tool) and return an `Orchestration`.
@@ -215,6 +224,11 @@ async def orchestrate(
     orchestrator's model also gets `send_message` and `list_agents`, over the agents of this
     orchestration only (its run id is their `parent_run`). They outlive the orchestration
     until their keep-alive passes or the supervisor closes; `sup.send_message` continues them.
+
+    `compaction_threshold` / `compaction_model`: when the orchestrator's transcript is
+    compacted (estimated tokens; default the child's, 60 000) and by which model (default its
+    own). Each task result keeps its compact form through compaction (`TaskOutput.compact`:
+    summary, status, artifact paths, sizes and types), so every delivered file stays findable.
 
     Raises `ValueError` for bad usage before anything is spawned; never for what a child did.
     """
@@ -277,7 +291,7 @@ async def orchestrate(
         history = without_tools(fork_history(box[0].broker.completed_turns()), {"task"})
         output = await delegator.execute(params.arguments, tool_call_id=call_id, history=history)
         tasks.append(TaskCall(call_id, params.arguments, output))
-        return ToolCallResult(content=output.to_json(), is_error=output.error is not None)
+        return output.tool_result()
 
     parent_tools = []
     if delegator.tool is not None:
@@ -306,7 +320,12 @@ async def orchestrate(
     handle = await sup.start(
         RunSpec(
             prompt=prompt,
-            agent=orchestrator_definition(read_only=read_only, max_steps=max_steps),
+            agent=orchestrator_definition(
+                read_only=read_only,
+                max_steps=max_steps,
+                compaction_threshold=compaction_threshold,
+                compaction_model=compaction_model,
+            ),
             workspace=workspace,
             model=provider,
             limits=limits,
