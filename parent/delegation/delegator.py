@@ -182,7 +182,10 @@ class Delegator:
         if known is None:
             why = self.gate.not_continuable.get(key)
             if why is not None:
-                return refused("cannot_continue", f"Sub-agent {key} cannot be continued: {why}.")
+                return refused(
+                    "cannot_continue",
+                    f"Sub-agent {key} cannot be continued: {why}. Start a new task call instead.",
+                )
             return refused(
                 "unknown_agent",
                 f"No sub-agent {key[:40]!r} among the ones you started (list_agents shows them).",

@@ -288,7 +288,10 @@ async def orchestrate(
         nonlocal calls
         calls += 1
         call_id = params.call_id or f"task-{calls}"
-        history = without_tools(fork_history(box[0].broker.completed_turns()), {"task"})
+        # A sub-agent has none of the orchestrator's parent tools (task, send_message,
+        # list_agents): their exchanges reach a forked one as text.
+        mine = {tool.spec.name for tool in parent_tools}
+        history = without_tools(fork_history(box[0].broker.completed_turns()), mine)
         output = await delegator.execute(params.arguments, tool_call_id=call_id, history=history)
         tasks.append(TaskCall(call_id, params.arguments, output))
         return output.tool_result()

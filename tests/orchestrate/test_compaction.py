@@ -51,8 +51,9 @@ def kept_forms(messages: list[ChatMessage]) -> dict[str, dict[str, Any]]:
 
 class Orchestrator:
     """Delegates A.md, then B.md, looks around once, then reads every file it finds in what
-    was kept through compaction, then completes. Compaction requests get a summary that names
-    no file: whatever the orchestrator knows of the deliveries afterwards, compaction kept."""
+    was kept through compaction, forks an explorer, then completes. Compaction requests get a
+    summary that names no file: whatever the orchestrator knows of the deliveries afterwards,
+    compaction kept."""
 
     def __init__(self, sub: Recorder) -> None:
         self.sub = sub
@@ -81,6 +82,9 @@ class Orchestrator:
                 ToolCall(id=f"r{i}", name="read_file", arguments={"path": p})
                 for i, p in enumerate(paths)
             ]
+        elif n == 5:
+            fork = {"subagent_type": "explorer", "description": "go on", "prompt": "Go on."}
+            calls = [ToolCall(id="c3", name="task", arguments={**fork, "agentType": "fork"})]
         else:
             calls = [ToolCall(id="done", name="complete", arguments={"summary": "read them"})]
         return ModelCompleteResult(
@@ -95,7 +99,12 @@ async def test_after_compaction_the_orchestrator_still_sees_and_rereads_every_de
     ws = tmp_path / "ws"
     ws.mkdir()
     texts = {"A.md": "alpha: the first delivery\n", "B.md": "beta, a longer second delivery\n"}
-    model = Orchestrator(Recorder(writer("A.md", texts["A.md"]), writer("B.md", texts["B.md"])))
+    sub = Recorder(
+        writer("A.md", texts["A.md"]),
+        writer("B.md", texts["B.md"]),
+        script("Role: explorer", turn(complete("forked"))),
+    )
+    model = Orchestrator(sub)
     async with Supervisor() as sup:
         got = await sup.orchestrate(
             "Write the notes.", model=model, workspace=ws, compaction_threshold=THRESHOLD
@@ -118,3 +127,6 @@ async def test_after_compaction_the_orchestrator_still_sees_and_rereads_every_de
     # The orchestrator resolved each kept path and read the file again.
     read = [m.content for m in model.turns[4].messages if m.role == "tool"]
     assert all(any(text.strip() in r for r in read) for text in texts.values())
+    # A fork after compaction starts from the compacted transcript, deliveries kept.
+    [fork] = sub.runs("Role: explorer")
+    assert sorted(kept_forms(fork[0].messages)) == ["c1", "c2"]
