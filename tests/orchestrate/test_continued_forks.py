@@ -8,6 +8,9 @@ are written in Python because the orchestrator's must read the agent ids it is h
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,10 @@ from typing import Any
 import anyio
 import psutil
 import pytest
+from book import ORCHESTRATOR, script, turn
+from book import call as cli_call
+from book import complete as cli_complete
+from book import task as cli_task
 
 from tether.parent import Supervisor
 from tether.parent.delegation import RunRequest, SubagentDefinition, builtin_registry
@@ -258,3 +265,46 @@ async def test_a_follow_up_to_a_sub_agent_that_ran_once_is_refused_with_why_and_
         f"given (providers=), which runs a sub-agent once and keeps no session; {who_can}"
     )
     assert [r.role for r in got.ledger.records] == ["task", "task"]
+
+
+def test_tether_agents_send_resumes_a_fork_of_a_continuable_orchestration_cold(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """The printed hint, as printed, in another process: the fork's session holds the
+    orchestrator's turns it was forked from, and the cold resume shows them to its model."""
+    book = {
+        "scripts": [
+            script(
+                ORCHESTRATOR,
+                turn(cli_call("read_file", path="notes.txt")),
+                turn(cli_task("c1", "explorer", "look again", "Look again.", agentType="fork")),
+                turn(cli_complete("looked")),
+            ),
+            # Matched only by a request that holds the forked turns (the notes' text).
+            script("Role: explorer(?s:.*)TODO: ship it", turn(cli_complete("forked"))),
+        ]
+    }
+    model = tmp_path / "book.json"
+    model.write_text(json.dumps(book))
+    state = tmp_path / "state"
+    got = tether(
+        "orchestrate", "Write the notes.", "--model", f"scripted:{model}",
+        "--workspace", str(workspace), "--continuable", "--state", str(state),
+        "--keep-alive", "0", "--quiet",
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    [agent_id] = re.findall(r"continue: tether agents send (ag_[0-9a-f]+) MESSAGE", got.stdout)
+    sent = tether("agents", "send", agent_id, "And now?", "--state", str(state), "--json")
+    assert sent.returncode == 0, sent.stderr
+    assert json.loads(sent.stdout)["summary"] == "forked"
+    shown = tether("agents", "show", agent_id, "--all", "--state", str(state), "--json")
+    transcript = json.loads(shown.stdout)["transcript"]
+    said = [m["content"] for m in transcript if m["role"] == "user"]
+    assert said[0] == "Write the notes." and said[-2:] == ["Look again.", "And now?"]
+    assert transcript[1]["toolCalls"][0]["name"] == "read_file"
+    assert NOTES in transcript[2]["content"]
+
+
+def tether(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "tether.parent.cli", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=90, check=False)
