@@ -19,7 +19,10 @@ What a task call gets:
   (`Broker.completed_turns`: the parent's own record, never the child's word), cut before any
   unanswered call (`fork_history`) and with the orchestrator's `task` exchanges rewritten as
   text (`without_tools`), since a sub-agent has no `task` tool;
-- the result: `TaskOutput` as JSON, written to the ledger before it is handed back.
+- the result: `TaskOutput` as JSON, written to the ledger before it is handed back, with its
+  compact form beside it (`TaskOutput.tool_result`), which the orchestrator's child keeps
+  verbatim when it compacts its transcript (`child/loop.py`), so what was delivered is never
+  left to a summary.
 
 Usage: the ledger holds one record per sub-agent run and the orchestrator's own usage, both as
 the parent's brokers counted them. The tree's token budget counts the orchestrator's tokens as
@@ -218,12 +221,14 @@ async def orchestrate(
     given, is called once the orchestrator's child is started, with a `Running` for live
     queries (`status()`, `limits()`) and the orchestrator's `RunHandle`.
 
-    `continuable`: every `spawn` sub-agent the task tool starts is a continuable agent (a
-    durable session in the supervisor's state directory, its child kept alive for
-    `keep_alive` after each answer), the task result's `subagentId` is its agent id, and the
-    orchestrator's model also gets `send_message` and `list_agents`, over the agents of this
-    orchestration only (its run id is their `parent_run`). They outlive the orchestration
-    until their keep-alive passes or the supervisor closes; `sup.send_message` continues them.
+    `continuable`: every `spawn` or `fork` sub-agent the task tool starts is a continuable
+    agent (a durable session in the supervisor's state directory, a fork's starting with the
+    turns it was forked from; its child kept alive for `keep_alive` after each answer), the
+    task result's `subagentId` is its agent id, and the orchestrator's model also gets
+    `send_message` and `list_agents`, over the agents of this orchestration only (its run id
+    is their `parent_run`). They outlive the orchestration until their keep-alive passes or
+    the supervisor closes; `sup.send_message` continues them. A sub-agent of a provider that
+    drives its own agent runs once, and a follow-up to it is refused with the reason.
 
     `compaction_threshold` / `compaction_model`: when the orchestrator's transcript is
     compacted (estimated tokens; default the child's, 60 000) and by which model (default its
