@@ -2,8 +2,9 @@
 
 A `Grant` is minted per child. Its token is the only credential the child gets (in place of an
 API key, in `ANTHROPIC_API_KEY`, `OPENAI_API_KEY` or a config file); it names the run, the
-provider that answers for it, an optional budget of tokens and a ledger of what the parent
-metered. The real key stays in the provider, in the parent.
+provider that answers for it, an optional budget of tokens, the `Quota` of the gateway it may
+hold (connections, request bytes) and a ledger of what the parent metered. The real key stays
+in the provider, in the parent.
 
 Tokens are looked up by their SHA-256 digest and then compared with `hmac.compare_digest`, so
 the time a lookup takes says nothing about how close a guess was. A revoked or unknown token
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tether.parent.gateway.http import Quota
 from tether.parent.models import ModelProvider
 from tether.protocol.messages import Usage
 
@@ -39,6 +41,8 @@ class Grant:
     """The most input + output tokens the child may use; calls stop once it is spent."""
     max_in_flight: int = 8
     """Concurrent calls past this are refused (429) rather than queued."""
+    quota: Quota = field(default_factory=Quota)
+    """What of the gateway it may hold at once: connections, bytes of requests."""
     on_usage: UsageCallback | None = None
     usage: Usage = field(default_factory=Usage)
     calls: int = 0
@@ -81,6 +85,7 @@ class GrantTable:
         *,
         budget: int | None = None,
         max_in_flight: int = 8,
+        quota: Quota | None = None,
         on_usage: UsageCallback | None = None,
     ) -> Grant:
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
@@ -90,6 +95,7 @@ class GrantTable:
             token=token,
             budget=budget,
             max_in_flight=max_in_flight,
+            quota=quota or Quota(),
             on_usage=on_usage,
         )
         self._by_digest[_digest(token)] = grant
