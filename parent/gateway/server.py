@@ -23,12 +23,13 @@ in place of API keys, and `listen_for(grant)` gives the run a loopback listener 
    refused request is answered and its connection closed, nothing of its body held;
 2. has its body read within the grant's quota (`max_body_bytes` per request, `max_held_bytes`
    for all its requests in progress, `max_connections`; see `http.py`);
-3. is translated to a `ModelCompleteParams` (`anthropic_api`, `openai_api`), answered by the
-   grant's provider within `call_timeout`, metered into the grant (the ledger callback sees
-   every call's usage), and translated back, whole or as server-sent events. A stream starts
-   at once and sends SSE comments as keep-alives while the provider works; a provider failure
-   after that is an `error` event in the stream. A call in flight when the budget runs out
-   completes: the check is per call.
+3. is translated to a `ModelCompleteParams` (`anthropic_api`, `openai_api`), admitted by every
+   budget of the grant counting the calls in flight (`grants.py`: reserved now, settled with
+   the provider's usage when answered, so calls sent together never pass a budget), answered
+   by the grant's provider within `call_timeout`, metered into the grant (the ledger callback
+   sees every call's usage), and translated back, whole or as server-sent events. A stream
+   starts at once and sends SSE comments as keep-alives while the provider works; a failure
+   after that (a budget that refuses it, the provider) is an `error` event in the stream.
 
 The agent's own `model`, `max_tokens` and sampling options are ignored: the parent decides
 which model answers. The real credentials live in the provider and never leave the parent.
@@ -40,7 +41,7 @@ import itertools
 import logging
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -61,6 +62,7 @@ from tether.parent.gateway.http import (
     Responder,
 )
 from tether.parent.models import ModelProvider
+from tether.parent.run.budget import Admission, Budget, Spent, admit
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, ErrorCode, RemoteError, WireError
 from tether.protocol.messages import ModelCompleteParams, ModelCompleteResult
 
@@ -178,12 +180,14 @@ class Gateway:
         provider: ModelProvider,
         *,
         budget: int | None = None,
+        budgets: Sequence[Budget] = (),
         max_in_flight: int = 8,
         max_connections: int | None = None,
         max_request_bytes: int | None = None,
         on_usage: UsageCallback | None = None,
     ) -> Grant:
-        """A capability for one run: `budget` its token budget; `max_connections` and
+        """A capability for one run: `budget` its own token budget, `budgets` budgets it
+        shares with others (reserved per call, see `grants.py`); `max_connections` and
         `max_request_bytes` its quota (defaults: `GatewayLimits`; the bytes its requests hold
         together are at least one whole request)."""
         limits = self.limits
@@ -197,6 +201,7 @@ class Gateway:
             run_id,
             provider,
             budget=budget,
+            budgets=budgets,
             max_in_flight=max_in_flight,
             quota=quota,
             on_usage=on_usage,
@@ -315,26 +320,37 @@ class Gateway:
         )
 
     def _check(self, grant: Grant) -> None:
-        """Refuse a call at once when the grant's budget is spent or it has too many calls in
-        flight."""
-        if grant.exhausted:
-            grant.refused += 1
-            raise _Failed(
-                402,
-                f"this sub-agent's token budget is spent ({grant.spent} of {grant.budget} tokens)",
-            )
+        """Refuse a call at once when a budget of the grant is spent or it has too many calls
+        in flight."""
+        for budget in grant.budgets:
+            if budget.spent:
+                grant.refused += 1
+                raise _Failed(402, budget.why_spent())
         if grant.in_flight >= grant.max_in_flight:
             grant.refused += 1
             raise _Failed(429, f"too many calls at once (at most {grant.max_in_flight})")
+
+    async def _reserve(self, grant: Grant, params: ModelCompleteParams) -> Admission:
+        """Reserve the call's cost on every budget of the grant, counting the calls in flight
+        (it may wait for one of them to settle); a spent budget is a 402."""
+        try:
+            return await admit(grant.draws(params))
+        except Spent as exc:
+            grant.refused += 1
+            raise _Failed(402, str(exc)) from None
 
     async def _call(self, grant: Grant, params: ModelCompleteParams) -> ModelCompleteResult:
         """One metered provider call; failures become `_Failed`."""
         self._check(grant)
         grant.in_flight += 1
         grant.last_active = time.monotonic()
+        admission: Admission | None = None
         try:
             with anyio.fail_after(self.limits.call_timeout):
+                admission = await self._reserve(grant, params)
                 result = await grant.provider.complete(params)
+            usage = result.usage
+            admission.settle(max(0, usage.input_tokens) + max(0, usage.output_tokens))
         except TimeoutError:
             raise _Failed(
                 504, f"the model did not answer within {self.limits.call_timeout:g}s"
@@ -345,12 +361,16 @@ class Gateway:
             # The run's broker refused the call (the parent's budgets) or its model failed.
             status = 402 if exc.code == ErrorCode.BUDGET_EXHAUSTED else 502
             raise _Failed(status, exc.message) from None
+        except _Failed:
+            raise
         except Exception as exc:
             log.warning("gateway: the provider for run %s failed", grant.run_id, exc_info=True)
             raise _Failed(502, f"the model provider failed: {type(exc).__name__}") from None
         finally:
             grant.in_flight -= 1
             grant.last_active = time.monotonic()
+            if admission is not None:
+                admission.release()  # a call that failed counts nothing (after a settle: a no-op)
         grant.record(result.usage)
         return result
 

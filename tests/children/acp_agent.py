@@ -18,6 +18,8 @@ run's events and summary:
 - `{"crash": CODE}` exits at once with CODE; `{"raw": TEXT}` writes TEXT to stdout as it is;
   `{"post": {"url", "body", "headers"}}` POSTs JSON with urllib and says the status and body
   (`$NAME` in the url and header values is the agent's environment variable NAME);
+- `{"burst": {"count": N, "post": POST}}` sends N copies of a `post` step's request at once
+  and says `burst: {STATUS: COUNT, ...}` (JSON);
 - `{"flood": {"connections": N, "declare"?: BYTES, "send"?: BYTES, "token"?: bool,
   "wait"?: SECONDS}}` opens N TCP connections to `$ANTHROPIC_BASE_URL`'s address and holds
   them until the agent exits; with `declare`, each sends a `POST /v1/messages` head declaring
@@ -56,6 +58,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import acp
@@ -181,6 +184,8 @@ class ScriptAgent:
                 _write_raw(arg.encode())
             elif op == "post":
                 await self.say(sid, await asyncio.to_thread(_post, arg))
+            elif op == "burst":
+                await self.say(sid, "burst: " + await asyncio.to_thread(_burst, arg))
             elif op == "flood":
                 await self.say(sid, "flood: " + await asyncio.to_thread(_flood, arg))
             elif op == "connect":
@@ -286,6 +291,19 @@ def _flood(arg: dict[str, Any]) -> str:
             got = b""
         answers[got.split(b" ")[1].decode() if got.startswith(b"HTTP/") else "closed"] += 1
     return json.dumps({"opened": len(opened), "failed": failed, "answers": dict(answers)})
+
+
+def _burst(arg: dict[str, Any]) -> str:
+    count = int(arg["count"])
+
+    def one(_: int) -> str:
+        try:
+            return _post(arg["post"]).split(":")[0].removeprefix("status ")
+        except OSError:
+            return "failed"
+
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        return json.dumps(dict(Counter(pool.map(one, range(count)))))
 
 
 def _unix_socket() -> str:

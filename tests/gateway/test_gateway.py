@@ -316,7 +316,7 @@ async def test_calls_stop_with_a_clear_error_once_the_budget_is_spent(gateway: G
         assert refused.status_code == 402
         assert refused.headers["x-should-retry"] == "false"
     assert third.json()["error"]["type"] == "billing_error"
-    assert "budget is spent (30 of 20 tokens)" in third.json()["error"]["message"]
+    assert "budget is spent (30 of 20 tokens used)" in third.json()["error"]["message"]
     assert fourth.json()["error"]["code"] == "insufficient_quota"
     assert grant.calls == 2 and grant.refused == 2
 

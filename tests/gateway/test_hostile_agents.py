@@ -1,8 +1,8 @@
-"""Hostile foreign agents against the supervisor's gateway, end to end (issue 30, breaks 1, 2):
+"""Hostile foreign agents against the supervisor's gateway, end to end (issue 30, breaks 1 to 3):
 the Python ACP test agent (tests/children/acp_agent.py) run by the `acp` provider, sandboxed
 where the host can (as root: in a private network namespace whose one listener is its gateway
-socket) and at the process level (a loopback listener of its own), floods its gateway
-address, while a sibling run of the same supervisor works."""
+socket) and at the process level (a loopback listener of its own), floods its gateway address
+or sends its model calls all at once, while a sibling run of the same supervisor works."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tether.parent import ChildConfig, Supervisor
 from tether.parent.process.limits import DisposePolicy
 from tether.parent.run.events import ChildEvent, Event
 from tether.protocol.messages import (
+    AgentDefinition,
     ChatMessage,
     ModelCompleteParams,
     ModelCompleteResult,
@@ -160,3 +161,29 @@ async def test_an_agent_sending_huge_unfinished_bodies_holds_at_most_its_runs_bo
     else:
         assert answers == {"401": 23}
         assert gateway.server.peak_held_bytes == 0
+
+
+async def test_an_agent_sending_its_calls_together_gets_no_more_than_its_step_budget(
+    tmp_path: Path,
+) -> None:
+    """The issue's break 3 for a foreign agent: `maxSteps 2` and a 3,000-token budget, 32
+    model calls at once through the gateway. Two are answered; the rest are refused before
+    they reach the model, and the run ends `budget_exhausted`."""
+    model = Slow("answer", Usage(input_tokens=500, output_tokens=100), delay=0.3)
+    agent = AgentDefinition(type="general", description="g", max_iterations=2, token_budget=3000)
+    steps = [{"burst": {"count": 32, "post": POST}}, {"say": "after the burst"}]
+    events: list[Event] = []
+    async with Supervisor(ChildConfig(dispose=QUICK)) as sup:
+        with anyio.fail_after(90):
+            result = await sup.run(
+                json.dumps(steps),
+                workspace=tmp_path,
+                agent=agent,
+                model=model,
+                provider=ACP,
+                on_event=events.append,
+            )
+    assert len(model.calls) == 2
+    assert result.failure is not None and result.failure.kind == "budget_exhausted", result
+    assert result.iteration_count == 2
+    assert result.usage == Usage(input_tokens=1000, output_tokens=200)
