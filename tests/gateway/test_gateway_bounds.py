@@ -252,6 +252,28 @@ async def _answers(streams: list[anyio.abc.SocketStream]) -> list[bytes]:
     return got
 
 
+async def test_a_flood_of_a_siblings_own_address_cannot_stop_its_calls() -> None:
+    """At the process level an agent can reach a sibling's listener too: its connections
+    there count in the sibling's pool but are never admitted (another token is refused), so
+    they never keep the sibling from a connection of its own."""
+    async with Gateway() as gw:
+        flooder = gw.grant("run-flood", Recording())
+        sibling = gw.grant("run-sibling", Recording(*[TEXT] * 5))
+        address = await gw.listen_for(sibling)
+        url = f"http://{address[0]}:{address[1]}"
+        held: list[anyio.abc.SocketStream] = []
+        try:
+            with anyio.fail_after(60):
+                held += await _open(address, 20, head(flooder.token, 1000) + b"x" * 10)
+                held += await _open(address, 300)
+                await until(lambda: gw.server.refused_connections >= 320 - 16)
+                assert [await call(gw, sibling.token, url) for _ in range(5)] == [200] * 5
+                assert sibling.quota.connections <= 16
+        finally:
+            await _close(held)
+        assert flooder.calls == 0 and sibling.calls == 5
+
+
 async def test_a_full_pool_closes_its_oldest_idle_connection_for_a_new_one() -> None:
     """An honest client that opens a new connection while its old ones idle is served: the
     oldest idle one of its own pool makes room (a connection mid-request never does)."""
