@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-`HttpServer.serve(listener)` accepts connections on an anyio listener (any number of listeners
+`HttpServer.listen(listener)` accepts connections on an anyio listener (any number of listeners
 may share one server: the default loopback one, and one per run — a loopback socket of its
 own, or one made inside a sandboxed child's network namespace). Each connection is one task in
 the server's task group, which the server owns; `close()` stops accepting, lets requests in
@@ -44,8 +44,8 @@ not read is bounded by `send_timeout`. After a refusal sent before the body was 
 server stops writing and discards what the client still sends for at most `linger`, so the
 client reads the refusal rather than a reset, holding none of it.
 
-A handler that raises gets a 500 (with no detail) if nothing was sent yet, else the
-connection is closed. Malformed HTTP gets a 400 and the connection is closed. `held_bytes`
+A handler (or `admit`) that raises gets a 500 (with no detail) if nothing was sent yet,
+else the connection is closed. Malformed HTTP gets a 400 and the connection is closed. `held_bytes`
 (and `peak_held_bytes`) count the body bytes buffered at this moment across all connections:
 what the server holds for its clients beyond a bounded head per connection.
 """
@@ -147,8 +147,6 @@ class Request(Head):
     """A whole, admitted request."""
 
     body: bytes | bytearray = b""
-    quota: Quota | None = None
-    """The quota `admit` gave it."""
 
 
 @dataclass(frozen=True)
@@ -362,8 +360,8 @@ class HttpServer:
 
         try:
             await listener.serve(on_connection, task_group=tg)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            return  # closed by close()
+        except* (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # closed by close() (a multi-listener's arrives in a group)
 
     def _join(self, member: _Conn, quota: Quota | None) -> bool:
         """Put `member` in `quota`'s pool (`None`: the unclaimed one), closing the pool's
@@ -491,7 +489,11 @@ class HttpServer:
             headers=[(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in event.headers],
             context=context,
         )
-        verdict = self.admit(head)
+        try:
+            verdict = self.admit(head)
+        except Exception:
+            log.exception("the gateway's admission failed on %s %s", head.method, head.path)
+            raise _Reject(500, "internal error") from None
         if isinstance(verdict, Answer):
             return verdict
         quota = verdict
@@ -534,7 +536,6 @@ class HttpServer:
                     headers=head.headers,
                     context=context,
                     body=body,
-                    quota=quota,
                 )
             return None
 

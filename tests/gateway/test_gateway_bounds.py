@@ -13,6 +13,7 @@ import pytest
 from gateway_kit import GONE, TEXT, Exchange, MiB, Recording, call, exchange, head, until
 
 from tether.parent.gateway import Gateway, GatewayLimits, HttpLimits
+from tether.parent.gateway.http import Head, HttpServer, Quota, Request, Responder
 
 pytestmark = pytest.mark.anyio
 
@@ -305,3 +306,20 @@ async def test_the_gateway_as_a_whole_holds_no_more_than_its_own_connection_limi
             assert all(g.quota.connections <= 16 for g in grants)
         finally:
             await _close(held)
+
+
+async def test_an_admission_that_fails_is_a_500_and_the_server_serves_on() -> None:
+    def admit(head: Head) -> Quota:
+        raise RuntimeError("a bug in the admission")
+
+    async def handler(request: Request, responder: Responder) -> None:
+        raise AssertionError("never admitted, never handled")
+
+    async with HttpServer(admit, handler) as server:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        await server.listen(listener)
+        for _ in range(2):
+            got = await exchange(("127.0.0.1", port), head(None, 0))
+            assert got.status == 500 and b"internal error" in got.got
+            assert b"a bug" not in got.got
