@@ -36,6 +36,9 @@ def open_dir(at: int, rel: str) -> int | None:
     `None` when it is not there (or not a directory all the way)."""
     fd = os.dup(at)
     for part in (p for p in rel.split("/") if p):
+        if part in (".", ".."):
+            os.close(fd)
+            return None
         try:
             nxt = os.open(part, _DIR, dir_fd=fd)
         except OSError:

@@ -55,6 +55,12 @@ class ChildConfig:
     dedicated default (`tether.contain.plan.DEFAULT_SANDBOX_ID`)."""
     read_paths: Sequence[str] = ()
     """More paths a sandboxed child may read (and execute), beyond what it is granted."""
+    allow_git_config: bool = False
+    """Let a sandboxed child write the workspace's `.git/config` and `.git/hooks` (and its
+    submodules'), which the sandbox refuses by default: git runs what they name on the user's
+    next `git status` or `git checkout`, outside every sandbox. Ordinary git use (`init`,
+    `add`, `commit`, `branch`, `checkout`) needs no opt-in; `git config`, `git remote add`
+    and `git submodule add` do. Changes there are listed in `sensitiveChanges` either way."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ def pool_key(
         workspace if level == "sandbox" else None,
         cfg.sandbox_user,
         tuple(cfg.read_paths),
+        cfg.allow_git_config,
         tuple(cfg.command),
         tuple(cfg.pass_env),
         tuple(sorted(cfg.env.items())),

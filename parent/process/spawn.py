@@ -169,6 +169,7 @@ async def spawn_child(
         launcher=launcher,
         network=network,
         workspace_read_only=workspace_read_only,
+        allow_git_config=cfg.allow_git_config,
     )
     in_cgroup = host.tier != "process-group"
     try:
