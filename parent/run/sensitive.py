@@ -21,8 +21,10 @@ hooks), its bytes too, so a change elsewhere in it is not a sensitive one. The r
 `.git` directory contributes the files git runs or takes commands from (`config`, `hooks/`,
 `info/attributes`, `config.worktree`) and the same for each submodule's git directory under
 `.git/modules` (found by `tether.contain.gitdirs`, as the sandbox's plan finds what it
-guards); git never runs `hooks/*.sample`, so those are left out. A `.git` that is not a
-directory (a worktree's or submodule's `gitdir:` pointer, a link) is itself watched.
+guards); git never runs `hooks/*.sample`, so those are left out. The directory the
+repository's `core.hooksPath` names, when it lies inside the workspace, is watched as its
+hooks. A `.git` that is not a directory (a worktree's or submodule's `gitdir:` pointer, a
+link) is itself watched.
 
 Cost: a few dozen `lstat`s and two small reads when the places exist, about as many failed
 `lstat`s when they do not: a run's two snapshots and their comparison take about 0.12 ms in an
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import tomllib
 from collections.abc import Callable, Iterable
@@ -211,6 +214,35 @@ def _git(root_fd: int, rel: str, entries: dict[str, Seen]) -> None:
     for git in gitdirs.git_entries(root_fd, rel):
         for place in GIT_PLACES:
             _record(root_fd, f"{git}/{place.path}", place, f"{git}/{place.path}", entries)
+    hooks = _hooks_path(root_fd, rel)
+    if hooks is not None:
+        _record(root_fd, hooks, Place(hooks, HOOKS_PATH, tree=True), hooks, entries)
+
+
+HOOKS_PATH = "git: hooks, from the directory core.hooksPath names"
+_HOOKS_PATH = re.compile(rb"^\s*hookspath\s*=\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def _hooks_path(root_fd: int, git: str) -> str | None:
+    """The workspace directory the repository's `core.hooksPath` names (husky and projects
+    that keep their hooks in the tree: `.githooks`), relative to the workspace, when it lies
+    inside it: git runs the hooks there instead of `.git/hooks`."""
+    fd = gitdirs.open_dir(root_fd, git)
+    if fd is None:
+        return None
+    try:
+        data = _read(fd, "config", PART_BYTES) or b""
+    finally:
+        os.close(fd)
+    found = _HOOKS_PATH.findall(data)
+    if not found:
+        return None
+    value = found[-1].decode("utf-8", errors="replace").strip('"')
+    if not value or value.startswith("~") or os.path.isabs(value):
+        return None  # outside the workspace: not the child's to write
+    rel = os.path.normpath(value)  # relative to the working tree, the workspace root here
+    inside_git = rel == ".git" or rel.startswith(".git/")  # `.git/hooks` is watched already
+    return None if rel == "." or rel.startswith("..") or inside_git else rel
 
 
 def _record(root_fd: int, rel: str, place: Place, name: str, entries: dict[str, Seen]) -> None:

