@@ -229,7 +229,10 @@ def render(r: dict[str, Any]) -> str:
         lines.append(f"isolation: auto picks sandbox ({how})")
         if iso["gitGuard"]:
             how = "read-only mounts" + ("" if "uid" in iso else " in a user namespace")
-            lines.append(f"  .git/config and .git/hooks: writes refused ({how})")
+            lines.append(
+                f"  .git/config and .git/hooks: writes refused ({how}; not under bwrap), "
+                "unless a run passes --allow-git-config"
+            )
         else:
             lines.append(
                 "  .git/config and .git/hooks: NOT refused here: changes are only listed "

@@ -13,6 +13,7 @@ The verifier's side of it, through a real orchestration, is in tests/orchestrate
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -228,3 +229,16 @@ def test_the_plan_guards_the_repository_and_its_submodules_unless_the_run_opts_i
     (ws / ".git").write_text("gitdir: /elsewhere\n")
     assert guarded() == [".git"]  # the pointer itself
     assert probe_host().git_unguarded is None  # this host can guard (the tests above show it)
+
+
+def test_doctor_says_the_sandbox_refuses_git_config_and_hooks_here(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tether.parent.cli.main import main
+
+    assert main(["doctor", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["isolation"]["gitGuard"] is True
+    assert main(["doctor"]) == 0
+    assert ".git/config and .git/hooks: writes refused (read-only mounts" in (
+        capsys.readouterr().out
+    )
