@@ -1,6 +1,7 @@
 """tether's parent side: the supervisor that spawns, drives and always takes down sub-agents.
 
-The public surface, all importable from here::
+`import tether` gives the names most users need (`tether.Supervisor`, `tether.Limits`, ...);
+this package's `__all__` is the whole public parent surface, those included::
 
     from tether.parent import Supervisor, ChildConfig, PoolSpec, Limits, RunResult
 
@@ -50,10 +51,26 @@ if TYPE_CHECKING:
         AgentUnavailable,
         CannotResume,
     )
+    from tether.parent.agents.sessions import Activation, SessionStore
     from tether.parent.agents.tools import agent_tools
+    from tether.parent.gateway import Gateway
+    from tether.parent.models.anthropic import AnthropicModel
+    from tether.parent.models.openai import OpenAIModel
+    from tether.parent.models.retry import RetryPolicy
+    from tether.parent.providers.acp import AcpDriver, AcpLimits, AcpTask
 
-# Continuable agents load the session store (SQLite) on first use, not with this package.
+# Continuable agents load the session store (SQLite) on first use, not with this package; the
+# HTTP models, the gateway and the ACP driver load theirs on first use too.
 _LAZY = {
+    "AcpDriver": "tether.parent.providers.acp",
+    "AcpLimits": "tether.parent.providers.acp",
+    "AcpTask": "tether.parent.providers.acp",
+    "Activation": "tether.parent.agents.sessions",
+    "AnthropicModel": "tether.parent.models.anthropic",
+    "Gateway": "tether.parent.gateway",
+    "OpenAIModel": "tether.parent.models.openai",
+    "RetryPolicy": "tether.parent.models.retry",
+    "SessionStore": "tether.parent.agents.sessions",
     "AgentBusy": "tether.parent.agents.service",
     "AgentError": "tether.parent.agents.service",
     "AgentHandle": "tether.parent.agents.service",
@@ -76,13 +93,18 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "AcpDriver",
+    "AcpLimits",
     "AcpProvider",
+    "AcpTask",
+    "Activation",
     "AgentBusy",
     "AgentDefinition",
     "AgentError",
     "AgentHandle",
     "AgentUnavailable",
     "Agents",
+    "AnthropicModel",
     "ApprovePolicy",
     "Artifact",
     "CannotResume",
@@ -94,19 +116,23 @@ __all__ = [
     "Event",
     "EventStream",
     "Failure",
+    "Gateway",
     "Launcher",
     "Limits",
     "ModelCompleteParams",
     "ModelCompleteResult",
     "ModelProvider",
+    "OpenAIModel",
     "ParentTool",
     "PoolSpec",
     "Provider",
+    "RetryPolicy",
     "RunFinished",
     "RunHandle",
     "RunResult",
     "RunStarted",
     "ScriptedModel",
+    "SessionStore",
     "SkippedPath",
     "SubagentRequest",
     "SubagentRun",

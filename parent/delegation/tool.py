@@ -56,7 +56,9 @@ discussed", "the file from before"), or does not say what to deliver.
 
 Read the result: only `status: "completed"` means the work is done; read the artifacts when \
 you need their content. A change touching several files is checked by a verifier, whose verdict \
-comes back in `verification`."""
+comes back in `verification`; so is any change to a file the user's own tools run (git hooks and \
+config, .envrc, package.json scripts, a Makefile, ...), listed in `sensitiveChanges`: tell the \
+user about those."""
 
 
 class TaskRequest(Struct, frozen=True, kw_only=True):

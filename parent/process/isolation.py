@@ -10,7 +10,11 @@ Two levels, chosen per run (`ChildConfig(isolation=...)`, `tether run --isolatio
   cannot traverse covered; the workspace bind-mounted idmapped). What the child may read is
   named path by path: the system directories, named /etc entries, the interpreter, the child's
   import path, tether's own folders and absolute paths in the command; it writes only the
-  workspace and its private temp directories. See docs/containment.md for what each part stops.
+  workspace and its private temp directories, except its repository's `.git/config` and
+  `.git/hooks` (`git_guard`: git runs what they name on the user's next command; a run opts
+  in with `ChildConfig(allow_git_config=True)`; without root the guard takes a user namespace
+  of the child's own, and a host that forbids one is found by the probe and goes without).
+  See docs/containment.md for what each part stops.
 - `process`: the environment scrub, session, limits and containment tier only.
 
 `auto` (the default) is the strongest level this host supports. Whether `sandbox` works is
@@ -43,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.contain import argv as config_word
-from tether.contain import landlock, seccomp
+from tether.contain import gitdirs, landlock, seccomp
 from tether.contain.inplace import (
     TRAMPOLINE,
     import_path_writable,
@@ -91,6 +95,11 @@ class HostIsolation:
     """Why `sandbox` is unavailable here; `None` when it works."""
     forced: bool = False
     """`TETHER_LANDLOCK_ABI` lowered the ABI."""
+    git_unguarded: str | None = None
+    """Why the sandbox here cannot refuse writes to the workspace's `.git/config` and
+    `.git/hooks` (`Plan.git_guard`); `None` when it can. Without root that takes a user
+    namespace, which some hosts forbid; the parent's watch (`sensitiveChanges`) and the
+    verifier are then all there is."""
 
     @property
     def best(self) -> str:
@@ -173,14 +182,26 @@ def _probe(forced: str) -> HostIsolation:
     elif not seccomp.available():
         why = "seccomp filters are not available on this kernel or architecture"
     else:
-        why = _trial(abi, root)
-    return HostIsolation(root=root, landlock_abi=abi, why_not=why, forced=is_forced)
+        why = _trial(abi, root, git=True)
+    unguarded = None
+    if why is not None and abi and abi >= need and seccomp.available():
+        # The sandbox with a guarded git directory failed: does it work without the guard?
+        plain = _trial(abi, root, git=False)
+        if plain is None:
+            unguarded, why = why, None
+    return HostIsolation(
+        root=root, landlock_abi=abi, why_not=why, forced=is_forced, git_unguarded=unguarded
+    )
 
 
-def _trial(abi: int, root: bool) -> str | None:
-    """Sandbox a throwaway child that runs /bin/true; why it failed, or `None`."""
+def _trial(abi: int, root: bool, *, git: bool) -> str | None:
+    """Sandbox a throwaway child that runs /bin/true, with a git directory in its workspace
+    to guard when `git`; why it failed, or `None`."""
     true = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
     with tempfile.TemporaryDirectory(prefix="tether-probe-") as ws:
+        if git:
+            os.makedirs(os.path.join(ws, ".git", "hooks"))
+            Path(ws, ".git", "config").write_text("[core]\n")
         setup = plan_for(
             "sandbox",
             command=[true],
@@ -498,6 +519,7 @@ def plan_for(
     network: GatewayNetwork | None = None,
     workspace_read_only: bool = False,
     deny_paths: Sequence[str] = (),
+    allow_git_config: bool = False,
 ) -> Setup:
     """The plan for one child at `level`. `inside_launcher`: the sandbox is applied inside a
     launcher that made its own mount namespace and user (bwrap), so it adds Landlock, seccomp
@@ -505,7 +527,9 @@ def plan_for(
     `network`: a foreign agent's way to the model gateway (`GatewayNetwork`);
     `workspace_read_only`: the workspace is granted read only; `deny_paths`: directories the
     child must never reach (`ChildConfig.deny_paths`): covered by the private mounts where
-    there are some, refused by `deny_problem` when the run is planned where there are not."""
+    there are some, refused by `deny_problem` when the run is planned where there are not;
+    `allow_git_config`: the child may write the workspace's `.git/config` and `.git/hooks`
+    (else the sandbox refuses it, where the host lets it: `git_guard`)."""
     if level != "sandbox":
         return Setup(Plan())
     net = network.to_json() if network is not None else None
@@ -526,6 +550,15 @@ def plan_for(
             workspace_read_only=workspace_read_only,
         )
         return Setup(plan, private_env("/tmp"))
+    # bwrap's root is not one a user namespace can be made in: under it, no guard (above).
+    guard = (
+        git_guard(ws)
+        if ws is not None
+        and not allow_git_config
+        and not workspace_read_only
+        and host.git_unguarded is None
+        else []
+    )
     if host.root:
         uid, gid = sandbox_user or (DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)
         owner = None
@@ -548,6 +581,7 @@ def plan_for(
             workspace_read_only=workspace_read_only,
             protect=code_inside(ws) if ws is not None else [],
             hide=[d for d in _denied(deny_paths) if not (ws is not None and _under(ws, d))],
+            git_guard=guard,
         )
         return Setup(plan, private_env("/tmp"))
     private = tempfile.mkdtemp(prefix="tether-sandbox-")
@@ -563,10 +597,19 @@ def plan_for(
         cwd=ws,
         network=net,
         workspace_read_only=workspace_read_only,
+        git_guard=guard,
     )
     env = private_env(private)
     env["TMPDIR"] = os.path.join(private, "tmp")
     return Setup(plan, env, lambda: shutil.rmtree(private, ignore_errors=True))
+
+
+def git_guard(workspace: str) -> list[str]:
+    """The `.git` entries of `workspace` the sandbox guards (`Plan.git_guard`): its `.git`
+    (directory or `gitdir:` file) and each submodule's git directory (`contain.gitdirs`).
+    Nothing when there is no repository: a repository the child makes itself (`git init`) is
+    the parent's watch's to report (`sensitiveChanges`), not the sandbox's to refuse."""
+    return gitdirs.workspace_git_entries(workspace)
 
 
 ISOLATION_ENV = "TETHER_ISOLATION"
@@ -620,6 +663,7 @@ def isolation_setup(
     network: GatewayNetwork | None = None,
     workspace_read_only: bool = False,
     deny_paths: Sequence[str] = (),
+    allow_git_config: bool = False,
 ) -> Spawnable:
     """The one place a child's isolation is decided: its plan (`plan_for`), and where it is
     applied. bwrap must be the outer layer (inside a Landlock domain it cannot set up its
@@ -641,6 +685,7 @@ def isolation_setup(
         network=network,
         workspace_read_only=workspace_read_only,
         deny_paths=deny_paths,
+        allow_git_config=allow_git_config,
     )
     if inside:
         config = config_word.encode({"plan": setup.plan.to_json()})

@@ -170,6 +170,7 @@ async def spawn_child(
         deny_paths=cfg.deny_paths,
         network=network,
         workspace_read_only=workspace_read_only,
+        allow_git_config=cfg.allow_git_config,
     )
     in_cgroup = host.tier != "process-group"
     try:

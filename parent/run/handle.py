@@ -83,6 +83,7 @@ from tether.parent.run.events import Event, RunFinished, RunStarted
 from tether.parent.run.plan import RunPlan
 from tether.parent.run.provider import RunBody
 from tether.parent.run.results import build_result
+from tether.parent.run.sensitive import Watch, changes, take
 from tether.parent.run.spec import EventCallback
 from tether.protocol import ConnectionClosed, LocalProtocolError, RemoteError, RemoteProtocolError
 from tether.protocol.messages import (
@@ -136,6 +137,8 @@ class _Activation:
         self.done = anyio.Event()
         self.drive: anyio.CancelScope | None = None
         self.started = time.monotonic()
+        self.watch: Watch | None = None
+        """The workspace's watched files (`sensitive.py`) before this activation began."""
 
 
 RunState = Literal["starting", "running", "stopping", "done"]
@@ -409,6 +412,8 @@ class RunHandle:
         elif act is self._first and (self._child is None or not self._child.ready):
             prompts = 0
         assert act.broker is not None
+        workspace = self._params.workspace
+        seen = [] if act.watch is None else changes(act.watch, take(workspace), workspace)
         act.result = build_result(
             self._params,
             containment=self.host.tier,
@@ -420,12 +425,15 @@ class RunHandle:
             launcher=self.launcher,
             pid=self.pid,
             duration_seconds=time.monotonic() - act.started,
+            sensitive_changes=seen,
         )
         act.done.set()
         self._sup.publish(RunFinished(self.run_id, act.result), self._on_event)
 
     async def execute(self) -> None:
         observed = Observed()
+        # Before the child exists (or takes a pooled one): what it may change is measured.
+        self._first.watch = take(self._params.workspace)
         try:
             with self._outer_scope:
                 if self._body is not None:
@@ -540,6 +548,7 @@ class RunHandle:
                 return
             act = await self._next_message(child)
             if act is not None:
+                act.watch = take(self._params.workspace)  # the tree is still held still
                 child.resume()
                 _fresh_activation(child.observed)
 

@@ -65,8 +65,6 @@ from tether.protocol.methods import AGENT_RUN
 
 _run_ids = itertools.count(1)
 
-FOLLOW_UP_PROVIDERS = "spawn, fork or command (a child that announces agentMessage)"
-
 
 @dataclass(frozen=True)
 class PlanContext:
@@ -223,8 +221,8 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     check_request_size(params)
     if spec.continuation is not None and chosen.drives_itself:
         raise ValueError(
-            f"provider {chosen.name!r} runs its agent once ({chosen.once_because}); only "
-            f"tether's own runtime keeps a run for follow-ups: use {FOLLOW_UP_PROVIDERS}"
+            f"{once(chosen)}; only a tether child process keeps a run for follow-ups: use "
+            f"{follow_up_providers(ctx.providers)}"
         )
     if not chosen.drives_itself or not chosen.isolated:
         # A provider that drives its own agent may need no model of ours.
@@ -250,6 +248,23 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         budgets=spec.budgets,
         labels=spec.labels,
     )
+
+
+def once(provider: Provider) -> str:
+    """Why a run of `provider` cannot be continued, as a clause ("provider 'acp' runs its
+    agent once: ...")."""
+    return f"provider {provider.name!r} runs its agent once: {provider.once_because}"
+
+
+def follow_up_providers(providers: ProviderRegistry) -> str:
+    """The providers of `providers` whose runs can be continued, by name: those that run a
+    tether child (every one that does not drive its own run: `spawn`, `fork`, `command`, and a
+    registered one that only prepares the request)."""
+    names = [p.name for p in providers if not p.drives_itself]
+    listed = ", ".join(names) if names else "none here"
+    if "command" in names:
+        listed += " (a command's child must announce agentMessage)"
+    return listed
 
 
 def provider_for(providers: ProviderRegistry, spec: RunSpec) -> Provider:

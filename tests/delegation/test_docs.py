@@ -56,6 +56,7 @@ def test_the_example_call_is_valid_and_the_example_output_is_a_task_output() -> 
     assert out.compact()["artifacts"] == [
         {"path": "/work/ws/tests/test_adjust.py", "size": 1432, "fsType": "file"}
     ]
+    assert out.compact() == json.loads(block("example:compact"))
 
 
 def test_the_example_refusal_is_what_validation_returns() -> None:
