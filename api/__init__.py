@@ -18,9 +18,9 @@ program of your own), `tether.protocol` (the wire contract: message types, codec
 internal and may change between releases; a test keeps `examples/` and `docs/` to these.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
+# Nothing is imported here, not even `typing`: every child's trampoline imports this package
+# on its way to `tether.contain` (a test lists what it imports before it execs).
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 """The installed distribution's version (a test keeps it equal to the project's)."""

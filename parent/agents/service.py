@@ -20,6 +20,10 @@ while held, the live `RunHandle` (a continuable run, see `run/handle.py`) and th
 mirrors the stored transcript. Messages to one agent queue on its slot in arrival order;
 different agents never share a slot, so they run in parallel.
 
+- every child of an agent runs in a workspace apart from the store (`guard`: one inside the
+  other is bad usage, the default state directory under HOME included) and its sandbox is
+  denied every path of the store; a cold resume from stored settings re-checks the stored
+  model strings (`settings.spec_from_stored`);
 - `spawn`: the run starts first (so bad usage raises before anything is stored); the session is
   then created, its lease taken and the prompt stored; the child's first model turn waits for
   that. A task of this group stores the first answer and frees the slot.
@@ -50,6 +54,7 @@ lives.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -72,6 +77,11 @@ from tether.parent.agents.sessions import (
     SessionStore,
     Unavailable,
     parse_agent_id,
+)
+from tether.parent.agents.sessions.paths import (
+    resolve_state_dir,
+    store_paths,
+    workspace_problem,
 )
 from tether.parent.agents.settings import (
     AgentSpec,
@@ -174,6 +184,8 @@ class Agents:
         self._sup = sup
         self._tg: anyio.abc.TaskGroup | None = tg
         self._state_dir = state_dir
+        self.state_dir = resolve_state_dir(state_dir)
+        """Where the session store is (the default resolved now)."""
         self._store: SessionStore | None = None
         self._store_lock = anyio.Lock()
         self._closing = anyio.Event()
@@ -213,11 +225,22 @@ class Agents:
             return self._store
 
     async def _keep_store(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        async with SessionStore(self._state_dir) as store:
+        async with SessionStore(self.state_dir) as store:
             self._store = store
             task_status.started()
             await self._closing.wait()
         self._store = None
+
+    def guard(self, run: RunSpec) -> RunSpec:
+        """`run` as a run that uses the store: `ValueError` (bad usage, naming both paths) when
+        its workspace and the store's directory lie one inside the other; otherwise the run
+        with the store's paths denied to its sandbox (`ChildConfig.deny_paths`)."""
+        problem = workspace_problem(self.state_dir, run.workspace, default=self._state_dir is None)
+        if problem is not None:
+            raise ValueError(problem)
+        cfg = run.config or self._sup.config
+        denied = tuple(dict.fromkeys((*cfg.deny_paths, *store_paths(self.state_dir))))
+        return run.replace(config=dataclasses.replace(cfg, deny_paths=denied))
 
     # --- queries ------------------------------------------------------------------------------
 
@@ -277,6 +300,7 @@ class Agents:
             raise ValueError("a continuable agent's continuation is its keep_alive")
         definition = resolve_agent(run.agent)
         keep = parse_keep_alive(keep_alive)
+        run = self.guard(run)
         if token_total is not None and (isinstance(token_total, bool) or token_total < 1):
             raise ValueError(f"token_total must be a positive number of tokens, not {token_total}")
         if run.fork_from is not None:
@@ -538,7 +562,7 @@ class Agents:
         )
         if isinstance(got, str):
             raise CannotResume(f"agent {agent_id} {got}")
-        return got
+        return dataclasses.replace(got, run=self.guard(got.run))
 
     async def _start(
         self,

@@ -53,6 +53,12 @@ def add_isolation_options(p: argparse.ArgumentParser) -> None:
         "process (scrub, session, limits only), or auto: the strongest this host supports "
         "(see tether doctor)",
     )
+    p.add_argument(
+        "--allow-git-config",
+        action="store_true",
+        help="let a sandboxed child write the workspace's .git/config and .git/hooks, which "
+        "git runs from on your next git command (refused by default)",
+    )
 
 
 def add_trace_option(p: argparse.ArgumentParser) -> None:
@@ -92,7 +98,10 @@ def limits_from(args: argparse.Namespace) -> Limits:
 
 def config_from(args: argparse.Namespace) -> ChildConfig:
     return ChildConfig(
-        launcher=args.launcher, containment=args.containment, isolation=args.isolation
+        launcher=args.launcher,
+        containment=args.containment,
+        isolation=args.isolation,
+        allow_git_config=args.allow_git_config,
     )
 
 

@@ -83,6 +83,7 @@ from tether.parent.run.events import Event, RunFinished, RunStarted
 from tether.parent.run.plan import RunPlan
 from tether.parent.run.provider import RunBody
 from tether.parent.run.results import build_result
+from tether.parent.run.sensitive import Watch, changes, take
 from tether.parent.run.spec import EventCallback
 from tether.parent.run.tracing import run_trace
 from tether.parent.trace.recorder import RunTrace
@@ -138,6 +139,8 @@ class _Activation:
         self.done = anyio.Event()
         self.drive: anyio.CancelScope | None = None
         self.started = time.monotonic()
+        self.watch: Watch | None = None
+        """The workspace's watched files (`sensitive.py`) before this activation began."""
 
 
 RunState = Literal["starting", "running", "stopping", "done"]
@@ -415,6 +418,8 @@ class RunHandle:
         elif act is self._first and (self._child is None or not self._child.ready):
             prompts = 0
         assert act.broker is not None
+        workspace = self._params.workspace
+        seen = [] if act.watch is None else changes(act.watch, take(workspace), workspace)
         act.result = build_result(
             self._params,
             containment=self.host.tier,
@@ -427,6 +432,7 @@ class RunHandle:
             pid=self.pid,
             duration_seconds=time.monotonic() - act.started,
             trace=self.trace.report() if self.trace is not None else None,
+            sensitive_changes=seen,
         )
         if self.trace is not None:
             # The result goes out with its trace on disk (bounded: `writer.FLUSH_SECONDS`).
@@ -453,6 +459,8 @@ class RunHandle:
 
     async def _execute(self) -> None:
         observed = Observed()
+        # Before the child exists (or takes a pooled one): what it may change is measured.
+        self._first.watch = take(self._params.workspace)
         try:
             with self._outer_scope:
                 if self._body is not None:
@@ -567,6 +575,7 @@ class RunHandle:
                 return
             act = await self._next_message(child)
             if act is not None:
+                act.watch = take(self._params.workspace)  # the tree is still held still
                 if self.trace is not None and act.message is not None:
                     self.trace.follow_up(act.message)
                 child.resume()
