@@ -30,7 +30,7 @@ extras="${TETHER_EXTRAS-test,ray}"
 # last install did not include; cheap when nothing changed. The stamp holds the hash and the
 # extras installed with it: a runtime-only script is content with a fuller install.
 stamp=.venv/.tether-install-stamp
-want="$( (cat pyproject.toml; find parent child protocol wire contain -name '*.py' | sort) | sha256sum | cut -d' ' -f1)"
+want="$( (cat pyproject.toml; find api parent child protocol wire contain -name '*.py' | sort) | sha256sum | cut -d' ' -f1)"
 have_hash=""
 have_extras=""
 if [ -f "$stamp" ]; then

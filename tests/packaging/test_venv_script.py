@@ -25,7 +25,7 @@ def _project(tmp_path: Path) -> Path:
     for name in ("_venv.sh", "demo"):
         shutil.copy2(ROOT / "scripts" / name, root / "scripts" / name)
     (root / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
-    for folder in ("parent", "child", "protocol", "wire", "contain"):
+    for folder in ("api", "parent", "child", "protocol", "wire", "contain"):
         (root / folder).mkdir()
         (root / folder / "__init__.py").write_text("")
     (root / "examples").mkdir()
