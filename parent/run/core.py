@@ -73,6 +73,7 @@ from tether.parent.run.handle import RunHandle
 from tether.parent.run.plan import PlanContext, plan
 from tether.parent.run.spec import RunSpec, spec_of
 from tether.parent.run.transport import PROCESS, builtin_transports
+from tether.parent.trace.spec import TraceOption, trace_spec
 from tether.protocol.messages import RunResult
 
 if TYPE_CHECKING:
@@ -84,12 +85,21 @@ class SupervisorCore(EventBus):
     gateway. `tether.parent.Supervisor` is this plus continuable agents and orchestration;
     use it as `async with Supervisor() as sup:`."""
 
-    def __init__(self, config: ChildConfig | None = None, *, pool: PoolSpec | None = None) -> None:
+    def __init__(
+        self,
+        config: ChildConfig | None = None,
+        *,
+        pool: PoolSpec | None = None,
+        trace: TraceOption = None,
+    ) -> None:
         """`config`: how children are started and taken down unless a run says otherwise
         (`ChildConfig(transport="memory")`: every child of tether's own runtime runs in
-        memory); `pool`: keep initialized children ready (`PoolSpec`)."""
+        memory); `pool`: keep initialized children ready (`PoolSpec`); `trace`: trace every
+        run that names no trace of its own (a directory or a `TraceSpec`, docs/traces.md)."""
         super().__init__()
         self.config = config or ChildConfig()
+        self.trace = trace_spec(trace)
+        """Where runs are traced unless they say otherwise (`None`: they are not)."""
         self._pool: WarmPool | None = None
         self._tg: TaskGroup | None = None
         self._live: dict[int, SupervisedProcess] = {}
@@ -210,7 +220,9 @@ class SupervisorCore(EventBus):
         (`checks.py`)."""
         if self._tg is None:
             raise RuntimeError("use the Supervisor as `async with Supervisor() as sup:`")
-        context = PlanContext(self.providers, self.config, self.transports)
+        context = PlanContext(
+            self.providers, self.config, transports=self.transports, trace=self.trace
+        )
         planned = await plan(spec_of(spec, fields), context)
         self._warn_once(planned.isolation)
         handle = RunHandle(self, planned)
