@@ -279,7 +279,7 @@ class AgentContext:
             got = await self._peer.request(TOOL_CALL, params)
         except RemoteError as exc:
             return ToolOutcome(content=f"the parent refused {name}: {exc.message}", is_error=True)
-        return ToolOutcome(content=got.content, is_error=got.is_error)
+        return ToolOutcome(content=got.content, is_error=got.is_error, compact=got.compact)
 
     async def approve(self, tool: str, arguments: Mapping[str, Any]) -> ToolApproveResult:
         if self.read_only:

@@ -16,6 +16,16 @@ summarised through `model/complete` with `purpose: "compaction"` and the definit
 `compactionModel`, replaced by one message holding the summary, and a `compaction` event says
 so. A failed compaction is logged and the run goes on uncompacted.
 
+What compaction keeps: a tool result that came with a compact form (`ToolOutcome.compact`: a
+parent tool's delivery, such as a task call's summary, status and artifact paths, sizes and
+types, which the parent marks with `ToolCallResult.compact`) is not left to the summary, which
+may drop a path: once its result is compacted, its compact form is kept verbatim in a message
+of its own after the summary (`KEPT_PREFIX`, a line per result in the order they came, named
+by tool and call id), and every later compaction keeps it again. So an orchestrator can still
+find and re-read every file delivered to it, however often its transcript is compacted. The
+child needs no knowledge of what a delivery is: the parent, which served the call, says. A
+result passed in as `history` has no compact form and is summarised like any other.
+
 Tools run through `AgentContext.call_tool`, which applies the mode (explore: mutating tools are
 hard-denied; build: they are approved by the parent first).
 
@@ -54,6 +64,10 @@ COMPACTION_INSTRUCTIONS = (
     "keep every detail needed to finish the task."
 )
 SUMMARY_PREFIX = "Summary of the earlier part of this task (older turns were compacted):"
+KEPT_PREFIX = (
+    "Kept through compaction, verbatim: what earlier tool calls delivered (the files named "
+    "here are in the workspace; read them again when you need their content):"
+)
 NUDGE = (
     "Continue with the task. When it is done, call the `complete` tool with a summary and "
     "the paths of anything you produced."
@@ -64,6 +78,12 @@ class AgentLoop:
     def __init__(self) -> None:
         self.messages: list[ChatMessage] = []
         self._task: ChatMessage | None = None
+        self._deliveries: list[tuple[ChatMessage, str]] = []
+        """Results still in the transcript that have a compact form, with it (a line each)."""
+        self._kept: list[str] = []
+        """Compact forms of results compacted away, in the order they came."""
+        self._kept_message: ChatMessage | None = None
+        """The message holding `_kept` in the transcript (remade at each compaction)."""
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         self.messages = self._opening(ctx)
@@ -151,7 +171,11 @@ class AgentLoop:
         if last_turn is None:
             return
         head = [m for m in self.messages[:last_turn] if m.role == "system" or m is self._task]
-        old = [m for m in self.messages[:last_turn] if not (m.role == "system" or m is self._task)]
+        old = [
+            m
+            for m in self.messages[:last_turn]
+            if not (m.role == "system" or m is self._task or m is self._kept_message)
+        ]
         if not old:
             return
         model = ctx.definition.compaction_model or ctx.definition.model
@@ -165,7 +189,17 @@ class AgentLoop:
             log.warning("run %s: compaction failed, going on without it: %s", ctx.run_id, exc)
             return
         summary = ChatMessage(role="user", content=f"{SUMMARY_PREFIX}\n{result.message.content}")
-        self.messages = [*head, summary, *self.messages[last_turn:]]
+        # Identity, not call id: a model may reuse an id, and each result is its own delivery.
+        leaving = {id(m) for m in old}
+        self._kept.extend(line for m, line in self._deliveries if id(m) in leaving)
+        self._deliveries = [(m, line) for m, line in self._deliveries if id(m) not in leaving]
+        kept: list[ChatMessage] = []
+        if self._kept:
+            self._kept_message = ChatMessage(
+                role="user", content="\n".join([KEPT_PREFIX, *self._kept])
+            )
+            kept.append(self._kept_message)
+        self.messages = [*head, summary, *kept, *self.messages[last_turn:]]
         after = estimate_tokens(self.messages)
         await ctx.emit(
             "compaction",
@@ -173,6 +207,7 @@ class AgentLoop:
                 "beforeTokens": before,
                 "afterTokens": after,
                 "summarizedMessages": len(old),
+                "keptResults": len(self._kept),
                 "model": model,
             },
         )
@@ -211,9 +246,11 @@ class AgentLoop:
                     },
                 )
                 content = f"error: {outcome.content}" if outcome.is_error else outcome.content
-                self.messages.append(
-                    ChatMessage(role="tool", content=content, tool_call_id=call.id)
-                )
+                message = ChatMessage(role="tool", content=content, tool_call_id=call.id)
+                self.messages.append(message)
+                if outcome.compact is not None:
+                    line = f"[{call.name} {call.id}] {outcome.compact}"
+                    self._deliveries.append((message, line))
         return completion
 
 

@@ -23,6 +23,15 @@ Run as root in the trampoline (or the zygote's forked child), before the uid cha
    hides everything else there (/root/.ssh).
 5. The clones are moved back to their own paths (mount points created in the tmpfs as
    needed), the workspace last, over itself when nothing covered it.
+6. The workspace's git directories are guarded (`guard_git`, unless the run opted out): each
+   becomes a mount of its own, cloned from the idmapped workspace (so it stays the child's to
+   write, and cannot be renamed, removed or replaced: a mount point is busy), and its
+   `config` and `hooks` are mounted read-only over themselves, so a write there fails with
+   EROFS, and a rename over them (git writes `config.lock`, then renames it) with EBUSY. A
+   supervisor without root does the same in a user namespace of its own (`user_namespace`),
+   mapping only its own uid and gid.
+7. Directories the child must never reach (`hide`: a session store's) get an empty read-only
+   tmpfs of mode 000 over them, after everything else, so no clone or grant shows them again.
 
 `layout()` decides steps 2, 4 and 5 from the grants and a traversal test; it is pure, so the rules
 are tested without mounting anything.
@@ -38,16 +47,20 @@ import signal
 import stat
 from collections.abc import Callable, Iterable
 
+from tether.contain import gitdirs
 from tether.contain._sys import check, libc, syscall
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
+MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
+MS_NOEXEC = 0x8
 MS_REC = 0x4000
 MS_SLAVE = 1 << 19
 OPEN_TREE_CLONE = 1
 OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+AT_SYMLINK_NOFOLLOW = 0x100
 AT_EMPTY_PATH = 0x1000
 AT_RECURSIVE = 0x8000
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
@@ -138,12 +151,14 @@ class _MountAttr(ctypes.Structure):
     )
 
 
-def open_tree_clone(path: str) -> int:
+def open_tree_clone(path: str, dir_fd: int = -100, *, follow: bool = True) -> int:
+    """A detached recursive clone of the mount tree at `path` (relative to `dir_fd`, the
+    current directory by default); `follow=False`: a final symbolic link is not followed."""
     return syscall(
         "open_tree",
-        -100,  # AT_FDCWD
+        dir_fd,
         os.fsencode(path),
-        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE,
+        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | (0 if follow else AT_SYMLINK_NOFOLLOW),
     )
 
 
@@ -161,8 +176,10 @@ def set_attr(fd: int, attr_set: int, userns_fd: int = 0, path: str = "") -> None
     )
 
 
-def move_to(fd: int, path: str) -> None:
-    syscall("move_mount", fd, b"", -100, os.fsencode(path), MOVE_MOUNT_F_EMPTY_PATH)
+def move_to(fd: int, path: str, dir_fd: int = -100) -> None:
+    """Attach the detached mount `fd` at `path` (relative to `dir_fd`; a final symbolic link
+    is not followed)."""
+    syscall("move_mount", fd, b"", dir_fd, os.fsencode(path), MOVE_MOUNT_F_EMPTY_PATH)
 
 
 def mount(source: str, target: str, fstype: str | None, flags: int, data: str = "") -> None:
@@ -234,6 +251,7 @@ class Applied:
     def __init__(self) -> None:
         self.covers: list[str] = []
         self.restored: list[str] = []
+        self.hidden: list[str] = []
 
 
 def private_namespace(
@@ -243,6 +261,7 @@ def private_namespace(
     userns: int | None = None,
     workspace_read_only: bool = False,
     protect: Iterable[str] = (),
+    hide: Iterable[str] = (),
 ) -> Applied:
     """Enter a private mount namespace laid out as `plan` (see the module docstring).
     `idmap` is (owner uid, sandbox uid, owner gid, sandbox gid) for the workspace, or `None`
@@ -250,7 +269,8 @@ def private_namespace(
     ahead (the zygote keeps one per mapping; the caller still owns the fd), else one is made
     here; `workspace_read_only` mounts the workspace read-only too (a write grant on a private
     /tmp would otherwise reach a workspace under it); `protect`: directories inside the
-    workspace mounted read-only over it. Raises `OSError`."""
+    workspace mounted read-only over it; `hide`: directories covered last by an empty
+    read-only mount (those the child's view still has). Raises `OSError`."""
     made = None
     if idmap is not None and plan.workspace and userns is None:
         userns = made = idmap_userns(*idmap)
@@ -302,7 +322,168 @@ def private_namespace(
             move_to(guards[path], path)
             os.close(guards[path])
             done.restored.append(path)
+        for path in sorted(set(hide), key=lambda p: (p.count("/"), p)):
+            if os.path.isdir(path) and not os.path.islink(path):
+                mount(
+                    "tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0"
+                )
+                done.hidden.append(path)
         return done
     finally:
         if made is not None:
             os.close(made)
+
+
+# --- the git directories -----------------------------------------------------------------------
+
+GIT_GUARDED = (("hooks", True), ("config", False))
+"""What of a git directory is mounted read-only (name, is a directory): the hooks git runs,
+and the config that names the commands it runs (core.fsmonitor, core.pager, core.hooksPath,
+aliases, filters, core.sshCommand, ...)."""
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+class GuardError(OSError):
+    """A git entry to guard is not what the parent saw (a link, the wrong type)."""
+
+
+def _parent_of(root: int, rel: str) -> tuple[int, str] | None:
+    """The directory holding `rel` under `root`, opened without following a link (the
+    workspace is the child's: never trusted), and the last component; `None`: not there."""
+    where, _, leaf = rel.rpartition("/")
+    fd = gitdirs.open_dir(root, where)
+    return None if fd is None or not leaf else (fd, leaf)
+
+
+def prepare_git(workspace: str, entries: Iterable[str]) -> None:
+    """Give each git directory in `entries` the `hooks` directory and `config` file it lacks
+    (owned as the git directory is), so there is something to mount read-only over: a
+    repository made without them (`git init --template=`, some libraries) would otherwise let
+    the child create them. Run on the host's view, before any namespace; raises `OSError`."""
+    root = os.open(workspace, _DIR)
+    try:
+        for rel in entries:
+            found = _parent_of(root, rel)
+            if found is None:
+                continue
+            parent, leaf = found
+            try:
+                try:
+                    git = os.open(leaf, _DIR | os.O_NOFOLLOW, dir_fd=parent)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # gone, or a `.git` file: nothing to make
+                try:
+                    st = os.fstat(git)
+                    for name, directory in GIT_GUARDED:
+                        try:
+                            os.stat(name, dir_fd=git, follow_symlinks=False)
+                            continue
+                        except FileNotFoundError:
+                            pass
+                        try:
+                            if directory:
+                                os.mkdir(name, 0o755, dir_fd=git)
+                            else:
+                                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                                os.close(os.open(name, flags | os.O_CLOEXEC, 0o644, dir_fd=git))
+                        except PermissionError:
+                            continue  # not the user's to write, so not the child's either
+                        os.chown(name, st.st_uid, st.st_gid, dir_fd=git, follow_symlinks=False)
+                finally:
+                    os.close(git)
+            finally:
+                os.close(parent)
+    finally:
+        os.close(root)
+
+
+def _bind(parent: int, leaf: str, *, read_only: bool, directory: bool, name: str) -> None:
+    """Mount `leaf` (in the directory `parent`; `name`: its path in the workspace) over
+    itself; a link or the wrong type is refused (`GuardError`), checked before the clone and
+    on the clone itself (the child may swap it in between)."""
+
+    def check(mode: int) -> None:
+        if not (stat.S_ISDIR(mode) if directory else stat.S_ISREG(mode)):
+            kind = "a directory" if directory else "a regular file"
+            raise GuardError(
+                f"the workspace's {name} is not {kind} (a symbolic link?), so the sandbox "
+                "cannot keep the child from changing what git runs there; run with "
+                "ChildConfig(allow_git_config=True) (--allow-git-config) to let it"
+            )
+
+    check(os.stat(leaf, dir_fd=parent, follow_symlinks=False).st_mode)
+    clone = open_tree_clone(leaf, parent, follow=False)
+    try:
+        check(os.fstat(clone).st_mode)
+        if read_only:
+            set_attr(clone, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+        move_to(clone, leaf, parent)
+    finally:
+        os.close(clone)
+
+
+def guard_git(workspace: str, entries: Iterable[str]) -> list[str]:
+    """Guard each `.git` entry (relative to `workspace`, outermost first): a git directory is
+    mounted over itself as it is (so it is a mount point: busy to rename or remove), then its
+    `hooks` and `config` read-only over themselves; a `.git` file read-only. Must run where the
+    workspace the child will see is already mounted. What was guarded; raises `OSError`
+    (`GuardError` for an entry that is a link or of the wrong type)."""
+    done: list[str] = []
+    root = os.open(workspace, _DIR)
+    try:
+        for rel in sorted(entries, key=lambda p: (p.count("/"), p)):
+            found = _parent_of(root, rel)
+            if found is None:
+                continue
+            parent, leaf = found
+            try:
+                try:
+                    st = os.stat(leaf, dir_fd=parent, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # gone since the plan: nothing there for git to use
+                if stat.S_ISREG(st.st_mode):
+                    _bind(parent, leaf, read_only=True, directory=False, name=rel)
+                    done.append(rel)
+                    continue
+                if not stat.S_ISDIR(st.st_mode):
+                    raise GuardError(f"{rel} is neither a git directory nor a `gitdir:` file")
+                _bind(parent, leaf, read_only=False, directory=True, name=rel)
+                git = os.open(leaf, _DIR | os.O_NOFOLLOW, dir_fd=parent)  # the new mount's root
+                try:
+                    for name, directory in GIT_GUARDED:
+                        try:
+                            _bind(
+                                git,
+                                name,
+                                read_only=True,
+                                directory=directory,
+                                name=f"{rel}/{name}",
+                            )
+                        except FileNotFoundError:
+                            continue  # `prepare_git` made both; a race removed one: not there
+                        done.append(f"{rel}/{name}")
+                finally:
+                    os.close(git)
+                done.append(rel)
+            finally:
+                os.close(parent)
+    finally:
+        os.close(root)
+    return done
+
+
+def user_namespace(uid: int, gid: int) -> None:
+    """Without root: a user namespace of this process's own, mapping only `uid` and `gid` to
+    themselves (files keep their owners; everyone else shows as the overflow id), and in it a
+    private mount namespace whose mounts never propagate out, where `guard_git` can mount.
+    The capabilities this gives inside are dropped before the child runs
+    (`privileges.drop_namespace_capabilities`). Raises `OSError` (a host that forbids
+    unprivileged user namespaces)."""
+    unshare(CLONE_NEWUSER | CLONE_NEWNS)
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")
+    with open("/proc/self/uid_map", "w") as f:
+        f.write(f"{uid} {uid} 1\n")
+    with open("/proc/self/gid_map", "w") as f:
+        f.write(f"{gid} {gid} 1\n")
+    mount("none", "/", None, MS_REC | MS_SLAVE)

@@ -16,11 +16,12 @@ first instruction:
 4. signal dispositions: for an exec, every one default and none blocked (ignored dispositions
    and the mask survive exec); for a Python child run without an exec (the zygote's fork, the
    trampoline's in-place child), exactly what a freshly started interpreter has;
-5. the sandbox (`enter_sandbox`), when the plan asks for one: private mounts, for a foreign
-   agent the private network namespace with the gateway's socket (`netns.py`), the Landlock
-   rule fds, the uid/gid change with every capability dropped, the working directory,
-   no_new_privs, the Landlock domain, the seccomp filter — last, so nothing before it is
-   filtered.
+5. the sandbox (`enter_sandbox`), when the plan asks for one: private mounts (with the
+   workspace's git directories guarded: `mounts.guard_git`; without root, in a user namespace
+   of the process's own), for a foreign agent the private network namespace with the
+   gateway's socket (`netns.py`), the Landlock rule fds, the uid/gid change with every
+   capability dropped, the working directory, no_new_privs, the Landlock domain, the seccomp
+   filter — last, so nothing before it is filtered.
 
 Only the standard library (see `_sys.py`), and of it only what a bare interpreter has loaded
 or builds in: `_signal`, not `signal` (whose enums import `enum`, ≈ 4 ms of every cold spawn
@@ -187,16 +188,27 @@ def _enter(plan: Plan, userns: int | None) -> None:
             plan.workspace,
             lambda d: mounts.can_traverse(d, uid, [gid]),
         )
+        if plan.workspace and plan.git_guard:
+            mounts.prepare_git(plan.workspace, plan.git_guard)
         mounts.private_namespace(
             lay,
             idmap=workspace_idmap(plan),
             userns=userns,
             workspace_read_only=plan.workspace_read_only,
             protect=plan.protect,
+            hide=plan.hide,
         )
+        if plan.workspace and plan.git_guard:
+            mounts.guard_git(plan.workspace, plan.git_guard)
         _private_dirs(plan)
-    elif plan.home:
-        os.makedirs(plan.home, mode=0o700, exist_ok=True)
+    else:
+        if plan.home:
+            os.makedirs(plan.home, mode=0o700, exist_ok=True)
+        if plan.workspace and plan.git_guard:
+            # Without root: a user namespace of its own to mount in (`mounts.user_namespace`).
+            mounts.prepare_git(plan.workspace, plan.git_guard)
+            mounts.user_namespace(os.geteuid(), os.getegid())
+            mounts.guard_git(plan.workspace, plan.git_guard)
     network = plan.network
     if network is not None and network.get("channel") is not None:
         from tether.contain import netns
@@ -214,6 +226,8 @@ def _enter(plan: Plan, userns: int | None) -> None:
         rules.allow_port(int(network["port"]), landlock.NET_CONNECT_TCP)
     if plan.uid is not None and plan.gid is not None:
         privileges.drop_to(plan.uid, plan.gid)
+    elif not plan.private_mounts and plan.workspace and plan.git_guard:
+        privileges.drop_namespace_capabilities()
     else:
         privileges.drop_capabilities_unprivileged()
     if plan.cwd:

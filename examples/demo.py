@@ -19,15 +19,8 @@ from pathlib import Path
 
 import anyio
 
-from tether.parent.cli.live import LiveView
-from tether.parent.cli.orchestrate import render_orchestration
-from tether.parent.cli.output import render
-from tether.parent.cli.progress import printer
-from tether.parent.process.limits import Limits
-from tether.parent.roles.builtins import role
-from tether.parent.run.events import Event
-from tether.parent.supervisor import ChildConfig, Supervisor
-from tether.protocol.messages import AgentDefinition
+from tether import AgentDefinition, ChildConfig, Event, Limits, Supervisor, role
+from tether.console import LiveView, printer, render_orchestration, render_result
 
 HERE = Path(__file__).resolve().parent
 
@@ -87,7 +80,7 @@ async def _cases(show: Callable[[Event], None], workspace: Path) -> int:
                 on_event=show,
                 **kwargs,  # type: ignore[arg-type]
             )
-            print(render(result))
+            print(render_result(result))
             for artifact in result.artifacts:
                 if artifact.fs_type == "file":
                     print(f"  --- {Path(artifact.path).name} ---")

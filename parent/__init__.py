@@ -1,17 +1,20 @@
 """tether's parent side: the supervisor that spawns, drives and always takes down sub-agents.
 
-The public surface, all importable from here::
+`import tether` gives the names most users need (`tether.Supervisor`, `tether.Limits`, ...);
+this package's `__all__` is the whole public parent surface, those included::
 
     from tether.parent import Supervisor, ChildConfig, PoolSpec, Limits, RunResult
 
 Continuable agents (`Supervisor.spawn_agent`, `send_message`, `list_agents`; `agent_tools`)
-are documented in docs/sessions.md. Everything else in `tether.parent.*` is internal and may
+are documented in docs/sessions.md; traces (`TraceSpec`, `read_trace`, `TraceModel`) in
+docs/traces.md. Everything else in `tether.parent.*` is internal and may
 change between releases.
 """
 
 from typing import TYPE_CHECKING
 
 from tether.parent.models import ModelProvider, resolve_model
+from tether.parent.models.replay import TraceModel
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process.config import ChildConfig, PoolSpec
 from tether.parent.process.host import host
@@ -24,6 +27,8 @@ from tether.parent.run.handle import RunHandle
 from tether.parent.run.provider import Provider, SubagentRequest, SubagentRun
 from tether.parent.run.spec import Continuation
 from tether.parent.supervisor import Supervisor
+from tether.parent.trace.reader import read_trace
+from tether.parent.trace.spec import TraceSpec
 from tether.protocol.messages import (
     AgentDefinition,
     Artifact,
@@ -38,6 +43,7 @@ from tether.protocol.messages import (
     ToolCallParams,
     ToolCallResult,
     ToolSpec,
+    TraceReport,
     Usage,
 )
 
@@ -50,10 +56,26 @@ if TYPE_CHECKING:
         AgentUnavailable,
         CannotResume,
     )
+    from tether.parent.agents.sessions import Activation, SessionStore
     from tether.parent.agents.tools import agent_tools
+    from tether.parent.gateway import Gateway
+    from tether.parent.models.anthropic import AnthropicModel
+    from tether.parent.models.openai import OpenAIModel
+    from tether.parent.models.retry import RetryPolicy
+    from tether.parent.providers.acp import AcpDriver, AcpLimits, AcpTask
 
-# Continuable agents load the session store (SQLite) on first use, not with this package.
+# Continuable agents load the session store (SQLite) on first use, not with this package; the
+# HTTP models, the gateway and the ACP driver load theirs on first use too.
 _LAZY = {
+    "AcpDriver": "tether.parent.providers.acp",
+    "AcpLimits": "tether.parent.providers.acp",
+    "AcpTask": "tether.parent.providers.acp",
+    "Activation": "tether.parent.agents.sessions",
+    "AnthropicModel": "tether.parent.models.anthropic",
+    "Gateway": "tether.parent.gateway",
+    "OpenAIModel": "tether.parent.models.openai",
+    "RetryPolicy": "tether.parent.models.retry",
+    "SessionStore": "tether.parent.agents.sessions",
     "AgentBusy": "tether.parent.agents.service",
     "AgentError": "tether.parent.agents.service",
     "AgentHandle": "tether.parent.agents.service",
@@ -76,13 +98,18 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "AcpDriver",
+    "AcpLimits",
     "AcpProvider",
+    "AcpTask",
+    "Activation",
     "AgentBusy",
     "AgentDefinition",
     "AgentError",
     "AgentHandle",
     "AgentUnavailable",
     "Agents",
+    "AnthropicModel",
     "ApprovePolicy",
     "Artifact",
     "CannotResume",
@@ -94,19 +121,23 @@ __all__ = [
     "Event",
     "EventStream",
     "Failure",
+    "Gateway",
     "Launcher",
     "Limits",
     "ModelCompleteParams",
     "ModelCompleteResult",
     "ModelProvider",
+    "OpenAIModel",
     "ParentTool",
     "PoolSpec",
     "Provider",
+    "RetryPolicy",
     "RunFinished",
     "RunHandle",
     "RunResult",
     "RunStarted",
     "ScriptedModel",
+    "SessionStore",
     "SkippedPath",
     "SubagentRequest",
     "SubagentRun",
@@ -116,9 +147,13 @@ __all__ = [
     "ToolCallParams",
     "ToolCallResult",
     "ToolSpec",
+    "TraceModel",
+    "TraceReport",
+    "TraceSpec",
     "Usage",
     "agent_tools",
     "host",
+    "read_trace",
     "resolve_launcher",
     "resolve_model",
 ]

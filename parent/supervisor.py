@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tether.parent.process.config import ChildConfig, PoolSpec
 from tether.parent.run.core import SupervisorCore
 from tether.parent.run.handle import RunHandle
+from tether.parent.trace.spec import TraceOption
 from tether.protocol.messages import RunResult
 
 if TYPE_CHECKING:
@@ -32,10 +33,12 @@ class Supervisor(SupervisorCore):
         *,
         pool: PoolSpec | None = None,
         state_dir: str | os.PathLike[str] | None = None,
+        trace: TraceOption = None,
     ) -> None:
         """`state_dir`: where continuable agents' sessions are stored (default
-        `$XDG_STATE_HOME/tether`); opened on first use of `spawn_agent` and the like."""
-        super().__init__(config, pool=pool)
+        `$XDG_STATE_HOME/tether`); opened on first use of `spawn_agent` and the like.
+        `trace`: trace every run (a directory, or a `TraceSpec`; docs/traces.md)."""
+        super().__init__(config, pool=pool, trace=trace)
         self._state_dir = state_dir
         self._agents: Agents | None = None
 

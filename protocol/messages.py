@@ -202,6 +202,11 @@ class ToolCallResult(Wire, frozen=True):
     content: str
     """What the model reads as the tool's result."""
     is_error: bool = False
+    compact: str | None = None
+    """What of this result must outlive compaction of the run's transcript: the parent sets it
+    on a result that delivers something (a task call's summary, status and artifacts). A child
+    that compacts its transcript keeps this text, verbatim, instead of summarising the result
+    away; `null`: the result is summarised like any other."""
 
 
 class ToolApproveParams(Wire, frozen=True):
@@ -231,6 +236,34 @@ class Artifact(Wire, frozen=True):
 class SkippedPath(Wire, frozen=True):
     path: str
     reason: str
+
+
+SensitiveKind = Literal["added", "modified", "deleted"]
+
+
+class SensitiveChange(Wire, frozen=True):
+    """A change the parent saw to a file the user's own tools run on their own (a git hook,
+    `.git/config`, `.envrc`, `package.json` scripts, a `Makefile`, ...; the list is in
+    docs/delegation.md). Measured by the parent before and after the run, never reported by
+    the child."""
+
+    path: str
+    """Relative to the workspace, `/`-separated (`.git/hooks/post-checkout`)."""
+    change: SensitiveKind
+    runs: str
+    """What runs it, and when (`git runs it on checkout, commit, merge, ...`)."""
+    fs_type: Literal["file", "symlink", "other"] | None = None
+    """What is there now (`null` when deleted)."""
+    size: int = 0
+    executable: bool = False
+    """Any execute bit is set (what git asks of a hook)."""
+    content: str = ""
+    """What it holds now, at most 4096 bytes of it as UTF-8 (undecodable bytes replaced):
+    the part that counts for files where only a part runs (`package.json`: its `scripts`;
+    `pyproject.toml`: its build hooks), a symbolic link's target, `(binary, N bytes)` for a
+    file with NUL bytes; empty when deleted or past the result's 64 KiB of contents."""
+    truncated: bool = False
+    """`content` is not all of it."""
 
 
 FailureKind = Literal[
@@ -291,6 +324,18 @@ class Isolation(Wire, frozen=True):
     had none."""
 
 
+class TraceReport(Wire, frozen=True):
+    """Where the parent traced a run (filled in by the parent; docs/traces.md)."""
+
+    path: str
+    """The run's trace file (JSON Lines)."""
+    bytes: int = 0
+    """The file's size when the result was built."""
+    stopped: str | None = None
+    """Why tracing of the run stopped before its end (its size limit, a disk that fell
+    behind, a file that could not be written); `null` when it did not."""
+
+
 class RunResult(Wire, frozen=True):
     success: bool
     status: RunStatus
@@ -320,3 +365,9 @@ class RunResult(Wire, frozen=True):
     duration_seconds: float | None = None
     """Seconds from the run's start (or a follow-up's) to its result, the child's teardown
     included when the run is not continuable (filled in by the parent)."""
+    sensitive_changes: list[SensitiveChange] = field(default_factory=list)
+    """Files the user's own tools run on their own that changed in the workspace while the run
+    (or this follow-up) ran, as the parent saw them (filled in by the parent; another run
+    sharing the workspace at the same time shows up here too)."""
+    trace: TraceReport | None = None
+    """The run's trace, when the parent traced it (filled in by the parent)."""

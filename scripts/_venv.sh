@@ -14,7 +14,7 @@ fi
 # Reinstall when pyproject.toml or the module list changed (the strict editable install maps
 # each file, so a new module needs a fresh install); cheap when nothing changed.
 stamp=.venv/.tether-install-stamp
-want="$( (cat pyproject.toml; find parent child protocol wire contain -name '*.py' | sort) | sha256sum | cut -d' ' -f1)"
+want="$( (cat pyproject.toml; find api parent child protocol wire contain -name '*.py' | sort) | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check \
     -e '.[test,ray]' --config-settings editable_mode=strict

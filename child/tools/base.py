@@ -38,6 +38,9 @@ class ToolOutcome(Struct, frozen=True, kw_only=True):
     """Set only by a tool that ends the run."""
     question: str | None = None
     """Set only by a tool that pauses a continuable run to ask its orchestrator."""
+    compact: str | None = None
+    """What of this result compaction keeps verbatim (a parent tool's delivery: the parent
+    says what, `ToolCallResult.compact`); `None`: the result is summarised like any other."""
 
 
 class ToolContext(Protocol):

@@ -65,9 +65,13 @@ def _isolation() -> dict[str, Any]:
             "this host cannot sandbox children: they run with process isolation only and can "
             "read what the supervisor's user can read and reach the network"
         )
-    elif got.root:
-        out["uid"] = DEFAULT_SANDBOX_ID
-        out["privateMounts"] = True
+    else:
+        if got.root:
+            out["uid"] = DEFAULT_SANDBOX_ID
+            out["privateMounts"] = True
+        out["gitGuard"] = got.git_unguarded is None
+        if got.git_unguarded is not None:
+            out["gitGuardWhy"] = got.git_unguarded
     return out
 
 
@@ -137,15 +141,10 @@ def _launchers() -> dict[str, Any]:
 
 
 def _providers(agents: str | None) -> list[dict[str, Any]]:
+    from tether.parent.delegation.files import register_providers
     from tether.parent.providers.builtin import builtin_providers
 
-    registry = builtin_providers()
-    if agents is not None:
-        from tether.parent.delegation.files import load_providers
-
-        for provider in load_providers(agents):
-            registry.register(provider, replace=True)
-    return registry.report()
+    return register_providers(builtin_providers(), agents).report()
 
 
 def report(agents: str | None = None) -> dict[str, Any]:
@@ -223,6 +222,18 @@ def render(r: dict[str, Any]) -> str:
         if "uid" in iso:
             how += f", uid/gid {iso['uid']} with no capability, private mounts"
         lines.append(f"isolation: auto picks sandbox ({how})")
+        if iso["gitGuard"]:
+            how = "read-only mounts" + ("" if "uid" in iso else " in a user namespace")
+            lines.append(
+                f"  .git/config and .git/hooks: writes refused ({how}; not under bwrap), "
+                "unless a run passes --allow-git-config"
+            )
+        else:
+            lines.append(
+                "  .git/config and .git/hooks: NOT refused here: changes are only listed "
+                "(sensitiveChanges) and always verified"
+            )
+            lines.append(f"  why: {iso['gitGuardWhy']}")
     else:
         lines.append(f"isolation: auto picks PROCESS ONLY: WARNING: {iso['warning']}")
         lines.append(f"  why: {iso['why']}")

@@ -25,7 +25,6 @@ The runner is a seam; `runner.SupervisorRunner` fills it with the supervisor (se
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -183,7 +182,10 @@ class Delegator:
         if known is None:
             why = self.gate.not_continuable.get(key)
             if why is not None:
-                return refused("cannot_continue", f"Sub-agent {key} cannot be continued: {why}.")
+                return refused(
+                    "cannot_continue",
+                    f"Sub-agent {key} cannot be continued: {why}. Start a new task call instead.",
+                )
             return refused(
                 "unknown_agent",
                 f"No sub-agent {key[:40]!r} among the ones you started (list_agents shows them).",
@@ -216,8 +218,7 @@ class Delegator:
                 args["message"],
                 tool_call_id=params.call_id or f"message-{calls}",
             )
-            body = {"agentId": args["agent_id"].strip(), **output.to_dict()}
-            return ToolCallResult(content=json.dumps(body), is_error=output.error is not None)
+            return output.tool_result({"agentId": args["agent_id"].strip()})
 
         return ParentTool(spec, call)
 

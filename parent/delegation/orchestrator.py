@@ -19,7 +19,10 @@ What a task call gets:
   (`Broker.completed_turns`: the parent's own record, never the child's word), cut before any
   unanswered call (`fork_history`) and with the orchestrator's `task` exchanges rewritten as
   text (`without_tools`), since a sub-agent has no `task` tool;
-- the result: `TaskOutput` as JSON, written to the ledger before it is handed back.
+- the result: `TaskOutput` as JSON, written to the ledger before it is handed back, with its
+  compact form beside it (`TaskOutput.tool_result`), which the orchestrator's child keeps
+  verbatim when it compacts its transcript (`child/loop.py`), so what was delivered is never
+  left to a summary.
 
 Usage: the ledger holds one record per sub-agent run and the orchestrator's own usage, both as
 the parent's brokers counted them. The tree's token budget counts the orchestrator's tokens as
@@ -68,6 +71,7 @@ from tether.parent.roles.prompts import (
 from tether.parent.run.broker import ParentTool
 from tether.parent.run.spec import EventCallback, NamedModel, RunSpec
 from tether.parent.run.subagent_events import SubagentEvent, SubagentStatus
+from tether.parent.trace.spec import TraceOption, trace_spec
 from tether.protocol.messages import (
     AgentDefinition,
     ModelCompleteParams,
@@ -154,10 +158,15 @@ class Orchestration:
 
 
 def orchestrator_definition(
-    *, read_only: bool = True, max_steps: int = DEFAULT_ORCHESTRATOR_STEPS
+    *,
+    read_only: bool = True,
+    max_steps: int = DEFAULT_ORCHESTRATOR_STEPS,
+    compaction_threshold: int | None = None,
+    compaction_model: str | None = None,
 ) -> AgentDefinition:
-    """The orchestrator's wire definition: its system prompt and mode note; no model (the
-    caller's `model` is the run's)."""
+    """The orchestrator's wire definition: its system prompt and mode note, and when its
+    transcript is compacted (`None`: the child's default threshold, its own model); no model
+    (the caller's `model` is the run's)."""
     note = EXPLORE_MODE_NOTE if read_only else BUILD_MODE_NOTE
     return AgentDefinition(
         type=ORCHESTRATOR_TYPE,
@@ -165,6 +174,8 @@ def orchestrator_definition(
         max_iterations=max_steps,
         instructions=f"{ORCHESTRATOR_SYSTEM_PROMPT.strip()}\n{note.strip()}",
         read_only=read_only,
+        compaction_threshold=compaction_threshold,
+        compaction_model=compaction_model,
     )
 
 
@@ -193,6 +204,9 @@ async def orchestrate(
     on_start: Callable[[Running], None] | None = None,
     continuable: bool = False,
     keep_alive: float | str = DEFAULT_KEEP_ALIVE,
+    trace: TraceOption = None,
+    compaction_threshold: int | None = None,
+    compaction_model: str | None = None,
 ) -> Orchestration:
     """Run an orchestrator on `prompt` with the task tool over `definitions` (default: the
     built-in roles; an empty set gives it no task tool) and return an `Orchestration`.
@@ -209,12 +223,23 @@ async def orchestrate(
     given, is called once the orchestrator's child is started, with a `Running` for live
     queries (`status()`, `limits()`) and the orchestrator's `RunHandle`.
 
-    `continuable`: every `spawn` sub-agent the task tool starts is a continuable agent (a
-    durable session in the supervisor's state directory, its child kept alive for
-    `keep_alive` after each answer), the task result's `subagentId` is its agent id, and the
-    orchestrator's model also gets `send_message` and `list_agents`, over the agents of this
-    orchestration only (its run id is their `parent_run`). They outlive the orchestration
-    until their keep-alive passes or the supervisor closes; `sup.send_message` continues them.
+    `continuable`: every `spawn` or `fork` sub-agent the task tool starts is a continuable
+    agent (a durable session in the supervisor's state directory, a fork's starting with the
+    turns it was forked from; its child kept alive for `keep_alive` after each answer), the
+    task result's `subagentId` is its agent id, and the orchestrator's model also gets
+    `send_message` and `list_agents`, over the agents of this orchestration only (its run id
+    is their `parent_run`). They outlive the orchestration until their keep-alive passes or
+    the supervisor closes; `sup.send_message` continues them. A sub-agent of a provider that
+    drives its own agent runs once, and a follow-up to it is refused with the reason.
+
+    `compaction_threshold` / `compaction_model`: when the orchestrator's transcript is
+    compacted (estimated tokens; default the child's, 60 000) and by which model (default its
+    own). Each task result keeps its compact form through compaction (`TaskOutput.compact`:
+    summary, status, artifact paths, sizes and types), so every delivered file stays findable.
+
+    `trace`: trace the orchestrator and every sub-agent (a directory or a `TraceSpec`; default:
+    the supervisor's `trace=`). Each sub-agent's trace names the orchestrator's run as its
+    parent; the orchestrator's header holds what `tether replay` needs to start it again.
 
     Raises `ValueError` for bad usage before anything is spawned; never for what a child did.
     """
@@ -227,6 +252,7 @@ async def orchestrate(
     )
     book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
     orchestration_id = f"orch-{os.getpid()}-{secrets.token_hex(4)}"
+    traced = trace_spec(trace) or getattr(sup, "trace", None)
     runner = SupervisorRunner(
         sup,
         default_model=model,
@@ -237,6 +263,7 @@ async def orchestrate(
         providers=providers,
         keep_alive=keep_alive if continuable else None,
         parent_run=orchestration_id,
+        trace=traced,
     )
     # Resolved once: the orchestrator and every sub-agent without a model of its own share it,
     # with its string (what a continuable sub-agent stores for a cold resume, what is billed).
@@ -274,10 +301,13 @@ async def orchestrate(
         nonlocal calls
         calls += 1
         call_id = params.call_id or f"task-{calls}"
-        history = without_tools(fork_history(box[0].broker.completed_turns()), {"task"})
+        # A sub-agent has none of the orchestrator's parent tools (task, send_message,
+        # list_agents): their exchanges reach a forked one as text.
+        mine = {tool.spec.name for tool in parent_tools}
+        history = without_tools(fork_history(box[0].broker.completed_turns()), mine)
         output = await delegator.execute(params.arguments, tool_call_id=call_id, history=history)
         tasks.append(TaskCall(call_id, params.arguments, output))
-        return ToolCallResult(content=output.to_json(), is_error=output.error is not None)
+        return output.tool_result()
 
     parent_tools = []
     if delegator.tool is not None:
@@ -302,24 +332,46 @@ async def orchestrate(
         _add_usage(book, counted, now)
         counted = now
 
-    pool = delegator.budget.pool
-    handle = await sup.start(
-        RunSpec(
-            prompt=prompt,
-            agent=orchestrator_definition(read_only=read_only, max_steps=max_steps),
-            workspace=workspace,
-            model=provider,
-            limits=limits,
-            description=description,
-            config=config,
-            parent_tools=parent_tools,
-            on_event=on_event,
-            on_turn=on_turn,
-            run_id=orchestration_id,
-            # Its own turns count against the tree too: once spent, its next turn is refused.
-            budgets=(pool,) if pool is not None else (),
+    if traced is not None:
+        traced = traced.replace(
+            orchestration=_replayable(
+                registry,
+                read_only=read_only,
+                max_steps=max_steps,
+                max_concurrent=max_concurrent,
+                token_budget=token_budget,
+                verifier=verifier,
+                continuable=continuable,
+                agent_types=list(offered),
+            )
         )
+    pool = delegator.budget.pool
+    run = RunSpec(
+        prompt=prompt,
+        agent=orchestrator_definition(
+            read_only=read_only,
+            max_steps=max_steps,
+            compaction_threshold=compaction_threshold,
+            compaction_model=compaction_model,
+        ),
+        workspace=workspace,
+        model=provider,
+        limits=limits,
+        description=description,
+        config=config,
+        parent_tools=parent_tools,
+        on_event=on_event,
+        on_turn=on_turn,
+        run_id=orchestration_id,
+        # Its own turns count against the tree too: once spent, its next turn is refused.
+        budgets=(pool,) if pool is not None else (),
+        trace=traced,
     )
+    if continuable:
+        # It reaches the store through its tools: its workspace is apart from the store, and
+        # its sandbox is denied the store's paths, as every agent's is.
+        run = agents_of(sup).guard(run)
+    handle = await sup.start(run)
     box.append(handle)
     if on_start is not None:
         on_start(Running(handle, delegator))
@@ -334,6 +386,36 @@ async def orchestrate(
     # the orchestrator is the broker's, exactly.
     _add_usage(book, counted, result.usage)
     return Orchestration(result=result, ledger=book, tasks=tasks)
+
+
+def _replayable(
+    registry: Registry,
+    *,
+    read_only: bool,
+    max_steps: int,
+    max_concurrent: int,
+    token_budget: int | None,
+    verifier: VerifierPolicy | None,
+    continuable: bool,
+    agent_types: list[str],
+) -> dict[str, Any]:
+    """How an orchestration was started, for its trace's header (`tether replay` reads it)."""
+    policy = verifier or VerifierPolicy()
+    return {
+        "definitions": msgspec.to_builtins(list(registry)),
+        "readOnly": read_only,
+        "maxSteps": max_steps,
+        "maxConcurrent": max_concurrent,
+        "tokenBudget": token_budget,
+        "verifier": {
+            "minFiles": policy.min_files,
+            "maxFixCycles": policy.max_fix_cycles,
+            "enabled": policy.enabled,
+            "definition": None if policy.verifier is None else msgspec.to_builtins(policy.verifier),
+        },
+        "continuable": continuable,
+        "agentTypes": agent_types,
+    }
 
 
 def _add_usage(book: Ledger, before: Usage, now: Usage) -> None:

@@ -7,6 +7,7 @@ not verified).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -14,9 +15,18 @@ from msgspec import Struct, field
 
 from tether.parent.run import evidence
 from tether.parent.run.status import TaskStatus
-from tether.protocol.messages import Artifact, FailureKind, SkippedPath
+from tether.protocol.messages import (
+    Artifact,
+    FailureKind,
+    SensitiveChange,
+    SkippedPath,
+    ToolCallResult,
+)
 
 Verdict = evidence.Verdict
+COMPACT_SUMMARY_CHARS = 2000
+"""The longest summary a compact form keeps: what survives compaction stays small, whatever a
+sub-agent wrote (the full summary was in the result the model read first)."""
 ErrorCode = Literal[
     "invalid_arguments", "budget_spent", "runner_failed", "unknown_agent", "cannot_continue"
 ]
@@ -52,6 +62,9 @@ class TaskOutput(Struct, frozen=True, kw_only=True, rename="camel", omit_default
     problems: list[ArgumentProblem] = field(default_factory=list)
     changed_files: list[str] = field(default_factory=list)
     """Files the parent saw change in the workspace (build mode), relative to it."""
+    sensitive_changes: list[SensitiveChange] = field(default_factory=list)
+    """Files the user's own tools run (a git hook, `.git/config`, `.envrc`, ...) that the
+    parent saw change, with their content; a build-mode task with any is always verified."""
     verification: Verification | None = None
     subagent_id: str = ""
     question: str | None = None
@@ -70,15 +83,43 @@ class TaskOutput(Struct, frozen=True, kw_only=True, rename="camel", omit_default
         return msgspec.json.encode(self).decode()
 
     def compact(self) -> dict[str, Any]:
-        """What survives compaction of the orchestrator's transcript: the summary, the status
-        and each artifact's path, size and type, so every delivered file can still be read."""
-        return {
-            "summary": self.summary,
+        """What survives compaction of the orchestrator's transcript: the summary (at most
+        `COMPACT_SUMMARY_CHARS`), the status and each artifact's path, size and type, so every
+        delivered file can still be found and read; the paths of the sensitive changes, so they
+        are not forgotten; and the sub-agent's id and its question when it has them, so it can
+        still be continued."""
+        summary = self.summary
+        if len(summary) > COMPACT_SUMMARY_CHARS:
+            summary = summary[: COMPACT_SUMMARY_CHARS - 1] + "…"
+        out: dict[str, Any] = {
+            "summary": summary,
             "status": self.status,
             "artifacts": [
                 {"path": a.path, "size": a.size, "fsType": a.fs_type} for a in self.artifacts
             ],
         }
+        if self.sensitive_changes:
+            out["sensitiveChanges"] = [c.path for c in self.sensitive_changes]
+        if self.subagent_id:
+            out["subagentId"] = self.subagent_id
+        if self.question is not None:
+            out["question"] = self.question
+        return out
+
+    def tool_result(self, head: Mapping[str, Any] | None = None) -> ToolCallResult:
+        """What a parent tool (`task`, `send_message`) answers the child with: the full form
+        for the model to read, and the compact form for the child to keep when it compacts its
+        transcript (`ToolCallResult.compact`) — none for a refused call, which delivered
+        nothing. `head`: fields put before both (send_message's `agentId`)."""
+        first = dict(head or {})
+        compact = None
+        if self.error is None:
+            compact = msgspec.json.encode({**first, **self.compact()}).decode()
+        return ToolCallResult(
+            content=msgspec.json.encode({**first, **self.to_dict()}).decode(),
+            is_error=self.error is not None,
+            compact=compact,
+        )
 
 
 def refused(error: ErrorCode, message: str, problems: list[ArgumentProblem] = []) -> TaskOutput:  # noqa: B006

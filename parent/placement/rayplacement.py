@@ -404,6 +404,7 @@ class RayPlacement:
                 ("fork_from", run.fork_from),
                 ("continuation", run.continuation),
                 ("budgets", run.budgets),
+                ("trace", run.trace),  # its model calls are served here, its child elsewhere
             )
             if given
         ]

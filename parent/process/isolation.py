@@ -10,7 +10,11 @@ Two levels, chosen per run (`ChildConfig(isolation=...)`, `tether run --isolatio
   cannot traverse covered; the workspace bind-mounted idmapped). What the child may read is
   named path by path: the system directories, named /etc entries, the interpreter, the child's
   import path, tether's own folders and absolute paths in the command; it writes only the
-  workspace and its private temp directories. See docs/containment.md for what each part stops.
+  workspace and its private temp directories, except its repository's `.git/config` and
+  `.git/hooks` (`git_guard`: git runs what they name on the user's next command; a run opts
+  in with `ChildConfig(allow_git_config=True)`; without root the guard takes a user namespace
+  of the child's own, and a host that forbids one is found by the probe and goes without).
+  See docs/containment.md for what each part stops.
 - `process`: the environment scrub, session, limits and containment tier only.
 
 `auto` (the default) is the strongest level this host supports. Whether `sandbox` works is
@@ -43,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.contain import argv as config_word
-from tether.contain import landlock, seccomp
+from tether.contain import gitdirs, landlock, seccomp
 from tether.contain.inplace import (
     TRAMPOLINE,
     import_path_writable,
@@ -91,6 +95,11 @@ class HostIsolation:
     """Why `sandbox` is unavailable here; `None` when it works."""
     forced: bool = False
     """`TETHER_LANDLOCK_ABI` lowered the ABI."""
+    git_unguarded: str | None = None
+    """Why the sandbox here cannot refuse writes to the workspace's `.git/config` and
+    `.git/hooks` (`Plan.git_guard`); `None` when it can. Without root that takes a user
+    namespace, which some hosts forbid; the parent's watch (`sensitiveChanges`) and the
+    verifier are then all there is."""
 
     @property
     def best(self) -> str:
@@ -173,14 +182,26 @@ def _probe(forced: str) -> HostIsolation:
     elif not seccomp.available():
         why = "seccomp filters are not available on this kernel or architecture"
     else:
-        why = _trial(abi, root)
-    return HostIsolation(root=root, landlock_abi=abi, why_not=why, forced=is_forced)
+        why = _trial(abi, root, git=True)
+    unguarded = None
+    if why is not None and abi and abi >= need and seccomp.available():
+        # The sandbox with a guarded git directory failed: does it work without the guard?
+        plain = _trial(abi, root, git=False)
+        if plain is None:
+            unguarded, why = why, None
+    return HostIsolation(
+        root=root, landlock_abi=abi, why_not=why, forced=is_forced, git_unguarded=unguarded
+    )
 
 
-def _trial(abi: int, root: bool) -> str | None:
-    """Sandbox a throwaway child that runs /bin/true; why it failed, or `None`."""
+def _trial(abi: int, root: bool, *, git: bool) -> str | None:
+    """Sandbox a throwaway child that runs /bin/true, with a git directory in its workspace
+    to guard when `git`; why it failed, or `None`."""
     true = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
     with tempfile.TemporaryDirectory(prefix="tether-probe-") as ws:
+        if git:
+            os.makedirs(os.path.join(ws, ".git", "hooks"))
+            Path(ws, ".git", "config").write_text("[core]\n")
         setup = plan_for(
             "sandbox",
             command=[true],
@@ -370,6 +391,70 @@ def _normalized(paths: Sequence[str]) -> list[str]:
     return sorted(out)
 
 
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _read_grants(
+    command: Sequence[str], ws: str | None, read_paths: Sequence[str], interpreter: bool = True
+) -> list[str]:
+    """What a sandboxed child of `command` may read besides its workspace `ws` (resolved)."""
+    reads = {*_base_reads(interpreter), *_normalized([*command_reads(command), *read_paths])}
+    if ws is not None:
+        reads = {p for p in reads if not _under(p, ws)}
+    return sorted(reads)
+
+
+def _denied(paths: Sequence[str]) -> list[str]:
+    """Each denied path made absolute, as given and resolved (`/` never)."""
+    out: set[str] = set()
+    for raw in paths:
+        given = os.path.abspath(raw)
+        out.update((os.path.normpath(given), os.path.realpath(given)))
+    out.discard("/")
+    return sorted(out)
+
+
+SHARED_WRITES = ("/dev/shm",)
+"""Writes a sandbox without private mounts grants on the host's own filesystem (its private
+temp directory is made fresh for each child, so it never holds anything else)."""
+
+
+def deny_problem(
+    deny_paths: Sequence[str],
+    *,
+    command: Sequence[str],
+    workspace: str,
+    read_paths: Sequence[str] = (),
+    can_cover: bool,
+) -> str | None:
+    """Why a sandboxed child cannot be kept out of every one of `deny_paths`, or `None`.
+    Landlock grants whole trees and cannot carve a path out of one: a denied directory that a
+    grant reaches (it lies inside the workspace, a read grant or a shared write, or holds one)
+    can be denied only by covering it with a mount of its own, which only a root supervisor's
+    private mounts do (`can_cover`); one that holds the workspace never can."""
+    ws = os.path.realpath(workspace)
+    grants = [ws, *_read_grants(command, ws, read_paths), *SHARED_WRITES]
+    for denied in _denied(deny_paths):
+        if _under(ws, denied):
+            return (
+                f"{denied} must be kept from sandboxed children, and it holds the workspace "
+                f"{ws}: use a workspace outside it"
+            )
+        if can_cover:
+            continue
+        for grant in grants:
+            if _under(denied, grant) or _under(grant, denied):
+                how = "lies inside" if _under(denied, grant) else "holds"
+                return (
+                    f"{denied} must be kept from sandboxed children, and it {how} {grant}, "
+                    "which the sandbox grants them; without private mounts (a root "
+                    "supervisor, no launcher) the sandbox cannot cover part of a grant: move "
+                    f"{denied} elsewhere"
+                )
+    return None
+
+
 _KEPT_FROM_WORKSPACES = (
     "/usr", "/etc", "/bin", "/sbin", "/lib", "/boot", "/root",
     "/dev", "/proc", "/sys", "/run", "/tmp", "/var/tmp",
@@ -433,21 +518,24 @@ def plan_for(
     interpreter: bool = True,
     network: GatewayNetwork | None = None,
     workspace_read_only: bool = False,
+    deny_paths: Sequence[str] = (),
+    allow_git_config: bool = False,
 ) -> Setup:
     """The plan for one child at `level`. `inside_launcher`: the sandbox is applied inside a
     launcher that made its own mount namespace and user (bwrap), so it adds Landlock, seccomp
     and no_new_privs only. `interpreter=False` leaves Python's own paths out (the probe).
     `network`: a foreign agent's way to the model gateway (`GatewayNetwork`);
-    `workspace_read_only`: the workspace is granted read only."""
+    `workspace_read_only`: the workspace is granted read only; `deny_paths`: directories the
+    child must never reach (`ChildConfig.deny_paths`): covered by the private mounts where
+    there are some, refused by `deny_problem` when the run is planned where there are not;
+    `allow_git_config`: the child may write the workspace's `.git/config` and `.git/hooks`
+    (else the sandbox refuses it, where the host lets it: `git_guard`)."""
     if level != "sandbox":
         return Setup(Plan())
     net = network.to_json() if network is not None else None
     host = host or probe_host()
     ws = os.path.realpath(workspace) if workspace else None
-    reads = {*_base_reads(interpreter), *_normalized([*command_reads(command), *read_paths])}
-    if ws is not None:
-        reads = {p for p in reads if not (p == ws or p.startswith(ws.rstrip("/") + "/"))}
-    granted = sorted(reads)
+    granted = _read_grants(command, ws, read_paths, interpreter)
     abi = host.landlock_abi
     if inside_launcher:
         plan = Plan(
@@ -462,6 +550,15 @@ def plan_for(
             workspace_read_only=workspace_read_only,
         )
         return Setup(plan, private_env("/tmp"))
+    # bwrap's root is not one a user namespace can be made in: under it, no guard (above).
+    guard = (
+        git_guard(ws)
+        if ws is not None
+        and not allow_git_config
+        and not workspace_read_only
+        and host.git_unguarded is None
+        else []
+    )
     if host.root:
         uid, gid = sandbox_user or (DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)
         owner = None
@@ -483,6 +580,8 @@ def plan_for(
             network=net,
             workspace_read_only=workspace_read_only,
             protect=code_inside(ws) if ws is not None else [],
+            hide=[d for d in _denied(deny_paths) if not (ws is not None and _under(ws, d))],
+            git_guard=guard,
         )
         return Setup(plan, private_env("/tmp"))
     private = tempfile.mkdtemp(prefix="tether-sandbox-")
@@ -498,10 +597,19 @@ def plan_for(
         cwd=ws,
         network=net,
         workspace_read_only=workspace_read_only,
+        git_guard=guard,
     )
     env = private_env(private)
     env["TMPDIR"] = os.path.join(private, "tmp")
     return Setup(plan, env, lambda: shutil.rmtree(private, ignore_errors=True))
+
+
+def git_guard(workspace: str) -> list[str]:
+    """The `.git` entries of `workspace` the sandbox guards (`Plan.git_guard`): its `.git`
+    (directory or `gitdir:` file) and each submodule's git directory (`contain.gitdirs`).
+    Nothing when there is no repository: a repository the child makes itself (`git init`) is
+    the parent's watch's to report (`sensitiveChanges`), not the sandbox's to refuse."""
+    return gitdirs.workspace_git_entries(workspace)
 
 
 ISOLATION_ENV = "TETHER_ISOLATION"
@@ -554,6 +662,8 @@ def isolation_setup(
     launcher: object | None = None,
     network: GatewayNetwork | None = None,
     workspace_read_only: bool = False,
+    deny_paths: Sequence[str] = (),
+    allow_git_config: bool = False,
 ) -> Spawnable:
     """The one place a child's isolation is decided: its plan (`plan_for`), and where it is
     applied. bwrap must be the outer layer (inside a Landlock domain it cannot set up its
@@ -574,6 +684,8 @@ def isolation_setup(
         inside_launcher=reduced,
         network=network,
         workspace_read_only=workspace_read_only,
+        deny_paths=deny_paths,
+        allow_git_config=allow_git_config,
     )
     if inside:
         config = config_word.encode({"plan": setup.plan.to_json()})

@@ -167,8 +167,10 @@ async def spawn_child(
         sandbox_user=cfg.sandbox_user,
         read_paths=cfg.read_paths,
         launcher=launcher,
+        deny_paths=cfg.deny_paths,
         network=network,
         workspace_read_only=workspace_read_only,
+        allow_git_config=cfg.allow_git_config,
     )
     in_cgroup = host.tier != "process-group"
     try:

@@ -60,6 +60,7 @@ class SpawnProvider(Provider):
 class ForkProvider(SpawnProvider):
     name = FORK
     summary = "a fresh tether child seeded with the caller's completed turns"
+    from_caller_turns = True
 
     def prepare(self, request: SubagentRequest) -> SubagentRequest:
         request = super().prepare(request)

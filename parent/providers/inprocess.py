@@ -68,7 +68,10 @@ class InProcessProvider(Provider):
     summary = "tether's agent loop in the parent's own process (no process isolation)"
     isolated = False
     tether_runtime = True
-    once_because = "its in-memory runtime is not kept after it answers"
+    once_because = (
+        "it serves tether's loop inside the parent's own process, and keeps nothing of the run "
+        "after it answers"
+    )
 
     def problem(self, argument: str | None = None) -> str | None:
         if argument is not None:

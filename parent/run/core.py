@@ -70,6 +70,7 @@ from tether.parent.run.events import DEFAULT_EVENT_BUFFER, Event, EventStream
 from tether.parent.run.handle import RunHandle
 from tether.parent.run.plan import PlanContext, plan
 from tether.parent.run.spec import EventCallback, RunSpec, spec_of
+from tether.parent.trace.spec import TraceOption, trace_spec
 from tether.protocol.messages import RunResult
 
 if TYPE_CHECKING:
@@ -81,10 +82,19 @@ class SupervisorCore:
     gateway. `tether.parent.Supervisor` is this plus continuable agents and orchestration;
     use it as `async with Supervisor() as sup:`."""
 
-    def __init__(self, config: ChildConfig | None = None, *, pool: PoolSpec | None = None) -> None:
+    def __init__(
+        self,
+        config: ChildConfig | None = None,
+        *,
+        pool: PoolSpec | None = None,
+        trace: TraceOption = None,
+    ) -> None:
         """`config`: how children are started and taken down unless a run says otherwise;
-        `pool`: keep initialized children ready (`PoolSpec`)."""
+        `pool`: keep initialized children ready (`PoolSpec`); `trace`: trace every run that
+        names no trace of its own (a directory or a `TraceSpec`, docs/traces.md)."""
         self.config = config or ChildConfig()
+        self.trace = trace_spec(trace)
+        """Where runs are traced unless they say otherwise (`None`: they are not)."""
         self._pool: WarmPool | None = None
         self._tg: TaskGroup | None = None
         self._live: dict[int, SupervisedProcess] = {}
@@ -195,7 +205,8 @@ class SupervisorCore:
         (`checks.py`)."""
         if self._tg is None:
             raise RuntimeError("use the Supervisor as `async with Supervisor() as sup:`")
-        planned = await plan(spec_of(spec, fields), PlanContext(self.providers, self.config))
+        context = PlanContext(self.providers, self.config, self.trace)
+        planned = await plan(spec_of(spec, fields), context)
         self._warn_once(planned.isolation)
         handle = RunHandle(self, planned)
         self._handles.add(handle)

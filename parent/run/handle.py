@@ -83,7 +83,10 @@ from tether.parent.run.events import Event, RunFinished, RunStarted
 from tether.parent.run.plan import RunPlan
 from tether.parent.run.provider import RunBody
 from tether.parent.run.results import build_result
+from tether.parent.run.sensitive import Watch, changes, take
 from tether.parent.run.spec import EventCallback
+from tether.parent.run.tracing import run_trace
+from tether.parent.trace.recorder import RunTrace
 from tether.protocol import ConnectionClosed, LocalProtocolError, RemoteError, RemoteProtocolError
 from tether.protocol.messages import (
     AgentEventParams,
@@ -136,6 +139,8 @@ class _Activation:
         self.done = anyio.Event()
         self.drive: anyio.CancelScope | None = None
         self.started = time.monotonic()
+        self.watch: Watch | None = None
+        """The workspace's watched files (`sensitive.py`) before this activation began."""
 
 
 RunState = Literal["starting", "running", "stopping", "done"]
@@ -169,6 +174,9 @@ class RunHandle:
         self._parent_tools = plan.parent_tools
         self._on_turn = plan.on_turn
         self._continuation = plan.continuation
+        self.trace: RunTrace | None = run_trace(plan)
+        """The run's trace, when it has one (docs/traces.md)."""
+        plan.models.bind(self.run_id, plan.params.workspace)
         self._first = self._activation(None, plan.params.agent.token_budget)
         self._latest = self._first
         self._current: _Activation | None = self._first
@@ -376,6 +384,7 @@ class RunHandle:
             on_exhausted=lambda why: self._budget_exhausted(act, why),
             parent_tools=self._parent_tools,
             on_turn=self._on_turn,
+            trace=self.trace,
         )
         return act
 
@@ -402,13 +411,15 @@ class RunHandle:
         elif act is self._current:
             self._outer_scope.cancel()
 
-    def _resolve(self, act: _Activation, observed: Observed) -> None:
+    async def _resolve(self, act: _Activation, observed: Observed) -> None:
         prompts = 1
         if self._body is not None:
             prompts = self._body.prompts
         elif act is self._first and (self._child is None or not self._child.ready):
             prompts = 0
         assert act.broker is not None
+        workspace = self._params.workspace
+        seen = [] if act.watch is None else changes(act.watch, take(workspace), workspace)
         act.result = build_result(
             self._params,
             containment=self.host.tier,
@@ -420,12 +431,36 @@ class RunHandle:
             launcher=self.launcher,
             pid=self.pid,
             duration_seconds=time.monotonic() - act.started,
+            trace=self.trace.report() if self.trace is not None else None,
+            sensitive_changes=seen,
         )
+        if self.trace is not None:
+            # The result goes out with its trace on disk (bounded: `writer.FLUSH_SECONDS`).
+            self.trace.result(act.result)
+            with anyio.CancelScope(shield=True):
+                await self.trace.flush()
         act.done.set()
         self._sup.publish(RunFinished(self.run_id, act.result), self._on_event)
 
     async def execute(self) -> None:
+        trace = self.trace
+        if trace is None:
+            await self._execute()
+            return
+        # The trace's file lives as long as the run: its drain (which opens it) is a task of
+        # the run's own, closed (bounded, shielded) after the last result.
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(trace.drain)
+            try:
+                await self._execute()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await trace.aclose()
+
+    async def _execute(self) -> None:
         observed = Observed()
+        # Before the child exists (or takes a pooled one): what it may change is measured.
+        self._first.watch = take(self._params.workspace)
         try:
             with self._outer_scope:
                 if self._body is not None:
@@ -441,7 +476,7 @@ class RunHandle:
             if pending is not None and not pending.done.is_set():
                 if self._outer_scope.cancelled_caught and not observed.spawn_error:
                     observed.cancelled = True
-                self._resolve(pending, observed)
+                await self._resolve(pending, observed)
             late, self._inbox = self._inbox, None
             if late is not None:
                 late.done.set()  # never taken: its caller starts a fresh child
@@ -534,12 +569,15 @@ class RunHandle:
             # served: its result is checked against a still tree, and no model turn is served
             # outside an activation (see the module docstring).
             await child.hold_still()
-            self._resolve(act, child.observed)
+            await self._resolve(act, child.observed)
             self._current = None
             if self._closing or not self._keeps_runs(child):
                 return
             act = await self._next_message(child)
             if act is not None:
+                act.watch = take(self._params.workspace)  # the tree is still held still
+                if self.trace is not None and act.message is not None:
+                    self.trace.follow_up(act.message)
                 child.resume()
                 _fresh_activation(child.observed)
 

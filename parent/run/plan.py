@@ -13,12 +13,15 @@ way a run starts (see `spec.py`). It does, in order:
    the supervisor's, with the command);
 4. the provider's `prepare` (its argument, a fork's transcript — the caller's completed turns
    as the parent's broker recorded them), the containment tier, the launcher, the spawner, and
-   the isolation level the provider gives (a sandbox needs a workspace it can protect);
+   the isolation level the provider gives (a sandbox needs a workspace it can protect, and
+   must be able to keep the child out of every path the config denies);
 5. the models, resolved in the parent (`broker.resolve_models`: the caller's model wins over
    the definition's; model strings from the wire are never resolved);
 6. the request as the child will read it (`agent/run` parameters; too large for one message is
    bad usage), whether the provider can keep a run for follow-ups, whether the agent needs a
-   model it has none of, and the idle limit against tether's heartbeats (a warning).
+   model it has none of, and the idle limit against tether's heartbeats (a warning);
+7. the trace: the spec's `trace=`, else the supervisor's, checked to lie outside the workspace
+   (`trace/spec.py`).
 
 Nothing here changes state: it reads the host's facts (probed once per process), the files a
 request names, and model scripts (off the event loop). `check_agent` and `check_config` are the
@@ -36,7 +39,13 @@ from pathlib import Path
 
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.host import Host, host
-from tether.parent.process.isolation import Choice, choose_level, probe_host, workspace_problem
+from tether.parent.process.isolation import (
+    Choice,
+    choose_level,
+    deny_problem,
+    probe_host,
+    workspace_problem,
+)
 from tether.parent.process.launchers import resolve_launcher
 from tether.parent.process.limits import Limits
 from tether.parent.process.spawn import check_spawner
@@ -52,21 +61,22 @@ from tether.parent.run.provider import (
     SubagentRequest,
 )
 from tether.parent.run.spec import Continuation, EventCallback, NamedModel, RunSpec
+from tether.parent.trace.spec import TraceOption, TraceSpec, check_trace
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
 from tether.protocol.messages import AgentDefinition, AgentRunParams
 from tether.protocol.methods import AGENT_RUN
 
 _run_ids = itertools.count(1)
 
-FOLLOW_UP_PROVIDERS = "spawn, fork or command (a child that announces agentMessage)"
-
 
 @dataclass(frozen=True)
 class PlanContext:
-    """What a plan depends on besides the spec: the supervisor's providers and default config."""
+    """What a plan depends on besides the spec: the supervisor's providers, default config and
+    default trace."""
 
     providers: ProviderRegistry
     config: ChildConfig
+    trace: TraceOption = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,12 @@ class RunPlan:
     on_turn: TurnHook | None = None
     budgets: Sequence[Budget] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    trace: TraceSpec | None = None
+    """Where the run is traced (its directory checked: outside the workspace)."""
+    parent_run: str | None = None
+    agent: str = ""
+    """The agent as the caller named it: a role, a custom agent's `module:callable` (file
+    paths absolute), or the definition's type."""
 
 
 def check_agent(spec: RunSpec) -> tuple[AgentDefinition, str | None]:
@@ -188,7 +204,13 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     choice = chosen.isolation(choose_level(cfg.isolation, remote_launcher=remote), cfg)
     if choice.level == "sandbox":
         protects = probe_host().root and launcher.name == "local"
-        problem = workspace_problem(str(ws), protects_code=protects)
+        problem = workspace_problem(str(ws), protects_code=protects) or deny_problem(
+            cfg.deny_paths,
+            command=cfg.command,
+            workspace=str(ws),
+            read_paths=cfg.read_paths,
+            can_cover=protects,
+        )
         if problem is not None:
             raise ValueError(problem)
     model = spec.model
@@ -210,14 +232,15 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     check_request_size(params)
     if spec.continuation is not None and chosen.drives_itself:
         raise ValueError(
-            f"provider {chosen.name!r} runs its agent once ({chosen.once_because}); only "
-            f"tether's own runtime keeps a run for follow-ups: use {FOLLOW_UP_PROVIDERS}"
+            f"{once(chosen)}; only a tether child process keeps a run for follow-ups: use "
+            f"{follow_up_providers(ctx.providers)}"
         )
     if not chosen.drives_itself or not chosen.isolated:
         # A provider that drives its own agent may need no model of ours.
         check_model(cfg.command, request.agent, models.main is not None)
     limits = spec.limits or Limits()
     warn_idle(cfg.command, limits)
+    trace = check_trace(spec.trace if spec.trace is not None else ctx.trace, str(ws))
     return RunPlan(
         spec=spec,
         run_id=request.run_id,
@@ -236,7 +259,27 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         on_turn=spec.on_turn,
         budgets=spec.budgets,
         labels=spec.labels,
+        trace=trace,
+        parent_run=spec.parent_run,
+        agent=impl or (spec.agent if isinstance(spec.agent, str) else definition.type),
     )
+
+
+def once(provider: Provider) -> str:
+    """Why a run of `provider` cannot be continued, as a clause ("provider 'acp' runs its
+    agent once: ...")."""
+    return f"provider {provider.name!r} runs its agent once: {provider.once_because}"
+
+
+def follow_up_providers(providers: ProviderRegistry) -> str:
+    """The providers of `providers` whose runs can be continued, by name: those that run a
+    tether child (every one that does not drive its own run: `spawn`, `fork`, `command`, and a
+    registered one that only prepares the request)."""
+    names = [p.name for p in providers if not p.drives_itself]
+    listed = ", ".join(names) if names else "none here"
+    if "command" in names:
+        listed += " (a command's child must announce agentMessage)"
+    return listed
 
 
 def provider_for(providers: ProviderRegistry, spec: RunSpec) -> Provider:

@@ -131,9 +131,15 @@ class Provider:
     tether_runtime: bool = False
     """Runs tether's own child runtime (spawn, fork, inprocess): it hosts custom agents
     (`module:callable`), and its built-in loop needs a model."""
-    once_because: str = "it drives its own agent"
+    from_caller_turns: bool = False
+    """Starts from the caller's completed turns (`fork`): offered as a task call's `agentType`
+    only to a caller whose transcript the parent holds (an orchestrator, not an MCP client)."""
+    once_because: str = (
+        "it drives its agent its own way (it overrides Provider.run), and tether has no way "
+        "to send that agent a follow-up"
+    )
     """Why a provider that drives its own run cannot keep it for follow-ups (said in the
-    error when a continuable run is asked of it)."""
+    error when a continuable run is asked of it, and to a model whose follow-up is refused)."""
 
     def problem(self, argument: str | None = None) -> str | None:
         """Why this provider cannot run here with `argument` (`None`: it can)."""

@@ -79,3 +79,29 @@ async def test_a_follow_up_whose_caller_gives_up_cuts_the_activation_and_the_chi
         with anyio.fail_after(20):
             await handle.wait()  # cut mid-work: the child is disposed, not kept
         assert await handle.message("again") is None
+
+
+async def test_each_activation_lists_what_it_changed_of_the_files_the_users_tools_run(
+    workspace: Path,
+) -> None:
+    """The watch is taken around each activation, while the child's tree is held still in
+    between: a change made between activations is no activation's."""
+    async with Supervisor() as sup:
+        handle = await sup.start(
+            "first WRITE .envrc",
+            agent="tester",
+            workspace=workspace,
+            model=Commanded(),
+            continuation=Continuation(60),
+        )
+        first = await handle.result()
+        assert [(c.path, c.change) for c in first.sensitive_changes] == [(".envrc", "added")]
+        (workspace / "Makefile").write_text("all:\n")  # the user's own, between activations
+        second = await handle.message("second WRITE .vscode/tasks.json")
+        assert second is not None and second.success, second
+        assert [(c.path, c.change) for c in second.sensitive_changes] == [
+            (".vscode/tasks.json", "added")
+        ]
+        assert second.sensitive_changes[0].content == "planted\n"
+        handle.close()
+        await handle.wait()

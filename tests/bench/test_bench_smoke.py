@@ -86,6 +86,10 @@ FIGURES = {
     "providers.fork",
     "providers.inprocess",
     "providers.acp",
+    "context.trace_untraced",
+    "tether.trace_run",
+    "context.trace_bytes_per_turn",
+    "context.trace_record_turn",
 }
 
 RAY_FIGURES = {
@@ -117,6 +121,7 @@ TARGETS = [
     "through the zygote",
     "crash",
     "acquire",
+    "traced",
 ]
 
 

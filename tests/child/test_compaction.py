@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from child_harness import ChildProcess, assistant, run_params
 
+from tether.child.loop import KEPT_PREFIX
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import AgentDefinition
@@ -133,3 +134,101 @@ async def test_compaction_with_the_real_supervisor_and_scripted_model(tmp_path: 
     assert result.success, result
     kinds = [getattr(e, "kind", None) for e in events]
     assert kinds.count("compaction") == 1
+
+
+# --- what compaction keeps ----------------------------------------------------------------------
+
+TASK = {
+    "name": "task",
+    "description": "Delegate.",
+    "inputSchema": {"type": "object", "properties": {"prompt": {"type": "string"}}},
+}
+DELIVERED = '{"summary":"wrote A.md","status":"completed","artifacts":[{"path":"A.md","size":3,"fsType":"file"}]}'  # noqa: E501
+
+
+def _compact(child: ChildProcess, summary: str = "the summary names no file") -> Any:
+    compaction = child.expect_request("model/complete")
+    assert compaction["params"]["purpose"] == "compaction"
+    child.reply(compaction["id"], {"message": {"role": "assistant", "content": summary}})
+    return compaction
+
+
+def _kept(messages: list[dict[str, Any]]) -> list[str]:
+    """The lines of the message holding what compaction kept (none: no such message)."""
+    kept = [m["content"] for m in messages if m["content"].startswith(KEPT_PREFIX)]
+    assert len(kept) <= 1
+    return kept[0].splitlines()[1:] if kept else []
+
+
+def test_a_parent_tools_delivery_is_kept_verbatim_through_every_compaction(
+    tmp_path: Path,
+) -> None:
+    """The parent marks a result with its compact form: the summary may drop the path, the
+    kept form does not, and a later compaction keeps it again (once)."""
+    (tmp_path / "big.txt").write_text("word " * 400)
+    with ChildProcess() as child:
+        child.initialize()
+        params = {**run_params("kd", tmp_path, compactionThreshold=300), "parentTools": [TASK]}
+        run = child.request("agent/run", params)
+        _reply_turn(child, "delegating", ("t1", "task", {"prompt": "Write A.md."}))
+        call = child.expect_request("tool/call")
+        long_form = DELIVERED[:-1] + ',"steps":4,"changedFiles":["A.md"],"note":"' + "x" * 2000
+        child.reply(call["id"], {"content": long_form + '"}', "compact": DELIVERED})
+        _reply_turn(child, "reading", ("r1", "read_file", {"path": "big.txt"}))
+        first = _compact(child)
+        # The task result is what was compacted; the compaction model saw it in full.
+        assert "wrote A.md" in first["params"]["messages"][1]["content"]
+        turn3 = _reply_turn(child, "reading more", ("r2", "read_file", {"path": "big.txt"}))
+        messages = turn3["params"]["messages"]
+        roles = [m["role"] for m in messages]
+        assert roles == ["system", "user", "user", "user", "assistant", "tool"]
+        assert not any(m["toolCallId"] == "t1" for m in messages)
+        assert _kept(messages) == [f"[task t1] {DELIVERED}"]
+        second = _compact(child)
+        # The kept form is not handed to the compaction model again: it is kept, not summarised.
+        assert DELIVERED not in second["params"]["messages"][1]["content"]
+        turn4 = child.expect_request("model/complete")
+        assert _kept(turn4["params"]["messages"]) == [f"[task t1] {DELIVERED}"]
+        child.reply(turn4["id"], assistant("", ("c", "complete", {"summary": "done"})))
+        assert child.response(run)["result"]["success"] is True
+        compactions = [e["data"] for e in child.events("kd") if e["kind"] == "compaction"]
+    assert [c["keptResults"] for c in compactions] == [1, 1]
+
+
+def test_a_delivery_is_kept_by_the_compaction_after_one_that_failed(tmp_path: Path) -> None:
+    (tmp_path / "big.txt").write_text("word " * 400)
+    with ChildProcess() as child:
+        child.initialize()
+        params = {**run_params("kf", tmp_path, compactionThreshold=300), "parentTools": [TASK]}
+        run = child.request("agent/run", params)
+        _reply_turn(child, "", ("t1", "task", {"prompt": "Write A.md."}))
+        call = child.expect_request("tool/call")
+        child.reply(call["id"], {"content": DELIVERED, "compact": DELIVERED})
+        _reply_turn(child, "", ("r1", "read_file", {"path": "big.txt"}))
+        failed = child.expect_request("model/complete")
+        assert failed["params"]["purpose"] == "compaction"
+        child.reply_error(failed["id"], -32009, "compaction model is down")
+        _reply_turn(child, "", ("r2", "read_file", {"path": "big.txt"}))
+        _compact(child)
+        turn4 = child.expect_request("model/complete")
+        assert _kept(turn4["params"]["messages"]) == [f"[task t1] {DELIVERED}"]
+        child.reply(turn4["id"], assistant("", ("c", "complete", {"summary": "done"})))
+        assert child.response(run)["result"]["success"] is True
+
+
+def test_a_result_without_a_compact_form_is_left_to_the_summary(tmp_path: Path) -> None:
+    (tmp_path / "big.txt").write_text("word " * 400)
+    with ChildProcess() as child:
+        child.initialize()
+        params = {**run_params("ks", tmp_path, compactionThreshold=300), "parentTools": [TASK]}
+        run = child.request("agent/run", params)
+        _reply_turn(child, "", ("t1", "task", {"prompt": "Write A.md."}))
+        call = child.expect_request("tool/call")
+        child.reply(call["id"], {"content": DELIVERED})
+        _reply_turn(child, "", ("r1", "read_file", {"path": "big.txt"}))
+        _compact(child)
+        turn3 = child.expect_request("model/complete")
+        messages = turn3["params"]["messages"]
+        assert _kept(messages) == [] and DELIVERED not in json.dumps(messages)
+        child.reply(turn3["id"], assistant("", ("c", "complete", {"summary": "done"})))
+        assert child.response(run)["result"]["success"] is True

@@ -7,6 +7,13 @@ mkdir, so the umask cannot widen it); a directory that already exists is left as
 database and SQLite's `-wal`/`-shm` files beside it are 0600 (SQLite gives those the database
 file's mode, and we tighten any we find wider). The database path must be a regular file owned
 by us, and is never opened outside SQLite (see `_tighten`).
+
+The state never shares a place with a workspace (`workspace_problem`): a sub-agent writes its
+workspace, and a store it could write is a session it could rewrite — its model (where the
+user's key goes on the next resume), its transcript, another agent's. Whoever starts a run that
+uses the store refuses a workspace that lies inside the state directory or holds it, the
+default under HOME included; the sandbox is also denied every path of the store
+(`store_paths`), whatever else it is granted.
 """
 
 from __future__ import annotations
@@ -32,6 +39,63 @@ def default_state_dir(env: Mapping[str, str] | None = None, home: Path | None = 
 
 def resolve_state_dir(state_dir: str | os.PathLike[str] | None) -> Path:
     return default_state_dir() if state_dir is None else Path(state_dir)
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+DEFAULT_NOTE = " (the default: $XDG_STATE_HOME/tether, else ~/.local/state/tether)"
+
+
+def workspace_problem(
+    state_dir: str | os.PathLike[str],
+    workspace: str | os.PathLike[str],
+    *,
+    default: bool = False,
+) -> str | None:
+    """Why the store in `state_dir` cannot serve a run whose workspace is `workspace` (one lies
+    inside the other, compared as resolved paths), or `None` when they are apart. `default`:
+    the state directory is the default one (said in the message, with how to move it)."""
+    state = os.path.realpath(state_dir)
+    ws = os.path.realpath(workspace)
+    which = DEFAULT_NOTE if default else ""
+    fix = (
+        "keep them apart: a state directory outside the workspace (--state DIR, state_dir=, "
+        "or XDG_STATE_HOME) or a workspace that does not hold it"
+    )
+    if _within(state, ws):
+        where = "is" if state == ws else "lies inside"
+        return (
+            f"the session store's directory {state}{which} {where} the workspace {ws}: a "
+            "sub-agent working there could rewrite its stored session (its model, where the "
+            f"next resume sends your API key; its transcript); {fix}"
+        )
+    if _within(ws, state):
+        return (
+            f"the workspace {ws} lies inside the session store's directory {state}{which}: a "
+            f"sub-agent working there could rewrite the stored sessions; {fix}"
+        )
+    return None
+
+
+def check_apart(
+    state_dir: str | os.PathLike[str] | None, workspace: str | os.PathLike[str]
+) -> Path:
+    """The state directory `state_dir` means (`None`: the default); raises `ValueError` (bad
+    usage) when it and `workspace` overlap (see `workspace_problem`)."""
+    path = resolve_state_dir(state_dir)
+    problem = workspace_problem(path, workspace, default=state_dir is None)
+    if problem is not None:
+        raise ValueError(problem)
+    return path
+
+
+def store_paths(state_dir: str | os.PathLike[str]) -> tuple[str, ...]:
+    """Every path the store is reached by: its directory as given (made absolute) and
+    resolved; the database and SQLite's files beside it lie inside."""
+    given = os.path.abspath(state_dir)
+    return tuple(dict.fromkeys((given, os.path.realpath(given))))
 
 
 def ensure_private_dir(path: Path) -> None:
