@@ -44,6 +44,8 @@ from tether.parent.process.isolation import (
     choose_level,
     deny_problem,
     probe_host,
+    sandbox_uid,
+    unreadable_problem,
     workspace_problem,
 )
 from tether.parent.process.launchers import resolve_launcher
@@ -204,12 +206,18 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     choice = chosen.isolation(choose_level(cfg.isolation, remote_launcher=remote), cfg)
     if choice.level == "sandbox":
         protects = probe_host().root and launcher.name == "local"
-        problem = workspace_problem(str(ws), protects_code=protects) or deny_problem(
-            cfg.deny_paths,
-            command=cfg.command,
-            workspace=str(ws),
-            read_paths=cfg.read_paths,
-            can_cover=protects,
+        problem = (
+            workspace_problem(str(ws), protects_code=protects)
+            or deny_problem(
+                cfg.deny_paths,
+                command=cfg.command,
+                workspace=str(ws),
+                read_paths=cfg.read_paths,
+                can_cover=protects,
+            )
+            or unreadable_problem(
+                cfg.command, cfg.read_paths, as_uid=sandbox_uid(cfg.sandbox_user, launcher)
+            )
         )
         if problem is not None:
             raise ValueError(problem)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import msgspec
 
-from tether.parent.process.classify import Observed, classify, failure_of
+from tether.parent.process.classify import Observed, classify, explaining_line, failure_of
 from tether.parent.run.broker import Brokered
 from tether.parent.run.evidence import check_artifacts, parse_verdict
 from tether.protocol.messages import (
@@ -113,8 +113,7 @@ def _unanswered(observed: Observed) -> RunResult:
     assert got is not None and failure is not None  # unanswered always classifies
     kind, message = got
     if failure.stderr_tail and kind in ("exit_nonzero", "crashed", "spawn_failed"):
-        last = failure.stderr_tail.strip().splitlines()[-1:] or [""]
-        message = f"{message}: {last[0][:200]}"
+        message = f"{message}: {explaining_line(failure.stderr_tail)[:200]}"
     return RunResult(
         success=False,
         status="aborted" if kind == "cancelled" else "error",

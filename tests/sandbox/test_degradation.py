@@ -126,8 +126,8 @@ def test_a_host_whose_sandbox_cannot_guard_git_still_sandboxes_and_says_so(
     from tether.parent.cli import doctor
     from tether.parent.process import isolation
 
-    def trial(abi: int, root: bool, *, git: bool) -> str | None:
-        return "unshare: Operation not permitted" if git else None
+    def trial(abi: int, root: bool, *, local_sockets: bool, git: bool) -> isolation._Trial:
+        return isolation._Trial("unshare: Operation not permitted" if git else None)
 
     monkeypatch.setattr(isolation, "_probed", {})
     monkeypatch.setattr(isolation, "_trial", trial)
