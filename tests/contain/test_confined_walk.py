@@ -422,7 +422,10 @@ def test_the_tree_walk_yields_nothing_outside_the_root_even_when_the_tree_change
                         try:
                             # The swap may run inside that open and make a new file inside:
                             # what the root holds now counts too.
-                            assert _id(os.fstat(fd)) in every | inside(tree.root)[1], entry.rel
+                            got = os.fstat(fd)
+                            assert _id(got) in every | inside(tree.root)[1], entry.rel
+                            if not stat.S_ISREG(got.st_mode):
+                                continue  # swapped for a directory inside: the tools read none
                             assert SECRET not in os.read(fd, 1000).decode(errors="replace")
                         finally:
                             os.close(fd)
