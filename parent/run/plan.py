@@ -254,7 +254,7 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     check_request_size(params)
     if spec.continuation is not None and chosen.drives_itself:
         raise ValueError(
-            f"{once(chosen)}; only a tether child process keeps a run for follow-ups: use "
+            f"{once(chosen)}; only a tether child keeps a run for follow-ups: use "
             f"{follow_up_providers(ctx.providers)}"
         )
     if not chosen.drives_itself or not chosen.isolated:

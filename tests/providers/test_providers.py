@@ -415,7 +415,7 @@ async def test_a_provider_that_drives_its_own_run_cannot_be_continuable(
     from tether.parent import Continuation
 
     sup.providers.register(Broken())
-    with pytest.raises(ValueError, match="only a tether child process keeps a run for follow-ups"):
+    with pytest.raises(ValueError, match="only a tether child keeps a run for follow-ups"):
         await sup.start(
             "x", workspace=tmp_path, provider="broken", continuation=Continuation(keep_alive=1)
         )
