@@ -273,3 +273,36 @@ def test_exactly_the_touched_places_are_listed(
     }
     got = {c.path: c.change for c in changes(before, take(root), root)}
     assert got == expected
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    present=st.sets(st.sampled_from(PLACE_NAMES)),
+    others=st.integers(min_value=0, max_value=300),
+    links=st.sets(st.sampled_from(WHOLE_FILES)),
+)
+def test_a_root_listed_once_sees_what_asking_place_by_place_sees(
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    present: set[str],
+    others: int,
+    links: set[str],
+) -> None:
+    """A small root is listed once and only the places it holds are looked up; a large one
+    (past `LISTED_BYTES`) is asked place by place: either way the snapshot is the same."""
+    root = tmp_path_factory.mktemp("ws")
+    for rel in present:
+        write(root, rel, f"{rel}\n")
+    for rel in links - present:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).symlink_to("/etc/passwd")  # a link at a place is recorded, never followed
+    for i in range(others):
+        write(root, f"unwatched-file-with-a-long-name-{i:04d}.txt", "x")
+    listed_once = take(root)
+    with monkeypatch.context() as patched:
+        patched.setattr(sensitive, "_listing", lambda fd: None)
+        place_by_place = take(root)
+    assert listed_once == place_by_place
+    assert set(listed_once.entries) >= present | (links - present)
