@@ -59,9 +59,17 @@ class ChildSession:
         return await self._endpoint.request(AGENT_RUN, params, on_answer=on_answer)
 
     async def message(
-        self, params: AgentMessageParams, *, on_answer: Callable[[], None] | None = None
+        self,
+        params: AgentMessageParams,
+        *,
+        on_answer: Callable[[], None] | None = None,
+        on_sent: Callable[[], None] | None = None,
     ) -> RunResult:
-        return await self._endpoint.request(AGENT_MESSAGE, params, on_answer=on_answer)
+        """`agent/message`; `on_answer()` as for `run`, `on_sent()` once the request is
+        written."""
+        return await self._endpoint.request(
+            AGENT_MESSAGE, params, on_answer=on_answer, on_sent=on_sent
+        )
 
     async def cancel(self, run_id: str, reason: str = "") -> None:
         await self._endpoint.notify(AGENT_CANCEL, AgentCancelParams(run_id=run_id, reason=reason))

@@ -199,7 +199,12 @@ class Endpoint:
     # --- sending ----------------------------------------------------------------------------
 
     async def request(
-        self, method: MethodSpec[P, R], params: P, *, on_answer: Callable[[], None] | None = None
+        self,
+        method: MethodSpec[P, R],
+        params: P,
+        *,
+        on_answer: Callable[[], None] | None = None,
+        on_sent: Callable[[], None] | None = None,
     ) -> R:
         """Send a request and return its typed result.
 
@@ -207,9 +212,10 @@ class Endpoint:
         not fit, `ConnectionClosed` when the conversation ends first (or already has), and
         `LocalProtocolError` when the request would pass the peer's byte cap. `on_answer()` is
         called the moment the answer is read, in the reader, before any later message of the
-        peer is acted on (whatever the peer sends after its answer sees its effect).
+        peer is acted on (whatever the peer sends after its answer sees its effect);
+        `on_sent()` once the whole request is written.
         """
-        result: R = await self.request_raw(method, params, on_answer=on_answer)
+        result: R = await self.request_raw(method, params, on_answer=on_answer, on_sent=on_sent)
         return result
 
     async def request_raw(
@@ -218,6 +224,7 @@ class Endpoint:
         params: Any,
         *,
         on_answer: Callable[[], None] | None = None,
+        on_sent: Callable[[], None] | None = None,
     ) -> Any:
         """`request` for a method outside the typed table (the conformance kit's probes)."""
         if self.end is not None:
@@ -226,6 +233,8 @@ class Endpoint:
         waiter = self._waiters[rid] = _Waiter(on_answer)
         try:
             await self._write(line)
+            if on_sent is not None:
+                on_sent()
             await waiter.done.wait()
         except BaseException:
             if not waiter.done.is_set():

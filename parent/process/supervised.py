@@ -211,6 +211,14 @@ class SupervisedProcess:
 
     # --- holding still ----------------------------------------------------------------------
 
+    def stop_soon(self) -> None:
+        """Begin holding the tree still now, without waiting: where its cgroup has a v2 freezer
+        its members are asked to freeze at once (a child that has just answered is still on a
+        CPU and stops there, rather than being woken later only to stop); `hold_still`
+        finishes the hold, `resume` undoes it."""
+        if self.held is None and self.cgroup is not None:
+            self.cgroup.begin_freeze()
+
     async def hold_still(self) -> str:
         """Stop every process of the tree, the child included, until `resume()`: frozen in its
         cgroup where the tier has a freezer (and the tree cannot leave it), else each one
@@ -244,13 +252,15 @@ class SupervisedProcess:
         return self.held
 
     def resume(self) -> None:
-        """Let a held tree run again (see `hold_still`)."""
+        """Let a held tree run again (see `hold_still`), or one `stop_soon` began to hold."""
         held, self.held = self.held, None
+        if self.cgroup is not None:
+            # Also after a freeze that was asked (`stop_soon`) but never waited for, or that did
+            # not settle in time (the hold fell back to SIGSTOP): thawed all the same.
+            self.cgroup.thaw()
         if held is None:
             return
-        if held == "freezer" and self.cgroup is not None:
-            self.cgroup.thaw()
-        else:
+        if held != "freezer":
             self.proc.send_signal(signal.SIGCONT)
         stopped, self._stopped = self._stopped, []
         signal_procs(stopped, signal.SIGCONT)

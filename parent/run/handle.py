@@ -31,17 +31,24 @@ disposed when it answers. The run is then a sequence of *activations* in one chi
 its own broker (its own turn and token budgets and usage count), its own wall and idle clocks,
 and its own result, built as soon as the child answers (the child is still alive, so the
 result has no dispose rung). Between activations the child's whole tree is held still —
-frozen in its cgroup, or SIGSTOPped where the tier has no freezer (`hold_still`) — and its
-broker is closed (every request answered `RUN_IDLE`): the result is checked against a tree
-that cannot change what was checked, no process the activation left behind runs on, and no
-model turn is served outside an activation. The next follow-up lets it run again. Freezing
-rather than killing what the activation left keeps a continuable agent's background
-processes (a server it started) for its next activation. After `keep_alive` seconds without
+frozen in its cgroup, or SIGSTOPped where the tier has no freezer (`hold_still`; the freeze
+is asked for the moment the answer is read, `stop_soon`, while the child is still on a CPU) —
+and its broker is closed (every request answered `RUN_IDLE`): the result is checked against a
+tree that cannot change what was checked, no process the activation left behind runs on, and
+no model turn is served outside an activation. The next follow-up lets it run again, once its
+`agent/message` is written. Freezing rather than killing what the activation left keeps a
+continuable agent's background processes (a server it started) for its next activation.
+
+The run's task drives the prompt and then idles with the child (`_idle`); each follow-up is
+driven by its caller, in the caller's own task (`message()` → `_follow_up`), with the same
+steps, so a follow-up costs no hand-over between tasks. While a caller drives, nothing ends
+the run under it; the keep-alive counts again from its end. After `keep_alive` seconds without
 a follow-up, or on `close()`, or when the child dies or announced no `agentMessage` support,
-the loop ends and the child is disposed through the ladder; a follow-up that arrives
-too late is answered `None`, so its caller can start a fresh child instead. An activation the
-child did not answer (it crashed, a clock or budget cut it) ends the run too, and its result is
-built after the dispose, with what the dispose saw. A continuable run never takes a pooled
+the run's task lets the child go and it is disposed through the ladder; a follow-up that
+arrives too late is answered `None`, so its caller can start a fresh child instead. An
+activation the child did not answer (it crashed, a clock or budget cut it) ends the run too,
+and its result is built by the run's task after the dispose, with what the dispose saw (its
+caller waits for it). A continuable run never takes a pooled
 child: the pool's task owns its children's contexts. A child in memory has nothing to hold
 still: its broker, closed, serves nothing between activations all the same.
 
@@ -165,14 +172,18 @@ class RunHandle:
         self._latest = self._first
         self._current: _Activation | None = self._first
         """The activation the child is working on, if any."""
-        self._inbox: _Activation | None = None
+        self._driving: _Activation | None = None
+        """The follow-up a caller of `message()` is driving (its own task drives it)."""
+        self._taken = False
+        """A caller took the idle child for a follow-up since the run's task last looked."""
         self._accepting = False
         """The child is idle between activations and takes a follow-up."""
         self._closing = False
         self._wake = anyio.Event()
         self._changed = anyio.Event()
         self._gone = anyio.Event()
-        self._messages = anyio.Semaphore(1)
+        self._messages = anyio.Semaphore(1, fast_acquire=True)
+        """One follow-up at a time (`fast_acquire`: no event-loop turn when none waits)."""
         self._child: ChildLink | None = None
         self._obtained: ObtainedChild | None = None
         self._body: RunBody | None = plan.body
@@ -299,18 +310,27 @@ class RunHandle:
         async with self._messages:
             while not self._accepting and not self._gone.is_set() and not self._closing:
                 await self._changed.wait()
-            if not self._accepting:
+            child = self._child
+            if not self._accepting or child is None or child.endpoint.end is not None:
                 return None
             act = self._activation(text, token_budget, budgets)
-            self._inbox = act
-            self._wake.set()
+            # The caller's own task drives its follow-up: handing it to the run's task and the
+            # result back cost two turns of the event loop on every follow-up's path. The run's
+            # task keeps the child meanwhile, and takes it down if the activation ends the run.
+            self._accepting = False
+            self._driving = act
+            self._taken = True
             try:
-                await act.done.wait()
+                keep = await self._follow_up(child, act)
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
                     self._cut(act)
+                    self._release(keep=False)
                     await act.done.wait()
                 raise
+            self._release(keep)
+            if not act.done.is_set():  # (`wait()` on a set event still yields a loop turn)
+                await act.done.wait()  # resolved after the dispose: it ended the run unanswered
             return act.result
 
     async def cancel(self, reason: str = "cancelled by the parent") -> RunResult:
@@ -383,16 +403,15 @@ class RunHandle:
         cut (the child is then disposed: it was interrupted mid-work)."""
         if act.done.is_set():
             return
-        if self._inbox is act:
-            self._inbox = None
-            act.done.set()
-            return
         if self._child is not None:
             self._child.observed.cancelled = True
         elif self._body_observed is not None:
             self._body_observed.cancelled = True
         if act.drive is not None:
             act.drive.cancel()
+        elif act is self._driving:
+            # Its caller holds the tree still and builds the result: then the child goes.
+            self._closing = True
         elif act is self._current:
             self._outer_scope.cancel()
 
@@ -457,14 +476,17 @@ class RunHandle:
                 observed = self._child.observed  # also when the spawn phase was cut
             self._closing = True
             self._accepting = False
+            if self._driving is not None:
+                # The run's task was cut while a caller drove a follow-up: its child is gone,
+                # so the caller gives the activation up at once; it is resolved here.
+                with anyio.CancelScope(shield=True):
+                    while self._driving is not None:
+                        await self._changed.wait()
             pending = self._current
             if pending is not None and not pending.done.is_set():
                 if self._outer_scope.cancelled_caught and not observed.spawn_error:
                     observed.cancelled = True
                 await self._resolve(pending, observed)
-            late, self._inbox = self._inbox, None
-            if late is not None:
-                late.done.set()  # never taken: its caller starts a fresh child
             self._gone.set()
             self._pulse()
 
@@ -519,32 +541,54 @@ class RunHandle:
     async def _serve(self, child: ChildLink) -> None:
         """Drive the prompt, then (continuable) each follow-up until the child is let go. An
         activation left unresolved here is resolved by `execute` after the dispose."""
-        act: _Activation | None = self._first
-        while act is not None:
-            self._current = self._latest = act
+        if self._continuation is None:
+            await self._activations(child)
+            return
+        # One watch on the child's output for the whole run, not one per idle spell between
+        # activations (a task started and cancelled on every follow-up's path).
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._wake_when_ended, child)
             try:
-                # A pooled child answered `initialize` before the run took it.
-                handshake_first = act is self._first and not child.ready
-                act.answer = await self._drive(child, act, handshake_first=handshake_first)
+                await self._activations(child)
             finally:
-                child.cut_off = not child.observed.answered
-            if act.answer is None or self._continuation is None:
-                return
-            # Between activations nothing of the child's tree runs, and nothing it asks is
-            # served: its result is checked against a still tree, and no model turn is served
-            # outside an activation (see the module docstring).
-            await child.hold_still()
-            await self._resolve(act, child.observed)
-            self._current = None
-            if self._closing or not self._keeps_runs(child):
-                return
-            act = await self._next_message(child)
-            if act is not None:
-                act.watch = take(self._params.workspace)  # the tree is still held still
-                if self.trace is not None and act.message is not None:
-                    self.trace.follow_up(act.message)
-                child.resume()
-                _fresh_activation(child.observed)
+                tg.cancel_scope.cancel()
+
+    async def _activations(self, child: ChildLink) -> None:
+        if not await self._activate(child, self._first):
+            return
+        while await self._idle(child):
+            pass
+
+    async def _follow_up(self, child: ChildLink, act: _Activation) -> bool:
+        """One follow-up, in its caller's task: the child let go again, then the activation.
+        Whether the child stays for another one (see `_activate`)."""
+        act.watch = take(self._params.workspace)  # the tree is still held still
+        if self.trace is not None and act.message is not None:
+            self.trace.follow_up(act.message)
+        _fresh_activation(child.observed)
+        # Let go once `agent/message` is written (`_converse`): the child leaves the freezer
+        # to find it waiting, rather than waking twice; every other path resumes it too.
+        return await self._activate(child, act)
+
+    async def _activate(self, child: ChildLink, act: _Activation) -> bool:
+        """Drive one activation; whether the child stays for another one. An activation left
+        unresolved (the child did not answer) is resolved by `execute` after the dispose."""
+        self._current = self._latest = act
+        try:
+            # A pooled child answered `initialize` before the run took it.
+            handshake_first = act is self._first and not child.ready
+            act.answer = await self._drive(child, act, handshake_first=handshake_first)
+        finally:
+            child.cut_off = not child.observed.answered
+        if act.answer is None or self._continuation is None:
+            return False
+        # Between activations nothing of the child's tree runs, and nothing it asks is
+        # served: its result is checked against a still tree, and no model turn is served
+        # outside an activation (see the module docstring).
+        await child.hold_still()
+        await self._resolve(act, child.observed)
+        self._current = None
+        return not self._closing and self._keeps_runs(child)
 
     def _keeps_runs(self, child: ChildLink) -> bool:
         info = child.session.info
@@ -555,29 +599,36 @@ class RunHandle:
             and info.capabilities.agent_message
         )
 
-    async def _next_message(self, child: ChildLink) -> _Activation | None:
-        """Idle until a follow-up arrives (it is returned), or the keep-alive passes, the run is
-        closed, or the child dies (`None`: the child is then disposed)."""
+    async def _idle(self, child: ChildLink) -> bool:
+        """Between activations: until a caller takes the child for a follow-up and is done with
+        it (`True`: the child idles again, unless that ended the run), or the keep-alive
+        passes, the run is closed or the child dies (`False`: the child is then disposed)."""
         assert self._continuation is not None
         self._accepting = True
         self._pulse()
-        try:
-            with anyio.move_on_after(self._continuation.keep_alive):
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._wake_when_ended, child)
-                    while self._inbox is None and not self._closing and child.endpoint.end is None:
-                        await self._wake.wait()
-                        self._wake = anyio.Event()
-                    tg.cancel_scope.cancel()
-        finally:
+        with anyio.move_on_after(self._continuation.keep_alive):
+            while not self._taken and not self._closing and child.endpoint.end is None:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+        if not self._taken:
             self._accepting = False
-        act, self._inbox = self._inbox, None
-        if act is None:
             self._closing = True  # the keep-alive passed, or the child died: it goes
-        if act is not None and (self._closing or child.endpoint.end is not None):
-            act.done.set()  # not taken: the caller starts a fresh child
-            return None
-        return act
+            return False
+        # A caller took the child for a follow-up (`message`): nothing ends the run under it,
+        # and the keep-alive counts again from its end.
+        while self._driving is not None:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+        self._taken = False
+        return not self._closing
+
+    def _release(self, keep: bool) -> None:
+        """A follow-up's caller is done with the child: it idles again (`keep`), or the run's
+        task takes it down."""
+        if not keep:
+            self._closing = True
+        self._driving = None
+        self._pulse()
 
     async def _wake_when_ended(self, child: ChildLink) -> None:
         await child.endpoint.ended.wait()
@@ -638,10 +689,14 @@ class RunHandle:
         if handshake_first and not await handshake(child, self._config):
             return None
         what = "agent/run" if act.message is None else "agent/message"
-        async with anyio.create_task_group() as tg:
+        async with contextlib.AsyncExitStack() as stack:
             idle = self._limits.idle_seconds
             if idle is not None:
+                # A task group only for the idle watchdog: one with no task in it still costs
+                # a turn of the event loop when it is left, on every activation's path.
+                tg = await stack.enter_async_context(anyio.create_task_group())
                 tg.start_soon(self._watch_idle, child, act, idle, time.monotonic())
+                stack.callback(tg.cancel_scope.cancel)
             try:
                 # Once the child has answered, nothing it asks is served (no turn outside an
                 # activation); closed in the reader, before the child's next message is read.
@@ -650,6 +705,10 @@ class RunHandle:
 
                 def answered() -> None:
                     closed.close(IDLE)
+                    if self._continuation is not None:
+                        # It idles from here: its tree begins to freeze while the child is
+                        # still on a CPU (`hold_still`, after the answer, finishes the hold).
+                        child.stop_soon()
 
                 if act.message is None:
                     answer = await child.session.run(self._params, on_answer=answered)
@@ -657,6 +716,7 @@ class RunHandle:
                     answer = await child.session.message(
                         AgentMessageParams(run_id=self.run_id, message=act.message),
                         on_answer=answered,
+                        on_sent=child.resume,
                     )
             except ConnectionClosed:
                 return None
@@ -671,8 +731,6 @@ class RunHandle:
             except LocalProtocolError as exc:
                 observed.protocol_error = f"the {what} request cannot be sent: {exc.message}"
                 return None
-            finally:
-                tg.cancel_scope.cancel()
         observed.answered = True
         return answer
 

@@ -4,6 +4,8 @@ for it is answered `None`, never lost in a dying child."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 import anyio
@@ -11,7 +13,8 @@ import pytest
 from agent_models import Commanded
 
 from tether.parent import Continuation, RunFinished, Supervisor
-from tether.parent.process.config import ChildConfig
+from tether.parent.process.config import DEFAULT_COMMAND, ChildConfig
+from tether.protocol.messages import RunResult
 
 pytestmark = pytest.mark.anyio
 
@@ -111,3 +114,92 @@ async def test_each_activation_lists_what_it_changed_of_the_files_the_users_tool
         assert second.sensitive_changes[0].content == "planted\n"
         handle.close()
         await handle.wait()
+
+
+async def test_a_follow_up_longer_than_the_keep_alive_is_not_cut_and_the_wait_starts_again(
+    workspace: Path,
+) -> None:
+    """A follow-up is driven in its caller's task: nothing ends the run under it, and the
+    keep-alive counts again from the end of each activation."""
+    async with Supervisor() as sup:
+        handle = await sup.start(
+            "first", workspace=workspace, model=Commanded(), continuation=Continuation(1.0)
+        )
+        await handle.result()
+        with anyio.fail_after(30):
+            slow = await handle.message("SLEEP 1.5")  # longer than the keep-alive
+            assert slow is not None and slow.success, slow
+            for text in ("a", "b", "c"):  # 0.6 s apart: 1.8 s in all, never 1 s idle
+                await anyio.sleep(0.6)
+                got = await handle.message(text)
+                assert got is not None and got.summary.endswith(f"| {text}"), got
+            await anyio.sleep(1.5)  # now idle past it: the child goes
+            await handle.wait()
+        assert await handle.message("too late") is None
+
+
+async def test_a_supervisor_that_closes_during_a_follow_up_gives_its_caller_a_result(
+    workspace: Path,
+) -> None:
+    got: list[RunResult | None] = []
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg, Supervisor() as sup:
+            handle = await sup.start(
+                "first", workspace=workspace, model=Commanded(), continuation=Continuation(60)
+            )
+            await handle.result()
+
+            async def ask() -> None:
+                got.append(await handle.message("SLEEP 30"))
+
+            tg.start_soon(ask)
+            await anyio.sleep(0.5)
+        # the supervisor is closed: its runs were cut, the follow-up's caller answered
+    (result,) = got
+    assert result is not None and not result.success
+    assert result.failure is not None and result.failure.kind == "cancelled", result
+
+
+async def test_a_follow_up_the_child_refuses_leaves_it_thawed_for_its_polite_dispose(
+    workspace: Path,
+) -> None:
+    """The tree begins to freeze the moment the child answers; an answer that is a refusal
+    ends the run, and the child, let go before its ladder, answers `shutdown`."""
+    agent = f"{Path(__file__).resolve().parents[2] / 'benchmarks/children/tiny_agent.py'}:make"
+    config = ChildConfig(command=(*DEFAULT_COMMAND, "--agent", agent))
+    async with Supervisor(config) as sup:
+        handle = await sup.start("first", workspace=workspace, continuation=Continuation(60))
+        assert (await handle.result()).success
+        with anyio.fail_after(20):
+            refused = await handle.message("again")  # the tiny agent cannot be continued
+            await handle.wait()
+    assert refused is not None and not refused.success
+    assert refused.failure is not None and refused.failure.kind == "agent_error", refused
+    assert "cannot be continued" in refused.message
+    assert refused.failure.rung == "shutdown", refused.failure
+
+
+async def test_the_freezer_files_of_a_held_child_are_closed_with_it(workspace: Path) -> None:
+    def freezer_files() -> list[str]:
+        found = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/self/fd/{fd}")
+                if target.endswith(("/cgroup.freeze", "/cgroup.events")):
+                    found.append(target)
+        return found
+
+    before = freezer_files()
+    async with Supervisor() as sup:
+        handle = await sup.start(
+            "first", workspace=workspace, model=Commanded(), continuation=Continuation(60)
+        )
+        await handle.result()
+        second = await handle.message("second")
+        assert second is not None and second.success
+        held = freezer_files()
+        handle.close()
+        await handle.wait()
+        assert freezer_files() == before
+    if second.containment in ("cgroup2", "hybrid"):  # a v2 cgroup with its freezer
+        assert len(held) == len(before) + 2, held

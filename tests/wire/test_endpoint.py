@@ -616,3 +616,32 @@ async def test_the_end_is_reported_once_and_before_any_waiting_request_wakes() -
                 await to_parent_w.send(b'{"jsonrpc":"2.0","id":1,"res')
                 await to_parent_w.aclose()
     assert seen == ["end: truncated=True", "request failed"]
+
+
+async def test_on_sent_runs_once_the_request_is_written_and_before_its_answer() -> None:
+    """What a caller does on `on_sent` (a continuable child is let out of its freezer there)
+    comes after the request is in the pipe and before the answer is handled."""
+    order: list[str] = []
+    release = anyio.Event()
+
+    async def child_serves(method: str, params: Any) -> Any:
+        order.append("served")
+        await release.wait()
+        return m.Empty()
+
+    async with pair(child_serves=child_serves) as p:
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    lambda: p.parent.request(
+                        PING,
+                        m.Empty(),
+                        on_sent=lambda: order.append("sent"),
+                        on_answer=lambda: order.append("answered"),
+                    )
+                )
+                while "served" not in order:
+                    await anyio.sleep(0.001)
+                release.set()
+    assert order.count("sent") == 1 and order.count("answered") == 1
+    assert order.index("sent") < order.index("answered")

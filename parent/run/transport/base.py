@@ -60,6 +60,11 @@ class ChildLink(Protocol):
         """Whether the child has ended (its process exited, its runtime returned)."""
         ...
 
+    def stop_soon(self) -> None:
+        """Begin to hold the child still without waiting (it has answered); `hold_still`
+        finishes the hold and `resume()` undoes it."""
+        ...
+
     async def hold_still(self) -> str:
         """Let nothing of the child run until `resume()`; how it is held."""
         ...

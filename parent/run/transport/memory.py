@@ -192,6 +192,9 @@ class MemoryChild(WiredChild):
     def exited(self) -> bool:
         return self._peer.stopped.is_set()
 
+    def stop_soon(self) -> None:
+        return None
+
     async def hold_still(self) -> str:
         return "none"
 
