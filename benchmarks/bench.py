@@ -38,6 +38,7 @@ import anyio
 import msgspec
 import psutil
 
+from benchmarks.followup import follow_up_group
 from benchmarks.providers import providers_group
 from benchmarks.report import SOAK_HEADING, Figure, Results, render, section, with_section
 from benchmarks.traces import traces_group
@@ -1835,6 +1836,10 @@ async def measure(res: Results, p: Plan) -> None:
             ("idle memory", lambda: memory_group(res, p)),
             ("warm pool", lambda: pool_group(res, p, ws)),
             ("continuable agents", lambda: continue_group(res, p, ws)),
+            (
+                "follow-up round trip",
+                lambda: follow_up_group(res, p.rounds, max(1, p.follow_ups // p.rounds), ws),
+            ),
             ("providers", lambda: providers_group(res, p.whole_runs, ws)),
             ("traces", lambda: traces_group(res, p.traced_runs)),
         ]

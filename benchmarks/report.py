@@ -149,6 +149,11 @@ TARGETS = [
         _relative("tether.agent_run", "context.ping_tiny", 1.3, True),
     ),
     Target(
+        "follow_up",
+        f"a follow-up to a live run ≤ 1.0{X} an ACP SDK `session/prompt` round trip",
+        _relative("tether.follow_up_message", "floor.acp_prompt", 1.0, True),
+    ),
+    Target(
         "transfer_p2c",
         "1 MiB parent → child ≥ 60% of raw pipe throughput",
         _relative("tether.transfer_p2c", "floor.transfer_p2c", 0.6, False),

@@ -79,6 +79,8 @@ FIGURES = {
     "context.continue_ping",
     "context.follow_up_unstored",
     "context.fresh_run",
+    "floor.acp_prompt",
+    "tether.follow_up_message",
     "floor.provider_python",
     "floor.acp_import",
     "floor.inmemory_run",
@@ -122,6 +124,7 @@ TARGETS = [
     "crash",
     "acquire",
     "traced",
+    "a follow-up to a live run",
 ]
 
 
