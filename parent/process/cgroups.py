@@ -126,7 +126,13 @@ class ChildCgroup:
             return {}
         out: dict[str, int] = {}
         with contextlib.suppress(OSError):
-            for line in (d / filename).read_text().splitlines():
+            # Plain reads (no text layer): a dispose reads three of these on a result's path.
+            fd = os.open(d / filename, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                data = os.read(fd, 4096)
+            finally:
+                os.close(fd)
+            for line in data.decode("ascii", "replace").splitlines():
                 k, _, v = line.partition(" ")
                 with contextlib.suppress(ValueError):
                     out[k] = int(v)

@@ -218,6 +218,8 @@ class ChildProcess:
 
     async def wait_for(self, seconds: float) -> bool:
         """Wait up to `seconds` for the child to exit; return whether it has."""
+        if self.exited():
+            return True  # (no timer to set: a dead child's dispose asks first)
         with anyio.move_on_after(seconds):
             await self.wait()
         return self.exited()

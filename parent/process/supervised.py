@@ -60,12 +60,13 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
 
 import anyio
+import anyio.lowlevel
 import psutil
 
 from tether.parent.process._keeper import running
@@ -124,6 +125,10 @@ class SupervisedProcess:
         """The shutdown rung ran out of grace before the child answered `shutdown`."""
         self.cleanup: Callable[[], None] | None = None
         """Runs at the end of `dispose()` (a sandbox's private directory is removed)."""
+        self.on_judged: Callable[[], Awaitable[None]] | None = None
+        """Called once by `dispose()` the moment the tree is judged — the ladder climbed, the
+        tree swept, the child reaped, what was seen in `observed` — before its pipes, cgroup
+        and private directories are released (a run's result need not wait for those)."""
         self.sealed_in_cgroup = False
         """Nothing of the child's tree can leave its cgroup, which announces when it is empty
         (see the module docstring); set by `spawn_child`."""
@@ -278,25 +283,33 @@ class SupervisedProcess:
             survivors = await self._sweep(policy.kill)
             status = await self.proc.collect()
             await self._settle_stderr()
-            self.proc.close_pipes()
+            observed = self.observed
             if self.cgroup is not None:
-                self.observed.oom_kills = self.cgroup.oom_kills()
-                self.observed.pids_max_hits = self.cgroup.pids_max_hits()
-                if not self.cgroup.remove():
-                    survivors = sorted(set(survivors) | self.cgroup.members())
+                observed.oom_kills = self.cgroup.oom_kills()
+                observed.pids_max_hits = self.cgroup.pids_max_hits()
+            if self.proc.lost is not None:
+                observed.lost = self.proc.lost
+            if status is not None:
+                observed.exit_code = status.exit_code
+                observed.signal = status.signal
+                observed.cpu_seconds = status.cpu_seconds
+            observed.rung = rung
+            observed.stderr_tail = self.stderr.tail()
+            observed.survivors = survivors
+            judged, self.on_judged = self.on_judged, None
+            if judged is not None:
+                await judged()
+                # Whoever waits for that result goes first; the rest can wait for it.
+                await anyio.lowlevel.cancel_shielded_checkpoint()
+            self.proc.close_pipes()
+            if self.cgroup is not None and not self.cgroup.remove():
+                # Past the verdict: a member the sweep could not have missed (it read the
+                # membership) is told in the report and the log.
+                survivors = sorted(set(survivors) | self.cgroup.members())
+                observed.survivors = survivors
             cleanup, self.cleanup = self.cleanup, None
             if cleanup is not None:
                 cleanup()
-        observed = self.observed
-        if self.proc.lost is not None:
-            observed.lost = self.proc.lost
-        if status is not None:
-            observed.exit_code = status.exit_code
-            observed.signal = status.signal
-            observed.cpu_seconds = status.cpu_seconds
-        observed.rung = rung
-        observed.stderr_tail = self.stderr.tail()
-        observed.survivors = survivors
         if survivors:
             log.warning(
                 "child %d: %d process(es) of its tree survived teardown: %s",
@@ -431,6 +444,8 @@ class SupervisedProcess:
     async def _settle_stderr(self) -> None:
         # Give the drain a moment to read what the dead child left in the pipe, so the tail
         # shows its last words; a grandchild holding stderr open cannot make us wait longer.
+        if self.stderr_done.is_set():
+            return
         with anyio.move_on_after(0.05):
             await self.stderr_done.wait()
 

@@ -524,6 +524,7 @@ class RunHandle:
                 observed.spawn_error = str(exc)
                 return observed
             child = got.child
+            child.on_judged = self._judged
             self._obtained = got
             self._child = child
             self.pid = got.pid
@@ -533,10 +534,26 @@ class RunHandle:
                 await self._serve(child)
             finally:
                 self._stopping = True  # leaving the transport's context takes the child down
+        self._note_spawn_failure(child)
+        return child.observed
+
+    def _note_spawn_failure(self, child: ChildLink) -> None:
         exec_error = child.spawn_failure()
         if exec_error and self._first.answer is None:
-            child.observed.spawn_error = f"cannot start {cfg.command[0]!r}: {exec_error}"
-        return child.observed
+            child.observed.spawn_error = f"cannot start {self._config.command[0]!r}: {exec_error}"
+
+    async def _judged(self) -> None:
+        """The child's end is judged (`ChildLink.on_judged`): an activation it left unanswered
+        is resolved now, before what the child held is released (its pipes, its cgroup, a
+        sandbox's directories). A run cut from outside is resolved after, where the cut is
+        known (`execute`)."""
+        pending, child = self._current, self._child
+        if pending is None or pending.done.is_set() or child is None:
+            return
+        if self._outer_scope.cancel_called:
+            return
+        self._note_spawn_failure(child)
+        await self._resolve(pending, child.observed)
 
     async def _serve(self, child: ChildLink) -> None:
         """Drive the prompt, then (continuable) each follow-up until the child is let go. An

@@ -9,6 +9,7 @@ benchmarks. The autouse `reaper` fixture fails any test that leaves a process be
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 import sys
@@ -20,8 +21,9 @@ import anyio
 import psutil
 import pytest
 
+from tether.parent.process.host import host
 from tether.parent.process.limits import DisposePolicy, Limits
-from tether.parent.run.events import Event, RunStarted
+from tether.parent.run.events import Event, RunFinished, RunStarted
 from tether.parent.supervisor import ChildConfig, RunHandle, Supervisor
 from tether.protocol.messages import (
     ChatMessage,
@@ -516,3 +518,37 @@ async def test_a_child_that_answers_and_exits_at_once_still_delivers_its_answer(
         result, _ = await run_child(tmp_path, child("answer_and_exit.py"))
         assert result.success is True, result
         assert result.summary == "done and gone"
+
+
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+async def test_a_crashed_childs_result_is_told_once_as_soon_as_its_tree_is_judged(
+    tmp_path: Path, isolation: str
+) -> None:
+    """The run's result goes out the moment the dispose has judged the tree (the child
+    reaped, the sweep's verdict in), before the child's cgroup and pipes are let go; they
+    are gone by the time the run is."""
+    unified = host().parents.get("unified")
+    mine = f"tether-{os.getpid()}-*"
+    seen: list[tuple[str, int]] = []
+
+    def on_event(ev: Event) -> None:
+        if isinstance(ev, RunFinished):
+            kind = ev.result.failure.kind if ev.result.failure else ""
+            seen.append((kind, len(list(unified.glob(mine))) if unified else 1))
+
+    config = ChildConfig(isolation=isolation, dispose=GRACES)
+    async with Supervisor(config) as sup:
+        with anyio.fail_after(HANG):
+            handle = await sup.start(
+                "misbehave",
+                workspace=tmp_path,
+                command=child("signal_self.py", "SIGSEGV"),
+                on_event=on_event,
+            )
+            result = await handle.result()
+            await handle.wait()
+        left = list(unified.glob(mine)) if unified else []
+    assert_failed(result, "crashed")
+    assert result.failure is not None and result.failure.signal == "SIGSEGV"
+    assert seen == [("crashed", 1)]  # told once, while the child's cgroup was still there
+    assert left == []  # and let go before the run was over

@@ -22,6 +22,7 @@ transport to a child elsewhere is one more class with this shape.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -51,6 +52,9 @@ class ChildLink(Protocol):
     """The run interrupted it: its take-down skips the polite `shutdown`."""
     held: str | None
     """How it is held still between activations (`None`: it runs)."""
+    on_judged: Callable[[], Awaitable[None]] | None
+    """Called, where the transport can, once the child's end is judged and `observed` holds it,
+    before what it held is released (a run's result goes out then); else not at all."""
 
     def serve_with(self, on_request: RequestHandler, on_notification: NotificationHandler) -> None:
         """Route what the child asks to these handlers from now on."""

@@ -141,6 +141,8 @@ class MemoryChild(WiredChild):
         self.observed = observed
         self.held: str | None = None
         """Never held: there is no process to hold (see the module docstring)."""
+        self.on_judged: Callable[[], Awaitable[None]] | None = None
+        """Never called: the runtime's end is its result's (see `ChildLink`)."""
         self._peer = peer
         self._config = config
         self._tg: anyio.abc.TaskGroup | None = None
