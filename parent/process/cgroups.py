@@ -69,6 +69,12 @@ class ChildCgroup:
     """The v2 freezer's files, open once this cgroup has been held still (`freeze`)."""
     _v1_frozen: bool = field(default=False, init=False, repr=False, compare=False)
     """The v1 freezer was asked to freeze, and not to thaw since."""
+    _files: dict[tuple[str, str], int] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """The files a dispose reads (the emptiness, what the limits saw), open from the cgroup's
+    creation until `remove`: a dispose after a crash reads them on its result's path, and an
+    open there (a lookup in cgroupfs, on a CPU that was idle) cost more than the read."""
 
     @classmethod
     def create(cls, host: Host, name: str, *, memory: int | None, pids: int | None) -> ChildCgroup:
@@ -80,6 +86,9 @@ class ChildCgroup:
                 dirs[controller] = d
             cg = cls(host, dirs)
             cg.limit(memory=memory, pids=pids)
+            for controller, filename in cg._read_by_dispose():
+                with contextlib.suppress(OSError):
+                    cg._file(controller, filename)
         except OSError:
             cls(host, dirs).remove()
             raise
@@ -120,18 +129,29 @@ class ChildCgroup:
 
     # --- what happened ------------------------------------------------------------------------
 
+    def _read_by_dispose(self) -> list[tuple[str, str]]:
+        """(controller, file) of what `populated`, `oom_kills` and `pids_max_hits` read."""
+        if self.host.tier == "cgroup2":
+            kept = [("unified", "memory.events"), ("unified", "pids.events")]
+        else:
+            kept = [("memory", "memory.oom_control"), ("pids", "pids.events")]
+        wanted = [("unified", "cgroup.events"), *kept]
+        return [(c, f) for c, f in wanted if c in self.dirs]
+
+    def _file(self, controller: str, filename: str) -> int:
+        """The open descriptor of one of the cgroup's files (opened once); raises `OSError`."""
+        fd = self._files.get((controller, filename))
+        if fd is None:
+            fd = os.open(self.dirs[controller] / filename, os.O_RDONLY | os.O_CLOEXEC)
+            self._files[controller, filename] = fd
+        return fd
+
     def _kv(self, controller: str, filename: str) -> dict[str, int]:
-        d = self.dirs.get(controller)
-        if d is None:
+        if controller not in self.dirs:
             return {}
         out: dict[str, int] = {}
         with contextlib.suppress(OSError):
-            # Plain reads (no text layer): a dispose reads three of these on a result's path.
-            fd = os.open(d / filename, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                data = os.read(fd, 4096)
-            finally:
-                os.close(fd)
+            data = os.pread(self._file(controller, filename), 4096, 0)
             for line in data.decode("ascii", "replace").splitlines():
                 k, _, v = line.partition(" ")
                 with contextlib.suppress(ValueError):
@@ -240,7 +260,7 @@ class ChildCgroup:
 
     def _hold_files(self, unified: Path) -> _HoldFiles:
         if self._hold is None:
-            self._hold = _HoldFiles(unified)
+            self._hold = _HoldFiles(unified, self._file("unified", "cgroup.events"))
         return self._hold
 
     async def _wait_events(self, unified: Path, line: bytes) -> None:
@@ -309,6 +329,9 @@ class ChildCgroup:
         hold, self._hold = self._hold, None
         if hold is not None:
             hold.close()
+        files, self._files = self._files, {}
+        for fd in files.values():
+            os.close(fd)
         deadline = time.monotonic() + timeout
         for d in list(self.dirs.values()):
             while True:
@@ -331,18 +354,15 @@ HOLD_POLL = 0.001
 
 
 class _HoldFiles:
-    """A v2 cgroup's `cgroup.freeze` and `cgroup.events`, kept open while its child lives: a
-    continuable child is frozen after each activation and thawed for the next one, and opening
-    the files each time (a path walk in cgroupfs, a text wrapper, an epoll set) cost more than
-    the writes themselves. Closed by `ChildCgroup.remove`."""
+    """A v2 cgroup's `cgroup.freeze`, and an epoll set on its `cgroup.events` (the cgroup's own
+    descriptor), kept while its child lives: a continuable child is frozen after each
+    activation and thawed for the next one, and opening them each time (a path walk in
+    cgroupfs, a text wrapper, an epoll set) cost more than the writes themselves. Closed by
+    `ChildCgroup.remove`."""
 
-    def __init__(self, unified: Path) -> None:
+    def __init__(self, unified: Path, events: int) -> None:
         self.freeze = os.open(unified / "cgroup.freeze", os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            self.events = os.open(unified / "cgroup.events", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            os.close(self.freeze)
-            raise
+        self.events = events
         self.epoll = select.epoll(flags=select.EPOLL_CLOEXEC)
         self.epoll.register(self.events, select.EPOLLPRI)
         self.frozen = False
@@ -380,7 +400,6 @@ class _HoldFiles:
 
     def close(self) -> None:
         self.epoll.close()
-        os.close(self.events)
         os.close(self.freeze)
 
 
