@@ -51,6 +51,7 @@ from tether.parent.process.isolation import choose_level
 from tether.parent.process.limits import DisposePolicy, Limits
 from tether.parent.process.spawn import child_env, spawn_child
 from tether.parent.process.supervised import SupervisedChild
+from tether.parent.process.tree import snapshot
 from tether.parent.process.zygote import Zygote, ZygoteSpawner
 from tether.parent.run.events import ChildEvent, Event
 from tether.parent.supervisor import Supervisor
@@ -60,6 +61,7 @@ from tether.protocol import (
     Notification,
     decode_params,
     encode_notification,
+    encode_request,
     encode_response,
 )
 from tether.protocol.depth import view_exceeds_depth
@@ -1178,6 +1180,51 @@ def floor_crash() -> float:
         return ms(time.monotonic_ns() - died)
 
 
+def same_child_crash(workspace: str) -> float:
+    """`proto.py crash` without tether: started by a bare `Popen`, greeted and given its run
+    over blocking pipes; from its `crash-at` time to `wait()` returning (its own death: the
+    kernel unmapping a Python process that imported tether's protocol and msgspec)."""
+    proc = subprocess.Popen(child_script("proto.py", "crash"), stdin=PIPE, stdout=PIPE, stderr=PIPE)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        w, r = _fds(proc)
+        os.write(w, encode_request(1, "initialize", _init_params()))
+        _readline(r)
+        run = AgentRunParams(run_id="r1", prompt="go", workspace=workspace)
+        os.write(w, encode_request(2, "agent/run", run))
+        died = int(proc.stderr.readline().split()[1])
+        proc.wait()
+        return ms(time.monotonic_ns() - died)
+    finally:
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            f.close()
+
+
+def proc_snapshot_ms() -> float:
+    """One pass over /proc (`tree.snapshot`): what the sweep of a child that could have left its
+    cgroup reads after it exits."""
+    t0 = time.perf_counter_ns()
+    snapshot()
+    return ms(time.perf_counter_ns() - t0)
+
+
+async def _crash_result(isolation: str, workspace: str) -> tuple[float, str]:
+    """One `proto.py crash` run in a fresh supervisor: (death → result in ms, failure kind)."""
+    async with Supervisor(ChildConfig(isolation=isolation)) as sup:
+        handle = await sup.start(
+            "bench", workspace=workspace, command=child_script("proto.py", "crash")
+        )
+        result = await handle.result()
+        t1 = time.monotonic_ns()
+    assert result.failure is not None, result
+    died = next(
+        int(line.split()[1])
+        for line in result.failure.stderr_tail.splitlines()
+        if line.startswith("crash-at ")
+    )
+    return ms(t1 - died), result.failure.kind
+
+
 async def stubborn_and_crash(res: Results, p: Plan, workspace: str) -> None:
     overshoot, rungs = [], []
     for _ in range(p.stubborn):
@@ -1202,29 +1249,27 @@ async def stubborn_and_crash(res: Results, p: Plan, workspace: str) -> None:
         )
     )
     await stubborn_default(res, p)
-    times, floor, kinds = [], [], []
-    for _ in range(p.crashes):
-        floor.append(floor_crash())
-        async with Supervisor() as sup:
-            handle = await sup.start(
-                "bench", workspace=workspace, command=child_script("proto.py", "crash")
-            )
-            result = await handle.result()
-            t1 = time.monotonic_ns()
-        assert result.failure is not None, result
-        kinds.append(result.failure.kind)
-        died = next(
-            int(line.split()[1])
-            for line in result.failure.stderr_tail.splitlines()
-            if line.startswith("crash-at ")
-        )
-        times.append(ms(t1 - died))
+    s = Samples()
+    kinds: set[str] = set()
+    sandbox = choose_level("auto").level
+    for rnd in range(p.crashes + 1):  # round 0 warms the page cache and is dropped
+        s["floor.crash_exit"].append(floor_crash())
+        took, kind = await _crash_result("auto", workspace)
+        s["tether.crash_result"].append(took)
+        kinds.add(kind)
+        s["context.crash_exit_same"].append(same_child_crash(workspace))
+        took, kind = await _crash_result("process", workspace)
+        s["context.crash_result_process"].append(took)
+        kinds.add(kind)
+        s["context.proc_snapshot"].append(proc_snapshot_ms())
+        if rnd == 0:
+            s.clear()
     res.add(
         Figure(
             "floor.crash_exit",
             "bare `python -I` child, SIGSEGV → its exit seen by the parent",
             "ms",
-            floor,
+            s["floor.crash_exit"],
             "`floor_crash.py` writes `time.monotonic_ns()` to its stdout and SIGSEGVs itself; "
             "to `time.monotonic_ns()` just after the parent's `wait()` returns",
         )
@@ -1234,15 +1279,56 @@ async def stubborn_and_crash(res: Results, p: Plan, workspace: str) -> None:
             "tether.crash_result",
             "crash (SIGSEGV) → RunResult in the parent",
             "ms",
-            times,
-            "`proto.py crash` writes `time.monotonic_ns()` to stderr and SIGSEGVs itself while "
-            "its `agent/run` is pending; to `time.monotonic_ns()` just after `await "
-            "handle.result()` returns in the parent (CLOCK_MONOTONIC is system-wide); each "
-            "sample follows one of the floor's",
+            s["tether.crash_result"],
+            "`proto.py crash` (no grandchildren) writes `time.monotonic_ns()` to stderr and "
+            "SIGSEGVs itself while its `agent/run` is pending; to `time.monotonic_ns()` just "
+            "after `await handle.result()` returns in the parent (CLOCK_MONOTONIC is "
+            "system-wide): its exit seen, the tree judged (the sandbox seals it in its cgroup, "
+            "whose emptiness is the verdict), the child reaped, the result built; a supervisor "
+            f"of the defaults (isolation `{sandbox}`) each time; one sample per round, in turn "
+            "with the floor's and the context rows'",
             floor="floor.crash_exit",
-            note="failure kinds: " + ", ".join(sorted(set(kinds))),
+            note="failure kinds: " + ", ".join(sorted(kinds)),
         )
     )
+    res.add(
+        Figure(
+            "context.crash_exit_same",
+            "the same child without tether: SIGSEGV → its exit seen by a bare parent",
+            "ms",
+            s["context.crash_exit_same"],
+            "`proto.py crash` started by `subprocess.Popen`, greeted and given its `agent/run` "
+            "over blocking pipes (no trampoline, cgroup or sandbox); from its `crash-at` time to "
+            "`wait()` returning: the kernel's part, what no supervisor of this child can beat",
+            floor="floor.crash_exit",
+        )
+    )
+    res.add(
+        Figure(
+            "context.crash_result_process",
+            "crash → RunResult, isolation `process` (the sweep reads all of /proc)",
+            "ms",
+            s["context.crash_result_process"],
+            "as the crash figure, with `isolation='process'`: a child that could have left its "
+            "cgroup, so after its exit the sweep also scans every process's session, group and "
+            "tree marker (one pass over /proc, shared by the sweeps that ask at once)",
+            floor="tether.crash_result",
+        )
+    )
+    res.add(
+        Figure(
+            "context.proc_snapshot",
+            "one pass over /proc, in-process (the sweep of a tree that may have left its cgroup)",
+            "ms",
+            s["context.proc_snapshot"],
+            f"`tree.snapshot()` on this host ({len(_pids())} processes now): every process's "
+            "session and group, and the environment of each in a session of ours",
+        )
+    )
+
+
+def _pids() -> list[str]:
+    return [e for e in os.listdir("/proc") if e.isdigit()]
 
 
 # --- memory -------------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ async def follow_up_group(res: Results, rounds: int, per_round: int, workspace: 
     import acp
 
     s: defaultdict[str, list[float]] = defaultdict(list)
-    listener = _Listener()
+    listener: Any = _Listener()  # the package's `Client` protocol, in the part it calls
     cfg = ChildConfig(command=(*DEFAULT_COMMAND, "--agent", ECHO_AGENT))
     async with (
         acp.spawn_agent_process(listener, sys.executable, "-I", str(ACP_ECHO)) as (conn, _),
@@ -68,7 +68,7 @@ async def follow_up_group(res: Results, rounds: int, per_round: int, workspace: 
         first = await handle.result()
         assert first.success, first.message
         isolation = first.isolation.level if first.isolation is not None else "?"
-        prompt = [acp.text_block(TEXT)]
+        prompt: list[Any] = [acp.text_block(TEXT)]
 
         async def reference() -> None:
             t0 = time.perf_counter_ns()

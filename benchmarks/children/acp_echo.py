@@ -51,4 +51,5 @@ class Echo:
 
 
 if __name__ == "__main__":
-    asyncio.run(acp.run_agent(Echo()))
+    agent: Any = Echo()  # the package's `Agent` protocol, in the part a prompt uses
+    asyncio.run(acp.run_agent(agent))
