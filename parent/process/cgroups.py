@@ -266,23 +266,17 @@ class ChildCgroup:
     async def _wait_events(self, unified: Path, line: bytes) -> None:
         """Return once `cgroup.events` holds `line` (or cannot be read)."""
         try:
-            fd = os.open(unified / "cgroup.events", os.O_RDONLY | os.O_CLOEXEC)
+            events = self._file("unified", "cgroup.events")
         except OSError:
             return
         ep = select.epoll(flags=select.EPOLL_CLOEXEC)
         try:
-            ep.register(fd, select.EPOLLPRI)
-            while True:
-                os.lseek(fd, 0, os.SEEK_SET)
-                if line in os.read(fd, 4096):
-                    return
-                await anyio.wait_readable(ep.fileno())
-                ep.poll(0)
+            ep.register(events, select.EPOLLPRI)
+            await _until(events, ep, line)
         except OSError:
             return
         finally:
             ep.close()
-            os.close(fd)
 
     # --- teardown -----------------------------------------------------------------------------
 
@@ -347,10 +341,34 @@ class ChildCgroup:
         return True
 
 
-HOLD_TURNS = 8
-"""Turns of the event loop after which a freeze not yet settled is waited for (`_HoldFiles`)."""
-HOLD_POLL = 0.001
-"""The longest a settling freeze goes unread: its announcement can come late (`_HoldFiles`)."""
+SETTLE_TURNS = 8
+"""Turns of the event loop after which a state not yet reached is waited for (`_until`)."""
+SETTLE_POLL = 0.001
+"""The longest a state awaited goes unread: its announcement can come late (`_until`)."""
+
+
+async def _until(events: int, epoll: select.epoll, line: bytes) -> None:
+    """Return once the `cgroup.events` open as `events` (and registered in `epoll` for
+    `POLLPRI`) holds `line`, or cannot be read.
+
+    The file is read again rather than only waited on: the kernel sets a state (`frozen 1`,
+    `populated 0`) the moment it is reached, but announces the change from a work queue, which
+    a busy host runs late — 5 to 15 ms in a tenth of the freezes on a loaded 2-core host,
+    against ≈ 20 µs for the state itself. So the state is read after each of a few turns of
+    the event loop (the processes need a CPU to freeze or die on meanwhile), then at least
+    every `SETTLE_POLL` seconds, or sooner when the announcement comes."""
+    try:
+        turns = 0
+        while line not in os.pread(events, 4096, 0):
+            if turns < SETTLE_TURNS:
+                turns += 1
+                await anyio.lowlevel.checkpoint()
+                continue
+            with anyio.move_on_after(SETTLE_POLL):
+                await anyio.wait_readable(epoll.fileno())
+            epoll.poll(0)
+    except OSError:
+        return
 
 
 class _HoldFiles:
@@ -376,27 +394,8 @@ class _HoldFiles:
             return False
 
     async def wait_for(self, line: bytes) -> None:
-        """Return once `cgroup.events` holds `line` (or cannot be read).
-
-        The file is read again rather than only waited on: the kernel sets the state the
-        moment the last member freezes, but announces the change (`POLLPRI`, see
-        `wait_empty`) from a work queue, which a busy host runs late — 5 to 15 ms in a tenth of
-        the freezes on a loaded 2-core host, against ≈ 20 µs for the state itself. So the
-        state is read after each of a few turns of the event loop (the frozen child needs a
-        CPU to stop on meanwhile), then at least every `HOLD_POLL` seconds, or sooner when
-        the announcement comes."""
-        try:
-            turns = 0
-            while line not in os.pread(self.events, 4096, 0):
-                if turns < HOLD_TURNS:
-                    turns += 1
-                    await anyio.lowlevel.checkpoint()
-                    continue
-                with anyio.move_on_after(HOLD_POLL):
-                    await anyio.wait_readable(self.epoll.fileno())
-                self.epoll.poll(0)
-        except OSError:
-            return
+        """Return once `cgroup.events` holds `line` (or cannot be read)."""
+        await _until(self.events, self.epoll, line)
 
     def close(self) -> None:
         self.epoll.close()
