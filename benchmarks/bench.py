@@ -38,6 +38,7 @@ import anyio
 import msgspec
 import psutil
 
+from benchmarks.fanout import fanout_group
 from benchmarks.followup import follow_up_group
 from benchmarks.providers import providers_group
 from benchmarks.report import SOAK_HEADING, Figure, Results, render, section, with_section
@@ -126,6 +127,10 @@ class Plan:
     """Rounds of the cold-resume figures (one sample of each per round)."""
     traced_runs: int = 20
     """Rounds of the traces group (one traced and one untraced run each)."""
+    fanouts: int = 5
+    """Rounds of the fan-out group (one delegated fan-out and one bare one each)."""
+    fanout: int = 32
+    """Task calls in the orchestrator's one turn (and bare runs started together)."""
     ray_children: int = 256
     ray_runs: int = 15
     fleet: int = 256
@@ -159,6 +164,8 @@ class Plan:
             follow_ups=4,
             resumes=2,
             traced_runs=2,
+            fanouts=1,
+            fanout=4,
             ray_children=4,
             ray_runs=2,
             fleet=8,
@@ -1926,6 +1933,7 @@ async def measure(res: Results, p: Plan) -> None:
                 "follow-up round trip",
                 lambda: follow_up_group(res, p.rounds, max(1, p.follow_ups // p.rounds), ws),
             ),
+            ("fan-out", lambda: fanout_group(res, p.fanouts, ws, p.fanout)),
             ("providers", lambda: providers_group(res, p.whole_runs, ws)),
             ("traces", lambda: traces_group(res, p.traced_runs)),
         ]

@@ -182,6 +182,11 @@ TARGETS = [
         _relative("tether.follow_up_message", "floor.acp_prompt", 1.0, True),
     ),
     Target(
+        "fanout",
+        f"32 task calls in one turn ≤ 1.25{X} 32 bare runs of the same sub-agents started together",
+        _relative("tether.fanout", "context.fanout_bare", 1.25, True),
+    ),
+    Target(
         "transfer_p2c",
         "1 MiB parent → child ≥ 60% of raw pipe throughput",
         _relative("tether.transfer_p2c", "floor.transfer_p2c", 0.6, False),

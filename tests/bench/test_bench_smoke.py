@@ -83,6 +83,9 @@ FIGURES = {
     "context.follow_up_unstored",
     "context.fresh_run",
     "floor.acp_prompt",
+    "context.fanout_bare",
+    "tether.fanout",
+    "tether.fanout_rate",
     "tether.follow_up_message",
     "floor.provider_python",
     "floor.acp_import",
@@ -128,6 +131,7 @@ TARGETS = [
     "acquire",
     "traced",
     "a follow-up to a live run",
+    "task calls in one turn",
 ]
 
 
