@@ -35,7 +35,7 @@ import contextvars
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
@@ -66,6 +66,7 @@ from tether.protocol.messages import (
 from tether.protocol.methods import AGENT_EVENT, MODEL_COMPLETE, TOOL_APPROVE, TOOL_CALL
 
 if TYPE_CHECKING:
+    from tether.child.heartbeats import Heartbeats
     from tether.wire import Endpoint
 
 log = logging.getLogger("tether.child")
@@ -147,9 +148,12 @@ class AgentContext:
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
         runtime_tools: ToolRegistry | None = None,
         emit_lock: anyio.Lock | None = None,
+        beats: Heartbeats | None = None,
     ) -> None:
         """`emit_lock`: one the run table shares among its runs (all their events go down one
-        pipe anyway, and it is held only while a write waits); a lock of its own otherwise."""
+        pipe anyway, and it is held only while a write waits); a lock of its own otherwise.
+        `beats`: the child's one heartbeat task (`heartbeats.py`); without it each wait beats
+        from a task of its own."""
         self.params = params
         self._workspace = workspace
         self.tools = tools
@@ -159,6 +163,7 @@ class AgentContext:
         self._peer = peer
         self._parent = parent_capabilities
         self._heartbeat_seconds = heartbeat_seconds
+        self._beats = beats
         self._seq = 0
         # Held while a seq is taken and its event written, so seq order is wire order even
         # when the heartbeat task and the loop emit at the same moment.
@@ -297,10 +302,15 @@ class AgentContext:
             )
         return result
 
-    @asynccontextmanager
-    async def heartbeats(self, waiting_for: str) -> AsyncIterator[None]:
+    def heartbeats(self, waiting_for: str) -> AbstractAsyncContextManager[None]:
         """Emit a `heartbeat` event every few seconds while the body runs, so the parent can
         tell a slow turn or tool from a wedged child."""
+        if self._beats is not None:
+            return self._beats.waiting(self, waiting_for)
+        return self._own_heartbeats(waiting_for)
+
+    @asynccontextmanager
+    async def _own_heartbeats(self, waiting_for: str) -> AsyncIterator[None]:
         failed: Exception | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._beat, waiting_for)

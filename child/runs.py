@@ -26,6 +26,7 @@ from tether.child.agent import (
     NeedsInput,
     RunProgress,
 )
+from tether.child.heartbeats import Heartbeats
 from tether.child.loop import AgentLoop
 from tether.child.tools import ToolRegistry
 from tether.child.workspace import Workspace
@@ -74,8 +75,11 @@ class RunTable:
         tools: ToolRegistry,
         *,
         agent_factory: AgentFactory = default_agent,
+        beats: Heartbeats | None = None,
     ) -> None:
+        """`beats`: the child's heartbeat task, shared by every run's waits."""
         self._peer = peer
+        self._beats = beats
         self._tools = tools
         self._agent_factory = agent_factory
         self._live: dict[str, _Live] = {}
@@ -177,6 +181,7 @@ class RunTable:
             parent_capabilities=self.parent_capabilities,
             runtime_tools=self._tools,
             emit_lock=self._emit_lock,
+            beats=self._beats,
         )
         agent = self._agent_factory(params)
         outcome = await self._activate(params, ctx, live, lambda: agent.run(ctx), started=True)

@@ -105,6 +105,7 @@ async def serve_streams(
             session.stop(EXIT_OK)
 
     async with anyio.create_task_group() as tg:
+        session.tasks = tg
         tg.start_soon(read)
         await session.stopped.wait()
         if arm_backstop:

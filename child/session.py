@@ -47,11 +47,13 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 
 from tether.child import dispatch
 from tether.child.errors import not_initialized
 from tether.protocol import PROTOCOL_VERSION, SUPPORTED_VERSIONS, ErrorCode, WireError
 from tether.protocol.messages import (
+    HEARTBEAT_SECONDS,
     AgentCancelParams,
     AgentMessageParams,
     AgentRunParams,
@@ -123,6 +125,8 @@ class Session:
         self.exit_code: int | None = None
         """Set once the child must stop; `stopped` fires at the same moment."""
         self.stopped = anyio.Event()
+        self.tasks: anyio.abc.TaskGroup | None = None
+        """The server's task group: the runs' heartbeat task is started in it (`runs`)."""
 
     def attach(self, endpoint: Endpoint) -> None:
         """The wire this session answers on, and asks the parent through."""
@@ -137,14 +141,22 @@ class Session:
     def runs(self) -> RunTable:
         """The run table, created (and the agent machinery imported) on first use."""
         if self._runs is None:
+            from tether.child.heartbeats import Heartbeats
             from tether.child.runs import RunTable, default_agent
             from tether.child.tools import default_tools
 
             tools = self._tools if self._tools is not None else default_tools()
             self._tools = tools
             assert self._endpoint is not None
+            beats = None
+            if self.tasks is not None:
+                beats = Heartbeats(HEARTBEAT_SECONDS)
+                self.tasks.start_soon(beats.run)
             self._runs = RunTable(
-                self._endpoint, tools, agent_factory=self._agent_factory or default_agent
+                self._endpoint,
+                tools,
+                agent_factory=self._agent_factory or default_agent,
+                beats=beats,
             )
             if self._parent_capabilities is not None:
                 self._runs.parent_capabilities = self._parent_capabilities
