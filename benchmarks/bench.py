@@ -24,6 +24,7 @@ import datetime as dt
 import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -127,6 +128,11 @@ class Plan:
     """Rounds of the cold-resume figures (one sample of each per round)."""
     traced_runs: int = 20
     """Rounds of the traces group (one traced and one untraced run each)."""
+    broker_children: int = 256
+    """Live children asking for model turns at once (`broker_group`)."""
+    broker_phases: int = 3
+    broker_seconds: float = 2.0
+    broker_pings: int = 20
     fanouts: int = 5
     """Rounds of the fan-out group (one delegated fan-out and one bare one each)."""
     fanout: int = 32
@@ -166,6 +172,10 @@ class Plan:
             traced_runs=2,
             fanouts=1,
             fanout=4,
+            broker_children=8,
+            broker_phases=2,
+            broker_seconds=0.3,
+            broker_pings=5,
             ray_children=4,
             ray_runs=2,
             fleet=8,
@@ -1543,6 +1553,82 @@ def fleet_group(res: Results, p: Plan) -> None:
 # --- many children at once ----------------------------------------------------------------------
 
 
+def broker_group(res: Results, p: Plan) -> None:
+    """`benchmarks/broker_load.py` in a process of its own: the broker under load."""
+    n, phases, seconds = p.broker_children, p.broker_phases, p.broker_seconds
+    argv = ["--children", str(n), "--phases", str(phases), "--seconds", str(seconds)]
+    argv += ["--pings", str(p.broker_pings)]
+    out = subprocess.run(
+        [PY, "-m", "benchmarks.broker_load", *argv],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300 + phases * seconds,
+    )
+    got: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    ping = [[us / 1000 for us in phase] for phase in got["ping_us"]]
+    turn = [[us / 1000 for us in phase] for phase in got["turn_us"]]
+    median = [statistics.median(x) for x in ping], [statistics.median(x) for x in turn]
+    res.add(
+        Figure(
+            "context.load_ping_p50",
+            f"`ping` across {n} live children, all at once: p50",
+            "ms",
+            median[0],
+            f"the children of the broker figure, idle at a gate, each pinged "
+            f"{p.broker_pings} times by a task of its own, all at once ({n} requests in flight, "
+            "as in the load); the median of each phase's round trips (one sample per phase)",
+        )
+    )
+    res.add(
+        Figure(
+            "context.load_ping_p99",
+            f"`ping` across {n} live children, all at once: p99",
+            "ms",
+            [_p99(x) for x in ping],
+            "as the p50: each phase's 99th percentile",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.broker_p50",
+            f"model turn round trip, {n} children asking at once: p50",
+            "ms",
+            median[1],
+            f"`benchmarks/broker_load.py`: {n} runs of `benchmarks/children/loop_agent.py` in one "
+            "`Supervisor` (the defaults: the zygote, the sandbox), each asking the parent for "
+            f"model turns one after another for {seconds:g} s per phase ({phases} phases), a "
+            "model that answers at once; each turn timed by its child around "
+            "`AgentContext.complete_model` (the request, the parent's reader, the broker's "
+            "admission and count, the model, the answer): all of it the parent's and the "
+            "wire's but the child's own runtime; the median of each phase's turns (one sample "
+            "per phase)",
+            floor="context.load_ping_p50",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.broker_p99",
+            f"model turn round trip, {n} children asking at once: p99",
+            "ms",
+            [_p99(x) for x in turn],
+            "as the p50: each phase's 99th percentile",
+            floor="context.load_ping_p99",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.broker_turns",
+            f"model turns served per second, {n} children asking at once",
+            "turns/s",
+            got["turns_per_s"],
+            "per phase: the turns the parent's model served, over the time from the first to "
+            f"the last of them ({', '.join(str(t) for t in got['turns'])} turns)",
+        )
+    )
+
+
 def floor_swarm(n: int) -> float:
     t0 = time.perf_counter_ns()
     with contextlib.ExitStack() as stack:
@@ -1967,6 +2053,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not plan.only or "live children through the zygote" in plan.only:
         print("== live children through the zygote", flush=True)
         fleet_group(res, plan)
+    if not plan.only or "the broker under load" in plan.only:
+        print("== the broker under load", flush=True)
+        broker_group(res, plan)
     if not plan.only or "many children at once" in plan.only:
         print("== many children at once", flush=True)
         swarm_group(res, plan)

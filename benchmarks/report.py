@@ -254,6 +254,11 @@ TARGETS = [
         _absolute("tether.fleet_ping_p99", 5.0, True),
     ),
     Target(
+        "broker",
+        f"256 children asking for model turns at once: p99 ≤ 2{X} the `ping` p99 across them",
+        _relative("tether.broker_p99", "context.load_ping_p99", 2.0, True),
+    ),
+    Target(
         "fleet_uss",
         "256 live children: USS ≤ 8 MiB per child",
         _absolute("tether.fleet_uss", 8.0, True),

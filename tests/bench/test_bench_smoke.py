@@ -83,6 +83,11 @@ FIGURES = {
     "context.follow_up_unstored",
     "context.fresh_run",
     "floor.acp_prompt",
+    "context.load_ping_p50",
+    "context.load_ping_p99",
+    "tether.broker_p50",
+    "tether.broker_p99",
+    "tether.broker_turns",
     "context.fanout_bare",
     "tether.fanout",
     "tether.fanout_rate",
@@ -132,6 +137,7 @@ TARGETS = [
     "traced",
     "a follow-up to a live run",
     "task calls in one turn",
+    "asking for model turns at once",
 ]
 
 
