@@ -165,12 +165,13 @@ class Plan:
         self.cwd = cwd
         self.seccomp = seccomp
         self.network = dict(network) if network else None
-        """`None`: no network at all (tether's own children). For a foreign agent that must
-        reach the model gateway: `{"port": P, "channel": FD}` — a private network namespace
-        whose only listener is the gateway's socket on 127.0.0.1:P, made inside and sent to
-        the parent over the inherited UNIX socket FD (`netns.py`); without `channel` (a
-        supervisor that cannot make one), the host's network with TCP connect to port P
-        only. Either way the seccomp filter's `inet` variant and a Landlock rule for P."""
+        """`None`: no network at all (the default). For a child that must reach listeners
+        the parent serves (a foreign agent's model gateway, a run's egress proxy):
+        `{"ports": [P, ...], "channel": FD}` — a private network namespace whose only
+        listeners are sockets on 127.0.0.1 at those ports, made inside and sent to the parent
+        over the inherited UNIX socket FD (`netns.py`); without `channel` (a supervisor that
+        cannot make one), the host's network with TCP connect to those ports only. Either way
+        the seccomp filter's `inet` variant and a Landlock rule per port."""
         self.workspace_read_only = workspace_read_only
         """The workspace is granted read only (a foreign agent in explore mode: its own
         tools must not write there either)."""

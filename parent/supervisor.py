@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tether.parent.agents.service import AgentHandle, Agents
     from tether.parent.agents.sessions import AgentSummary
     from tether.parent.delegation.orchestrator import Orchestration
+    from tether.parent.egress.seat import EgressOptions
 
 
 class Supervisor(SupervisorCore):
@@ -32,10 +33,12 @@ class Supervisor(SupervisorCore):
         *,
         pool: PoolSpec | None = None,
         state_dir: str | os.PathLike[str] | None = None,
+        egress: EgressOptions | None = None,
     ) -> None:
         """`state_dir`: where continuable agents' sessions are stored (default
-        `$XDG_STATE_HOME/tether`); opened on first use of `spawn_agent` and the like."""
-        super().__init__(config, pool=pool)
+        `$XDG_STATE_HOME/tether`); opened on first use of `spawn_agent` and the like;
+        `egress`: see `SupervisorCore`."""
+        super().__init__(config, pool=pool, egress=egress)
         self._state_dir = state_dir
         self._agents: Agents | None = None
 

@@ -283,6 +283,7 @@ FailureKind = Literal[
     "budget_exhausted",
     "agent_error",
     "placement_lost",
+    "net_limit",
 ]
 FAILURE_KINDS: tuple[str, ...] = FailureKind.__args__  # type: ignore[attr-defined]
 
@@ -309,6 +310,41 @@ RunStatus = Literal["completed", "aborted", "error", "needs_input"]
 IsolationLevel = Literal["sandbox", "process", "none"]
 
 
+class NetDenial(Wire, frozen=True):
+    """One request the run's egress proxy refused."""
+
+    host: str
+    port: int
+    reason: str
+
+
+class NetworkReport(Wire, frozen=True):
+    """A run's network: its policy, and what its egress proxy let through and refused (filled
+    in by the parent; the counts so far, for a continuable run's follow-up)."""
+
+    policy: Literal["none", "allowlist"] = "none"
+    """`none`: no network at all (the default); `allowlist`: the destinations in `allow`,
+    through the run's egress proxy in the parent."""
+    allow: list[str] = field(default_factory=list)
+    """The allowlist, `host:ports` each (a credential's header and variable named, never its
+    value; `within ...` for an orchestration's bound)."""
+    enforced: Literal["namespace", "port", "none"] | None = None
+    """How the child was kept to the proxy: `namespace` (a private network namespace whose
+    one listener is the proxy's: a root supervisor), `port` (Landlock lets it connect to the
+    proxy's port only, on any address: no root), `none` (process level: the proxy is offered,
+    nothing keeps the child to it)."""
+    allowed: int = 0
+    """Tunnels and requests relayed."""
+    denied: int = 0
+    bytes_up: int = 0
+    bytes_down: int = 0
+    denials: list[NetDenial] = field(default_factory=list)
+    """The first 16 refusals (every one is a `net.denied` event)."""
+    limits_hit: list[str] = field(default_factory=list)
+    """The run's network limits it reached (`net_connections=32`: a connection refused;
+    `net_bytes_down=...`: the run ended as `net_limit`)."""
+
+
 class Isolation(Wire, frozen=True):
     """How the parent isolated a run's child (filled in by the parent)."""
 
@@ -322,6 +358,8 @@ class Isolation(Wire, frozen=True):
     warning: str | None = None
     """Why the level is weaker than `sandbox`, when `auto` had to settle for less, or the run
     had none."""
+    network: NetworkReport = field(default_factory=NetworkReport)
+    """The run's network policy and what its egress proxy did."""
 
 
 class RunResult(Wire, frozen=True):

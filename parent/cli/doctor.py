@@ -75,6 +75,27 @@ def _isolation() -> dict[str, Any]:
     return out
 
 
+def _network() -> dict[str, Any]:
+    """How a run with a network policy is kept to its egress proxy here, and whether
+    credentials can be added at the proxy."""
+    import importlib.util
+
+    got = probe_host()
+    out: dict[str, Any] = {"default": "none"}
+    if got.why_not is not None:
+        out["enforced"] = "none"
+        out["why"] = "no sandbox here: the proxy is offered to the child, nothing keeps it there"
+    elif got.root:
+        out["enforced"] = "namespace"
+    else:
+        out["enforced"] = "port"
+    spec = importlib.util.find_spec("cryptography")
+    out["credentials"] = spec is not None
+    if spec is None:
+        out["credentialsWhy"] = "the cryptography package is not installed"
+    return out
+
+
 def _pidfd() -> dict[str, Any]:
     try:
         fd = os.pidfd_open(os.getpid())
@@ -181,6 +202,7 @@ def report(agents: str | None = None) -> dict[str, Any]:
         "bwrap": _bwrap(),
         "landlock": _landlock(),
         "isolation": _isolation(),
+        "network": _network(),
         "pidfd": _pidfd(),
         "subreaper": _subreaper(),
         "keeper": {"available": KEEPER.exists(), "script": str(KEEPER)},
@@ -237,6 +259,26 @@ def render(r: dict[str, Any]) -> str:
     else:
         lines.append(f"isolation: auto picks PROCESS ONLY: WARNING: {iso['warning']}")
         lines.append(f"  why: {iso['why']}")
+    net = r["network"]
+    how = {
+        "namespace": "kept to it by a private network namespace whose one listener is the "
+        "proxy's (no route, no resolver, no other port)",
+        "port": "kept to it by the Landlock port rule (the proxy's port only, but on any "
+        "address: not root, so no private network namespace)",
+        "none": "NOT enforced here: " + str(net.get("why", "")),
+    }[net["enforced"]]
+    lines.append(
+        "network: none by default; --allow-net HOST[:PORT] sends a run through its own egress "
+        f"proxy, {how}"
+    )
+    lines.append(
+        "  credentials (--net-credential): "
+        + (
+            "added at the proxy behind a per-run CA, never in the child"
+            if net["credentials"]
+            else f"not available: {net['credentialsWhy']}"
+        )
+    )
     lines.append("pidfd: " + ("yes" if r["pidfd"]["available"] else "no"))
     lines.append("subreaper: " + ("yes" if r["subreaper"]["available"] else "no"))
     lines.append("keeper: " + ("yes" if r["keeper"]["available"] else "missing"))

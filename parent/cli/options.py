@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from tether.parent.egress.policy import NetworkPolicy, credential_flag, with_credentials
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.host import TIERS
 from tether.parent.process.launchers import launcher_usages
@@ -59,6 +60,24 @@ def add_isolation_options(p: argparse.ArgumentParser) -> None:
         help="let a sandboxed child write the workspace's .git/config and .git/hooks, which "
         "git runs from on your next git command (refused by default)",
     )
+    p.add_argument(
+        "--allow-net",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="let the run reach HOST (*.DOMAIN for its subdomains; PORT 443 unless given, or "
+        "80,443 or 8000-8100) through its egress proxy; repeatable. Without it a child has no "
+        "network at all",
+    )
+    p.add_argument(
+        "--net-credential",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]=[HEADER:]ENV",
+        help="add a header to every request to HOST at the proxy, its value from your "
+        "environment variable ENV (Authorization: Bearer $ENV without HEADER); the child never "
+        "sees it. Implies --allow-net HOST[:PORT]; repeatable",
+    )
 
 
 def limits_from(args: argparse.Namespace) -> Limits:
@@ -82,7 +101,23 @@ def config_from(args: argparse.Namespace) -> ChildConfig:
         containment=args.containment,
         isolation=args.isolation,
         allow_git_config=args.allow_git_config,
+        network=network_from(args),
     )
+
+
+def network_from(args: argparse.Namespace) -> NetworkPolicy:
+    """`--allow-net` and `--net-credential` as the run's policy; an error names the flag."""
+    credentials = []
+    for text in args.net_credential:
+        try:
+            credentials.append(credential_flag(text))
+        except ValueError as exc:
+            raise UsageError(f"--net-credential: {exc}") from None
+    try:
+        allow = with_credentials(args.allow_net, credentials)
+    except ValueError as exc:
+        raise UsageError(f"--allow-net: {exc}") from None
+    return NetworkPolicy(allow)
 
 
 def absolute_if_here(arg: str) -> str:

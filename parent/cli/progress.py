@@ -2,10 +2,10 @@
 
 One line per event worth a person's attention: the child started (pid, launcher, command),
 each model turn, each tool call and its result — a refused or failed call says so, with the
-reason — what the agent said, compactions, reports, and a heartbeat line while a model turn,
-an approval or a tool call is still pending (so a long wait is visibly alive); then the end of
-the run with its duration. Everything the child wrote is cleaned for the terminal
-(`terminal.clean`) and cut to one line.
+reason — what the agent said, compactions, reports, each decision of the run's egress proxy,
+and a heartbeat line while a model turn, an approval or a tool call is still pending (so a
+long wait is visibly alive); then the end of the run with its duration. Everything the child
+wrote is cleaned for the terminal (`terminal.clean`) and cut to one line.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 import msgspec
 
+from tether.parent.egress.events import NetEvent
 from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.run.terminal import clean
 
@@ -43,6 +44,11 @@ def describe(ev: Event) -> str | None:
         return f"tether: run {ev.run_id} {how}{took}"
     if isinstance(ev, ChildEvent):
         return _child_event(ev.kind, ev.data)
+    if isinstance(ev, NetEvent):
+        where = line(f"{ev.host}:{ev.port}" if ev.host else "a connection")
+        if ev.kind == "net.denied":
+            return f"  ! net: refused {where}: {line(ev.reason, PREVIEW)}"
+        return f"  net: {where} ({ev.via}, {ev.bytes_up} B up, {ev.bytes_down} B down)"
     return None  # a delegation's sub-agent events: `tether orchestrate` shows those
 
 

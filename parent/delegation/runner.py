@@ -30,9 +30,10 @@ one `RunRequest`:
    a cold resume and the ledger bills. A model that cannot be built is a `spawn_failed` result;
 5. the run: one `RunSpec` — the wire definition the gate prepared (sub-agent system prompt,
    mode, step limit, token cap), the fork history, the label as the run's description, the
-   run id the gate minted, the tree's budget (its broker reserves every turn against it), and
-   *no parent tools*: a sub-agent's model has no `task` tool, and a child that asks the parent
-   for one anyway is refused by the broker (no nesting);
+   run id the gate minted, the tree's budget (its broker reserves every turn against it), the
+   child config with the definition's `network` narrowing the delegation's policy (never
+   widening it), and *no parent tools*: a sub-agent's model has no `task` tool, and a child
+   that asks the parent for one anyway is refused by the broker (no nesting);
 6. progress: each of the child's events is relayed through `request.progress`;
 7. the tree budget: when it becomes spent, every run this runner has live is ended as
    `budget_exhausted` (`RunHandle.exhaust`); their results come back to the gate and the
@@ -45,6 +46,7 @@ The `RunResult` handed back is the supervisor's: usage and step count are the br
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -162,6 +164,10 @@ class SupervisorRunner:
         request.facts.model = model.name if isinstance(model, NamedModel) else None
         request.facts.metered = request.budget is not None
         request.facts.run_id = request.run_id
+        try:
+            config = self.config_for(request)
+        except ValueError as exc:
+            return _failed(f"the sub-agent's network cannot be used: {exc}")
 
         return RunSpec(
             prompt=request.prompt,
@@ -170,7 +176,7 @@ class SupervisorRunner:
             model=model,
             limits=self.limits,
             description=request.label,
-            config=self.config,
+            config=config,
             history=request.history,
             on_event=_Relay(request),
             provider=request.definition.provider,
@@ -178,6 +184,15 @@ class SupervisorRunner:
             budgets=(request.budget,) if request.budget is not None else (),
             labels={"toolCallId": request.tool_call_id, "subagentId": request.subagent_id},
         )
+
+    def config_for(self, request: RunRequest) -> ChildConfig | None:
+        """The sub-agent's child config: the delegation's (or the supervisor's), its network
+        narrowed by the definition's own `network` (at most what the orchestration allows)."""
+        entries = request.definition.network_entries()
+        if entries is None:
+            return self.config
+        base = self.config or self.sup.config
+        return dataclasses.replace(base, network=base.network_policy.narrowed(entries))
 
     async def spawn(self, request: RunRequest) -> RunResult:
         """Run the sub-agent once through the supervisor's provider its definition names."""

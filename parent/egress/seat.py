@@ -15,8 +15,8 @@ listener the sandbox made in the child's private namespace, handed to `serve()`,
 port of the run's own (`listen_loopback()`). `child_env(port)` is what the child's environment
 gets for a proxy at 127.0.0.1:`port`: the proxy variables every HTTP client reads (upper and
 lower case: libcurl, hence git, reads `http_proxy` in lower case only), pip's and npm's own,
-`NO_PROXY` for loopback (a foreign agent's model gateway lives there), and with a credential
-the trust file for OpenSSL, requests, curl, pip, Node and git.
+`NO_PROXY` empty (a foreign agent's: loopback, where its model gateway lives), and with a
+credential the trust file for OpenSSL, requests, curl, pip, Node and git.
 
 When the context ends (the child is gone), the proxy is revoked — its listeners closed, every
 connection cut, a late request refused — the CA's keys dropped, and the directory removed.
@@ -29,7 +29,7 @@ import shutil
 import socket
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -49,7 +49,8 @@ PROXY_VARIABLES = (
     "npm_config_https_proxy",
 )
 """Each is set to the run's proxy URL."""
-NO_PROXY = "localhost,127.0.0.1,::1"
+LOOPBACK = ("127.0.0.1", "localhost")
+"""What a foreign agent reaches without the proxy: its model gateway."""
 TRUST_VARIABLES = (
     "SSL_CERT_FILE",
     "REQUESTS_CA_BUNDLE",
@@ -130,12 +131,14 @@ class RunEgress:
     async def listen_loopback(self) -> int:
         return await self.proxy.listen_loopback()
 
-    def child_env(self, port: int) -> dict[str, str]:
+    def child_env(self, port: int, direct: Sequence[str] = ()) -> dict[str, str]:
         """The variables that send the child's HTTP clients through the proxy at
-        127.0.0.1:`port` (see the module docstring)."""
+        127.0.0.1:`port` (see the module docstring); `direct`: hosts they reach without it
+        (`NO_PROXY`: a foreign agent's model gateway on loopback), none by default, so that
+        even an explicitly listed loopback destination goes through the proxy."""
         url = f"http://127.0.0.1:{port}"
         env = dict.fromkeys(PROXY_VARIABLES, url)
-        env["NO_PROXY"] = env["no_proxy"] = NO_PROXY
+        env["NO_PROXY"] = env["no_proxy"] = ",".join(direct)
         trust = self.trust_file
         if trust is not None:
             env.update(dict.fromkeys(TRUST_VARIABLES, trust))

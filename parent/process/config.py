@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.parent.egress.policy import NONE, Destination, NetworkPolicy, policy_of
 from tether.parent.process.host import Host
 from tether.parent.process.launchers import Launcher
 from tether.parent.process.limits import DisposePolicy, Limits
@@ -66,6 +67,20 @@ class ChildConfig:
     next `git status` or `git checkout`, outside every sandbox. Ordinary git use (`init`,
     `add`, `commit`, `branch`, `checkout`) needs no opt-in; `git config`, `git remote add`
     and `git submodule add` do. Changes there are listed in `sensitiveChanges` either way."""
+    network: NetworkPolicy | Sequence[str | Destination] | str | None = NONE
+    """The run's network: `"none"` (the default: no network at all), or an allowlist of
+    destinations (`["pypi.org", "*.example.com:80,443", "10.0.0.5:8080"]`, or a
+    `NetworkPolicy` with limits and credentials) reached through the run's egress proxy in the
+    parent (`tether.parent.egress`); stored as a `NetworkPolicy` (`network_policy`)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "network", policy_of(self.network))
+
+    @property
+    def network_policy(self) -> NetworkPolicy:
+        """`network`, as the `NetworkPolicy` it was made into."""
+        assert isinstance(self.network, NetworkPolicy)
+        return self.network
 
 
 @dataclass(frozen=True)
@@ -100,6 +115,7 @@ def pool_key(
         tuple(cfg.read_paths),
         tuple(cfg.deny_paths),
         cfg.allow_git_config,
+        tuple(cfg.network_policy.describe()),
         tuple(cfg.command),
         tuple(cfg.pass_env),
         tuple(sorted(cfg.env.items())),

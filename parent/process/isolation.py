@@ -61,6 +61,7 @@ from tether.contain.plan import (
     Plan,
     system_reads,
 )
+from tether.parent.process.private_network import PrivateNetwork
 from tether.protocol.messages import IsolationLevel
 
 LEVELS = ("sandbox", "process")
@@ -111,24 +112,6 @@ class Choice:
     level: IsolationLevel
     warning: str | None = None
     """Why the level is weaker than `sandbox`, when `auto` had to settle for less."""
-
-
-@dataclass(frozen=True)
-class GatewayNetwork:
-    """A sandboxed foreign agent's one network destination, the model gateway (see
-    `tether.contain.netns`): `channel` set, a private network namespace whose only listener
-    is the gateway's socket on 127.0.0.1:`port`, made inside and sent back over the inherited
-    UNIX socket `channel`; `channel` `None` (no namespace can be made), the host's network
-    with TCP connect to `port` only."""
-
-    port: int
-    channel: int | None = None
-
-    def to_json(self) -> dict[str, int]:
-        out = {"port": self.port}
-        if self.channel is not None:
-            out["channel"] = self.channel
-        return out
 
 
 @dataclass
@@ -516,7 +499,7 @@ def plan_for(
     read_paths: Sequence[str] = (),
     inside_launcher: bool = False,
     interpreter: bool = True,
-    network: GatewayNetwork | None = None,
+    network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
     deny_paths: Sequence[str] = (),
     allow_git_config: bool = False,
@@ -524,7 +507,8 @@ def plan_for(
     """The plan for one child at `level`. `inside_launcher`: the sandbox is applied inside a
     launcher that made its own mount namespace and user (bwrap), so it adds Landlock, seccomp
     and no_new_privs only. `interpreter=False` leaves Python's own paths out (the probe).
-    `network`: a foreign agent's way to the model gateway (`GatewayNetwork`);
+    `network`: the listeners of the parent's the child may reach (a foreign agent's model
+    gateway, a run's egress proxy: `PrivateNetwork`);
     `workspace_read_only`: the workspace is granted read only; `deny_paths`: directories the
     child must never reach (`ChildConfig.deny_paths`): covered by the private mounts where
     there are some, refused by `deny_problem` when the run is planned where there are not;
@@ -660,7 +644,7 @@ def isolation_setup(
     sandbox_user: tuple[int, int] | None = None,
     read_paths: Sequence[str] = (),
     launcher: object | None = None,
-    network: GatewayNetwork | None = None,
+    network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
     deny_paths: Sequence[str] = (),
     allow_git_config: bool = False,

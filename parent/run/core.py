@@ -73,6 +73,7 @@ from tether.parent.run.spec import EventCallback, RunSpec, spec_of
 from tether.protocol.messages import RunResult
 
 if TYPE_CHECKING:
+    from tether.parent.egress.seat import EgressOptions
     from tether.parent.gateway import Gateway
 
 
@@ -81,10 +82,19 @@ class SupervisorCore:
     gateway. `tether.parent.Supervisor` is this plus continuable agents and orchestration;
     use it as `async with Supervisor() as sup:`."""
 
-    def __init__(self, config: ChildConfig | None = None, *, pool: PoolSpec | None = None) -> None:
+    def __init__(
+        self,
+        config: ChildConfig | None = None,
+        *,
+        pool: PoolSpec | None = None,
+        egress: EgressOptions | None = None,
+    ) -> None:
         """`config`: how children are started and taken down unless a run says otherwise;
-        `pool`: keep initialized children ready (`PoolSpec`)."""
+        `pool`: keep initialized children ready (`PoolSpec`); `egress`: how the egress
+        proxies of runs with a network policy resolve names and verify servers (default:
+        the host's resolver and trusted CAs; see `tether.parent.egress.seat`)."""
         self.config = config or ChildConfig()
+        self._egress = egress
         self._pool: WarmPool | None = None
         self._tg: TaskGroup | None = None
         self._live: dict[int, SupervisedProcess] = {}
@@ -108,6 +118,12 @@ class SupervisorCore:
             cfg = pool.config or self.config
             if not isinstance(resolve_launcher(cfg.launcher), Local):
                 raise ValueError("a pool holds local children only (launcher='local')")
+            if not cfg.network_policy.none:
+                raise ValueError(
+                    "a pool's children have no network: a run with a network policy gets a "
+                    "child and an egress proxy of its own (leave network out of the pool's "
+                    "config)"
+                )
             check_spawner(cfg)
             choice = choose_level(cfg.isolation)
             workspace = None
@@ -220,6 +236,12 @@ class SupervisorCore:
                 handle.abort()
                 await handle.wait()
             raise
+
+    @property
+    def egress_options(self) -> EgressOptions | None:
+        """How the egress proxies of this supervisor's runs reach the world (`None`: the
+        host's resolver and trusted CAs)."""
+        return self._egress
 
     async def gateway(self) -> Gateway:
         """The model gateway foreign agents of this supervisor call with their capability

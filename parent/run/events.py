@@ -1,6 +1,7 @@
 """What a supervisor tells its listeners: a run started, the child made progress, a run ended;
-and, for an orchestrated run, what its sub-agents do (`subagent.queued`, `.started`,
-`.progress`, `.completed`, from `tether.parent.run.subagent_events`)."""
+for an orchestrated run, what its sub-agents do (`subagent.queued`, `.started`, `.progress`,
+`.completed`, from `tether.parent.run.subagent_events`); and for a run with a network policy,
+each decision of its egress proxy (`net.allowed`, `net.denied`: `tether.parent.egress`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import anyio
 
+from tether.parent.egress.events import NetEvent
 from tether.parent.run.subagent_events import (
     SubagentCompleted,
     SubagentEvent,
@@ -52,11 +54,13 @@ class RunFinished:
     result: RunResult
 
 
-Event = RunStarted | ChildEvent | RunFinished | SubagentEvent
+Event = RunStarted | ChildEvent | RunFinished | SubagentEvent | NetEvent
 
-PROGRESS = (ChildEvent, SubagentProgress, SubagentQueued)
-"""The events a slow consumer may lose: progress, and queue positions (each superseded by the
-next). A run's start and end, and a sub-agent's `started` and `completed`, are never dropped."""
+PROGRESS = (ChildEvent, SubagentProgress, SubagentQueued, NetEvent)
+"""The events a slow consumer may lose: progress, queue positions (each superseded by the
+next), and the egress proxy's decisions (`net.allowed`, `net.denied`; a run's result keeps its
+counts and first denials). A run's start and end, and a sub-agent's `started` and `completed`,
+are never dropped."""
 LIFECYCLE = (RunStarted, RunFinished, SubagentStarted, SubagentCompleted)
 
 

@@ -53,9 +53,10 @@ scopes, so `abort()`, `cancel()` (through the body), budgets and the result work
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
@@ -66,6 +67,12 @@ from tether.parent.process.isolation import probe_host
 from tether.parent.process.launchers import Local, launcher_name, resolve_launcher
 from tether.parent.process.limits import Limits
 from tether.parent.process.pool import Pooled, WarmPool
+from tether.parent.process.private_network import (
+    Channel,
+    PrivateNetwork,
+    open_channel,
+    receive_listeners,
+)
 from tether.parent.process.proc import SpawnError
 from tether.parent.process.spawn import (
     AutoSpawner,
@@ -91,10 +98,14 @@ from tether.protocol.messages import (
     AgentMessageParams,
     AgentRunParams,
     Isolation,
+    NetDenial,
+    NetworkReport,
     RunResult,
 )
 
 if TYPE_CHECKING:
+    from tether.parent.egress.events import NetEvent
+    from tether.parent.egress.seat import EgressOptions, RunEgress
     from tether.parent.gateway import Gateway
 
 IDLE = (
@@ -122,6 +133,9 @@ class RunHost(Protocol):
     def publish(self, event: Event, extra: EventCallback | None = None) -> None: ...
 
     async def gateway(self) -> Gateway: ...
+
+    @property
+    def egress_options(self) -> EgressOptions | None: ...
 
 
 class _Activation:
@@ -197,6 +211,10 @@ class RunHandle:
         """How its child was started (`zygote` or `exec`), once it is spawned."""
         self.spawner_fallback: str | None = None
         """Why the default spawner used exec rather than the zygote for tether's own child."""
+        self.egress: RunEgress | None = None
+        """The run's egress proxy, while its child lives, when its network policy allows
+        anything (`tether.parent.egress`)."""
+        self._enforced: Literal["namespace", "port", "none"] | None = None
 
     # --- public -------------------------------------------------------------------------------
 
@@ -436,10 +454,12 @@ class RunHandle:
         self._first.watch = take(self._params.workspace)
         try:
             with self._outer_scope:
-                if self._body is not None:
-                    observed = await self._drive_body(self._body, observed)
-                else:
-                    observed = await self._spawn_and_drive(observed)
+                async with self._network(observed):
+                    if observed.spawn_error is None:
+                        if self._body is not None:
+                            observed = await self._drive_body(self._body, observed)
+                        else:
+                            observed = await self._spawn_and_drive(observed)
         finally:
             if self._child is not None:
                 observed = self._child.observed  # also when the spawn phase was cut
@@ -455,6 +475,90 @@ class RunHandle:
                 late.done.set()  # never taken: its caller starts a fresh child
             self._gone.set()
             self._pulse()
+
+    @contextlib.asynccontextmanager
+    async def _network(self, observed: Observed) -> AsyncIterator[None]:
+        """The run's egress proxy around its child's life, when its policy allows anything
+        (see `tether.parent.egress.seat`); a credential that went missing since the plan is a
+        spawn failure."""
+        policy = self._config.network_policy
+        if policy.none:
+            yield
+            return
+        from tether.parent.egress.seat import CredentialMissing, open_egress, read_secrets
+
+        try:
+            read_secrets(policy)
+        except CredentialMissing as exc:
+            observed.spawn_error = str(exc)
+            yield
+            return
+        async with open_egress(
+            self.run_id,
+            policy,
+            self._sup.egress_options,
+            on_event=self._net_event,
+            on_limit=self._net_limit,
+        ) as egress:
+            self.egress = egress
+            yield
+
+    def _net_event(self, event: NetEvent) -> None:
+        self._sup.publish(event, self._on_event)
+
+    def _net_limit(self, what: str) -> None:
+        """The egress proxy reached one of the run's network limits and cut everything: the
+        activation in progress ends as `net_limit` (nothing changes once the child has
+        answered)."""
+        act = self._current
+        observed = self._child.observed if self._child is not None else self._body_observed
+        if act is None or observed is None or observed.answered:
+            return
+        observed.net_limit = what
+        if act.drive is not None:
+            act.drive.cancel()
+
+    async def _wire_network(
+        self, egress: RunEgress, cfg: ChildConfig
+    ) -> tuple[ChildConfig, PrivateNetwork | None, Channel | None]:
+        """Where tether's own child reaches the run's proxy: a listener in its private
+        namespace (root), else a loopback port of the run's own, which the sandbox lets it
+        connect to alone (no root) or merely offers (process level). The config gets the
+        proxy's variables and the trust directory."""
+        level = self.isolation.level
+        channel: Channel | None = None
+        network: PrivateNetwork | None = None
+        if level == "sandbox" and probe_host().root:
+            channel = open_channel(1)
+            network = channel.network()
+            port = channel.ports[0]
+            self._enforced = "namespace"
+        else:
+            port = await egress.listen_loopback()
+            if level == "sandbox":
+                network = PrivateNetwork((port,))
+                self._enforced = "port"
+            else:
+                self._enforced = "none"
+        cfg = dataclasses.replace(
+            cfg,
+            env={**cfg.env, **egress.child_env(port)},
+            read_paths=(*cfg.read_paths, *egress.read_paths),
+        )
+        return cfg, network, channel
+
+    async def _attach(self, egress: RunEgress, channel: Channel, child: SupervisedChild) -> bool:
+        """Serve the listener the child's sandbox made in its namespace; `False` (with why in
+        the child's record) when none came within the handshake timeout."""
+        channel.spawned()
+        seconds = self._config.handshake_timeout
+        got = await receive_listeners(channel.ours, 1, seconds)
+        if got is None:
+            if not child.proc.exited():
+                child.observed.handshake = seconds
+            return False
+        await egress.serve(got[0])
+        return True
 
     async def _drive_body(self, body: RunBody, observed: Observed) -> Observed:
         """A provider's own run (one activation: bodies are not continuable)."""
@@ -485,14 +589,24 @@ class RunHandle:
             observed.spawn_error = missing
             return observed
         pool = self._sup.pool
-        if pool is not None and isinstance(launcher, Local) and self._continuation is None:
+        egress = self.egress
+        if (
+            pool is not None
+            and isinstance(launcher, Local)
+            and self._continuation is None
+            and egress is None
+        ):
             key = pool_key(
                 cfg, self._limits, self.host, self.isolation.level, self._params.workspace
             )
             pooled = pool.acquire(key, env)
             if pooled is not None:
                 return await self._drive_pooled(pooled)
+        network: PrivateNetwork | None = None
+        channel: Channel | None = None
         try:
+            if egress is not None:
+                cfg, network, channel = await self._wire_network(egress, cfg)
             spawner = await self._sup.spawner(cfg)
             child = await spawn_child(
                 cfg,
@@ -503,10 +617,17 @@ class RunHandle:
                 workspace=self._params.workspace,
                 spawner=spawner,
                 level=self.isolation.level,
+                network=network,
             )
         except SpawnError as exc:
+            if channel is not None:
+                channel.close()
             observed.spawn_error = str(exc)
             return observed
+        except BaseException:
+            if channel is not None:
+                channel.close()
+            raise
         self._child = child
         self.pid = child.pid
         self.spawner = spawner_name(child.proc)
@@ -516,10 +637,15 @@ class RunHandle:
         try:
             async with child:
                 try:
-                    await self._serve(child)
+                    if channel is None or (
+                        egress is not None and await self._attach(egress, channel, child)
+                    ):
+                        await self._serve(child)
                 finally:
                     self._stopping = True  # leaving the context disposes of the child
         finally:
+            if channel is not None:
+                channel.close()
             self._sup.unregister(child)
         exec_error = child.spawn_failure()
         if exec_error and self._first.answer is None:
@@ -713,7 +839,32 @@ class RunHandle:
     def _isolation_report(self) -> Isolation:
         choice = self.isolation
         abi = probe_host().landlock_abi if choice.level == "sandbox" else None
-        return Isolation(level=choice.level, landlock_abi=abi, warning=choice.warning)
+        return Isolation(
+            level=choice.level,
+            landlock_abi=abi,
+            warning=choice.warning,
+            network=self._network_report(),
+        )
+
+    def _network_report(self) -> NetworkReport:
+        policy = self._config.network_policy
+        if policy.none:
+            return NetworkReport()
+        egress = self.egress
+        if egress is None:
+            return NetworkReport(policy="allowlist", allow=policy.describe())
+        t = egress.traffic
+        return NetworkReport(
+            policy="allowlist",
+            allow=policy.describe(),
+            enforced=self._enforced or _enforced_by(self.isolation.level),
+            allowed=t.allowed,
+            denied=t.denied,
+            bytes_up=t.bytes_up,
+            bytes_down=t.bytes_down,
+            denials=[NetDenial(host=h, port=p, reason=r) for h, p, r in t.denials],
+            limits_hit=list(t.limits_hit),
+        )
 
     def _budget_exhausted(self, act: _Activation, why: str) -> None:
         observed = self._child.observed if self._child is not None else self._body_observed
@@ -736,6 +887,14 @@ class RunHandle:
             await anyio.sleep(idle - quiet)
 
 
+def _enforced_by(level: str) -> Literal["namespace", "port", "none"]:
+    """How a provider's own child was kept to the run's proxy (the `acp` provider wires it as
+    the handle does for tether's child)."""
+    if level != "sandbox":
+        return "none"
+    return "namespace" if probe_host().root else "port"
+
+
 def _fresh_activation(observed: Observed) -> None:
     """A follow-up starts with a clean slate of what ends an activation."""
     observed.answered = False
@@ -743,4 +902,5 @@ def _fresh_activation(observed: Observed) -> None:
     observed.deadline = None
     observed.idle = None
     observed.budget = None
+    observed.net_limit = None
     observed.agent_error = None

@@ -14,7 +14,9 @@ way a run starts (see `spec.py`). It does, in order:
 4. the provider's `prepare` (its argument, a fork's transcript — the caller's completed turns
    as the parent's broker recorded them), the containment tier, the launcher, the spawner, and
    the isolation level the provider gives (a sandbox needs a workspace it can protect, and
-   must be able to keep the child out of every path the config denies);
+   must be able to keep the child out of every path the config denies); a network policy
+   (`check_network`: a child process under the local launcher, started by exec, every
+   credential set in the parent's environment and found nowhere in the child's);
 5. the models, resolved in the parent (`broker.resolve_models`: the caller's model wins over
    the definition's; model strings from the wire are never resolved);
 6. the request as the child will read it (`agent/run` parameters; too large for one message is
@@ -44,9 +46,9 @@ from tether.parent.process.isolation import (
     probe_host,
     workspace_problem,
 )
-from tether.parent.process.launchers import resolve_launcher
+from tether.parent.process.launchers import Launcher, resolve_launcher
 from tether.parent.process.limits import Limits
-from tether.parent.process.spawn import check_spawner
+from tether.parent.process.spawn import check_spawner, child_env
 from tether.parent.roles.builtins import resolve_agent
 from tether.parent.run.broker import ApprovePolicy, ParentTool, RunModels, TurnHook, resolve_models
 from tether.parent.run.budget import Budget
@@ -191,6 +193,11 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     check_spawner(cfg)
     remote = launcher.name if launcher.provides.eof_teardown_only else None
     choice = chosen.isolation(choose_level(cfg.isolation, remote_launcher=remote), cfg)
+    if not cfg.network_policy.none:
+        cfg = check_network(cfg, chosen, launcher)
+        request = request.replace(config=cfg)
+        if choice.level != "sandbox":
+            choice = dataclasses.replace(choice, warning=_joined(choice.warning, UNENFORCED))
     if choice.level == "sandbox":
         protects = probe_host().root and launcher.name == "local"
         problem = workspace_problem(str(ws), protects_code=protects) or deny_problem(
@@ -248,6 +255,61 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         budgets=spec.budgets,
         labels=spec.labels,
     )
+
+
+UNENFORCED = (
+    "the network policy is not enforced at this isolation level: the child is sent through "
+    "the run's egress proxy, and nothing keeps it from the host's network"
+)
+
+
+def _joined(first: str | None, second: str) -> str:
+    return f"{first}; {second}" if first else second
+
+
+def check_network(cfg: ChildConfig, provider: Provider, launcher: Launcher) -> ChildConfig:
+    """The config of a run whose network policy allows anything, or `ValueError`: its egress
+    proxy needs a child process of this host (a listener is passed into its sandbox), the
+    child is started by exec (the zygote cannot hand it that listener), and every credential
+    is set in the parent's environment and reaches the child by no variable."""
+    from tether.parent.egress.seat import read_secrets
+
+    if not provider.isolated:
+        raise ValueError(
+            f"a network policy needs a child process: provider {provider.name!r} runs in the "
+            "parent's own process"
+        )
+    if launcher.name != "local":
+        raise ValueError(
+            f"a network policy needs the local launcher, not {launcher.name!r}: the run's "
+            "egress proxy is handed into the child's sandbox on this host"
+        )
+    if cfg.spawner == "zygote":
+        raise ValueError(
+            "a run with a network policy is started by exec (spawner='exec' or 'auto'): the "
+            "zygote cannot hand its child the proxy's listener"
+        )
+    if cfg.spawner == "auto":
+        cfg = dataclasses.replace(cfg, spawner="exec")
+    secrets = read_secrets(cfg.network_policy)
+    if secrets:
+        import importlib.util
+
+        if importlib.util.find_spec("cryptography") is None:
+            raise ValueError(
+                "a network credential needs the cryptography package (the run's certificate "
+                "authority): pip install cryptography"
+            )
+        env = child_env(cfg)
+        for name, value in secrets.items():
+            for key, seen in env.items():
+                if value in seen or key == name:
+                    raise ValueError(
+                        f"the network credential ${name} would reach the child's environment "
+                        f"({key}): a credential stays in the parent, so leave it out of the "
+                        "child's pass_env and env"
+                    )
+    return cfg
 
 
 def once(provider: Provider) -> str:

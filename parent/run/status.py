@@ -39,6 +39,7 @@ _STATUS_OF_FAILURE: dict[str, TaskStatus] = {
     "cpu_limit": "truncated",
     "fsize_limit": "truncated",
     "tasks_limit": "truncated",
+    "net_limit": "truncated",
     "crashed": "crashed",
     "killed": "crashed",
     "exit_nonzero": "crashed",

@@ -20,6 +20,7 @@ EXPECTED = {
     "cpu_limit": "truncated",
     "fsize_limit": "truncated",
     "tasks_limit": "truncated",
+    "net_limit": "truncated",
     "crashed": "crashed",
     "killed": "crashed",
     "exit_nonzero": "crashed",
