@@ -38,6 +38,7 @@ import anyio
 import msgspec
 import psutil
 
+from benchmarks.egress import egress_group
 from benchmarks.providers import providers_group
 from benchmarks.report import SOAK_HEADING, Figure, Results, render, section, with_section
 from tether.parent.models.scripted import ScriptedModel
@@ -127,6 +128,10 @@ class Plan:
     fleet_runs: int = 3
     fleet_stretch: int = 1024
     """The stretch line's children (0: none)."""
+    egress_rounds: int = 10
+    """Rounds of the egress group (a block of small requests and three downloads each)."""
+    egress_requests: int = 200
+    """Small requests per round and way (direct, through the proxy)."""
     only: tuple[str, ...] = ()
     """Run only these groups (by name, as printed); empty: every group."""
 
@@ -157,6 +162,8 @@ class Plan:
             fleet=8,
             fleet_runs=1,
             fleet_stretch=0,
+            egress_rounds=2,
+            egress_requests=20,
         )
 
 
@@ -1832,6 +1839,7 @@ async def measure(res: Results, p: Plan) -> None:
             ("warm pool", lambda: pool_group(res, p, ws)),
             ("continuable agents", lambda: continue_group(res, p, ws)),
             ("providers", lambda: providers_group(res, p.whole_runs, ws)),
+            ("egress proxy", lambda: egress_group(res, p.egress_rounds, p.egress_requests)),
         ]
         for name, step in steps:
             if p.only and name not in p.only:

@@ -23,6 +23,7 @@ unencoded IDN) is refused rather than guessed at: tools send the punycode form.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -122,10 +123,11 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
+@functools.lru_cache(maxsize=1024)
 def normalize_host(host: str) -> str:
     """`host` as the policy compares it: lower case, no trailing dot, brackets off an IPv6
-    literal, an IP literal in its canonical form. Raises `ValueError` for a host that is not
-    a valid name or literal."""
+    literal, an IP literal in its canonical form (cached: every request's host passes here).
+    Raises `ValueError` for a host that is not a valid name or literal."""
     text = host.strip()
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]

@@ -58,6 +58,7 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
+import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,7 +67,7 @@ from typing import Any
 
 import anyio
 import h11
-from anyio.abc import ByteStream, SocketListener, TaskGroup
+from anyio.abc import ByteStream, TaskGroup
 from anyio.streams.tls import TLSStream
 
 from tether.parent.egress.addresses import (
@@ -79,12 +80,16 @@ from tether.parent.egress.addresses import (
 from tether.parent.egress.events import NetEvent, Via
 from tether.parent.egress.policy import Allowed, Credential, Denied, NetworkPolicy, normalize_host
 from tether.parent.egress.scrub import Scrubber
+from tether.parent.egress.sockets import Meter, RawStream, accept, connect, splice_relay
 from tether.parent.egress.tls import MAX_HELLO, NEED_MORE, RunCA, client_hello_server_name
 
 log = logging.getLogger(__name__)
 
 CHUNK = 256 * 1024
 """The most one read takes (per direction of a connection)."""
+SPLICED_BODY = 1 << 20
+"""A plain HTTP response body of at least this declared length is relayed socket to socket
+(`splice`), and its connection ends after it."""
 DENIALS_KEPT = 16
 """Denials a run's report lists (each is an event as well)."""
 ACCESS_DENIED_ALERT = b"\x15\x03\x03\x00\x02\x02\x31"
@@ -124,16 +129,26 @@ class ProxyLimits:
 class Traffic:
     """What a run's proxy let through and refused (the result's `network` report)."""
 
+    up: Meter
+    """Bytes sent out, in all (its limit: the policy's `max_bytes_up`)."""
+    down: Meter
+    """Bytes received, in all (`max_bytes_down`)."""
     allowed: int = 0
     denied: int = 0
-    bytes_up: int = 0
-    bytes_down: int = 0
     active: int = 0
     """Connections open now."""
     peak: int = 0
     denials: list[tuple[str, int, str]] = field(default_factory=list)
     """(host, port, reason) of the first `DENIALS_KEPT` refusals."""
     limits_hit: list[str] = field(default_factory=list)
+
+    @property
+    def bytes_up(self) -> int:
+        return self.up.used
+
+    @property
+    def bytes_down(self) -> int:
+        return self.down.used
 
 
 class _Refused(Exception):
@@ -168,8 +183,11 @@ class _Peer:
         self.limits = limits
         self.count = count
         self.sent = sent
+        self._held: list[bytes] = []
 
-    async def next_event(self, seconds: float) -> Any:
+    async def next_event(self, seconds: float, before_wait: _Peer | None = None) -> Any:
+        """The next h11 event, reading as needed; `before_wait`: a peer whose held writes go
+        out before this one waits for bytes (`send(..., hold=True)`)."""
         while True:
             try:
                 event = self.conn.next_event()
@@ -177,6 +195,8 @@ class _Peer:
                 raise _Refused(exc.error_status_hint, f"malformed HTTP: {exc}") from None
             if event is not h11.NEED_DATA:
                 return event
+            if before_wait is not None:
+                await before_wait.flush()
             data = b""
             with anyio.move_on_after(seconds) as waited:
                 try:
@@ -191,18 +211,31 @@ class _Peer:
                 self.count(len(data))
             self.conn.receive_data(data)
 
-    async def send(self, event: Any) -> None:
+    async def send(self, event: Any, *, hold: bool = False) -> None:
+        """Send an h11 event; `hold`: keep its bytes until the next `send` without it or
+        `flush` (a response's head and a small body go out in one write)."""
         try:
-            data = self.conn.send(event)
+            pieces = self.conn.send_with_data_passthrough(event)
         except h11.LocalProtocolError as exc:
             raise _Gone(str(exc)) from None
-        if data:
-            await self.write(data)
+        if pieces:
+            self._held.extend(pieces)
+        if not hold:
+            await self.flush()
+
+    async def flush(self) -> None:
+        held, self._held = self._held, []
+        if held:
+            # A lone body chunk passes through as it came (no join).
+            await self.write(held[0] if len(held) == 1 else b"".join(held))
 
     async def write(self, data: bytes) -> None:
         try:
-            with anyio.fail_after(self.limits.send_timeout):
-                await self.stream.send(data)
+            if isinstance(self.stream, RawStream):
+                await self.stream.send_within(data, self.limits.send_timeout)
+            else:
+                with anyio.fail_after(self.limits.send_timeout):
+                    await self.stream.send(data)
         except (
             TimeoutError,
             anyio.BrokenResourceError,
@@ -276,14 +309,17 @@ class EgressProxy:
         self.on_limit = on_limit
         self.limits = limits or ProxyLimits()
         self.own = own if own is not None else own_addresses()
-        self.traffic = Traffic()
+        self.traffic = Traffic(Meter(policy.max_bytes_up), Meter(policy.max_bytes_down))
         self.revoked: str | None = None
         """Why the proxy refuses everything now (the run ended, or a limit was hit)."""
         self._tg: TaskGroup | None = None
-        self._listeners: list[SocketListener] = []
+        self._threads: anyio.CapacityLimiter | None = None
+        self._listeners: list[socket.socket] = []
         self._scopes: set[anyio.CancelScope] = set()
 
     async def __aenter__(self) -> EgressProxy:
+        # Each tunnel's two directions splice in worker threads of the run's own.
+        self._threads = anyio.CapacityLimiter(2 * self.policy.max_connections)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         return self
@@ -306,9 +342,9 @@ class EgressProxy:
         if self._tg is None or self.revoked is not None:
             sock.close()
             raise RuntimeError("the egress proxy is not running")
-        listener = await SocketListener.from_socket(sock)
-        self._listeners.append(listener)
-        self._tg.start_soon(self._accept, listener)
+        sock.setblocking(False)
+        self._listeners.append(sock)
+        self._tg.start_soon(self._accept, sock)
         return port
 
     async def listen_loopback(self) -> int:
@@ -325,9 +361,9 @@ class EgressProxy:
     async def close(self, why: str = "the run has ended") -> None:
         """Revoke the proxy: close its listeners and cut every connection."""
         self.revoke(why)
-        with anyio.CancelScope(shield=True):
-            for listener in self._listeners:
-                await listener.aclose()
+        for listener in self._listeners:
+            anyio.notify_closing(listener)
+            listener.close()
         self._listeners.clear()
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
@@ -342,12 +378,14 @@ class EgressProxy:
         for scope in list(self._scopes):
             scope.cancel()
 
-    async def _accept(self, listener: SocketListener) -> None:
+    async def _accept(self, listener: socket.socket) -> None:
         assert self._tg is not None
-        try:
-            await listener.serve(self._connection, task_group=self._tg)
-        except* (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass
+        while True:
+            try:
+                stream = await accept(listener)
+            except (anyio.ClosedResourceError, OSError):
+                return  # closed by close()
+            self._tg.start_soon(self._connection, stream)
 
     # --- bookkeeping --------------------------------------------------------------------------
 
@@ -385,15 +423,11 @@ class EgressProxy:
             self.traffic.limits_hit.append(what)
 
     def _up(self, n: int) -> None:
-        t = self.traffic
-        t.bytes_up += n
-        if t.bytes_up > self.policy.max_bytes_up:
+        if not self.traffic.up.take(n):
             self._trip(f"net_bytes_up={self.policy.max_bytes_up}")
 
     def _down(self, n: int) -> None:
-        t = self.traffic
-        t.bytes_down += n
-        if t.bytes_down > self.policy.max_bytes_down:
+        if not self.traffic.down.take(n):
             self._trip(f"net_bytes_down={self.policy.max_bytes_down}")
 
     def _trip(self, what: str) -> None:
@@ -406,7 +440,7 @@ class EgressProxy:
 
     # --- one connection -----------------------------------------------------------------------
 
-    async def _connection(self, client: ByteStream) -> None:
+    async def _connection(self, client: RawStream) -> None:
         t = self.traffic
         limit = self.policy.max_connections
         try:
@@ -440,7 +474,7 @@ class EgressProxy:
             with anyio.CancelScope(shield=True):
                 await client.aclose()
 
-    async def _serve(self, client: ByteStream) -> None:
+    async def _serve(self, client: RawStream) -> None:
         limits = self.limits
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_head_bytes)
         peer = _Peer(client, conn, limits)
@@ -460,7 +494,7 @@ class EgressProxy:
                 if len(event.headers) > limits.max_headers:
                     raise _Refused(431, "too many headers")
                 if event.method == b"CONNECT":
-                    await self._connect(peer, event)
+                    await self._connect(peer, client, event)
                     return
                 upstream = await self._plain(peer, event, upstream)
                 if upstream is None or not _next_cycle(conn):
@@ -504,14 +538,14 @@ class EgressProxy:
                     raise _Refused(403, f"{host} resolves to {why}", host, port)
         return _Target(host, port, verdict, resolved.addresses)
 
-    async def _open(self, target: _Target) -> tuple[ByteStream, str]:
+    async def _open(self, target: _Target) -> tuple[RawStream, str]:
         """A TCP connection to one of the target's checked addresses (pinned: nothing is
         resolved again), and that address; raises `_Refused(502)`."""
         last = "no address"
         with anyio.move_on_after(self.limits.connect_timeout):
             for address in target.addresses:
                 try:
-                    stream = await anyio.connect_tcp(address, target.port)
+                    stream = await connect(address, target.port)
                 except OSError as exc:
                     last = f"{address}: {exc.strerror or exc}"
                     continue
@@ -522,7 +556,7 @@ class EgressProxy:
 
     # --- CONNECT --------------------------------------------------------------------------------
 
-    async def _connect(self, peer: _Peer, request: h11.Request) -> None:
+    async def _connect(self, peer: _Peer, client: RawStream, request: h11.Request) -> None:
         authority = request.target.decode("ascii", errors="replace")
         host_text, port = _authority(authority, None)
         if port is None:
@@ -542,28 +576,26 @@ class EgressProxy:
         async with stream:
             await peer.send(ESTABLISHED)
             early, _ = peer.conn.trailing_data
-            await self._tunnel(peer.stream, stream, bytes(early), target, address)
+            await self._tunnel(client, stream, bytes(early), target, address)
 
     async def _tunnel(
-        self, client: ByteStream, server: ByteStream, early: bytes, target: _Target, address: str
+        self, client: RawStream, server: RawStream, early: bytes, target: _Target, address: str
     ) -> None:
         """Relay both ways, the client's first bytes checked before any is relayed."""
-        counted = [0, 0]
-        last = [anyio.current_time()]
         limits = self.limits
-
-        def up(n: int) -> None:
-            counted[0] += n
-            last[0] = anyio.current_time()
-            self._up(n)
-
-        def down(n: int) -> None:
-            counted[1] += n
-            last[0] = anyio.current_time()
-            self._down(n)
-
+        assert self._threads is not None
+        threads = self._threads
+        up_meter = Meter(parent=self.traffic.up)
+        down_meter = Meter(parent=self.traffic.down)
         denied: str | None = None
         ended = [0]
+
+        def spent(how: str, meter: Meter) -> None:
+            if how == "limit":
+                what = "up" if meter is up_meter else "down"
+                limit = self.policy.max_bytes_up if what == "up" else self.policy.max_bytes_down
+                self._trip(f"net_bytes_{what}={limit}")
+
         try:
             async with anyio.create_task_group() as tg:
 
@@ -574,7 +606,7 @@ class EgressProxy:
 
                 async def watch_idle() -> None:
                     while True:
-                        quiet = anyio.current_time() - last[0]
+                        quiet = time.monotonic() - max(up_meter.last, down_meter.last)
                         if quiet >= limits.idle_timeout:
                             tg.cancel_scope.cancel()
                             return
@@ -587,13 +619,14 @@ class EgressProxy:
                         tg.cancel_scope.cancel()
                         return
                     if first:
-                        up(len(first))
+                        if not up_meter.take(len(first)):
+                            spent("limit", up_meter)
                         await _send(server, first, limits)
-                    await _pump(client, server, up, limits)
+                    spent(await splice_relay(client, server, up_meter, threads), up_meter)
                     one_side_done()
 
                 async def server_to_client() -> None:
-                    await _pump(server, client, down, limits)
+                    spent(await splice_relay(server, client, down_meter, threads), down_meter)
                     one_side_done()
 
                 tg.start_soon(watch_idle)
@@ -601,12 +634,14 @@ class EgressProxy:
                 tg.start_soon(client_to_server)
         except* _Gone:
             pass
+        finally:
+            if denied is None:  # also a tunnel cut at the end of the run: what it moved
+                self._allowed(target, "tunnel", up_meter.used, down_meter.used, address)
         if denied is not None:
             self._deny(target.host, target.port, denied)
             with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                 await _send_quietly(client, _denial_bytes(denied))
             return
-        self._allowed(target, "tunnel", counted[0], counted[1], address)
 
     async def _first_bytes(
         self, client: ByteStream, early: bytes, target: _Target
@@ -851,7 +886,11 @@ class EgressProxy:
             with anyio.CancelScope(shield=True):
                 await upstream.peer.stream.aclose()
             raise
-        return upstream if keep else None
+        if not keep:
+            with anyio.CancelScope(shield=True):
+                await upstream.peer.stream.aclose()
+            return None
+        return upstream
 
 
 class _Upstream:
@@ -897,7 +936,7 @@ class _Upstream:
                     raise _Gone("the client's request ended early")
             while True:
                 try:
-                    event = await up.next_event(limits.idle_timeout)
+                    event = await up.next_event(limits.idle_timeout, before_wait=client)
                 except _Refused:
                     raise _Refused(502, f"{self.target.host} sent a malformed response") from None
                 if isinstance(event, h11.InformationalResponse):
@@ -908,15 +947,23 @@ class _Upstream:
                     headers = _forwarded(event.headers, response=True)
                     if scrub is not None:
                         headers = [(k, scrub.clean(v)) for k, v in headers]
+                    length = self._spliced_length(client, request, event, scrub)
+                    if length is not None:
+                        headers.append((b"connection", b"close"))
                     answer = h11.Response(
                         status_code=event.status_code, headers=headers, reason=event.reason
                     )
-                    await client.send(answer)
+                    await client.send(answer, hold=length is None)
+                    if length is not None:
+                        await self._splice_body(client, length)
+                        self._done(before, via)
+                        self.closed = True
+                        return False
                     continue
                 if isinstance(event, h11.Data):
                     data = scrub.feed(event.data) if scrub is not None else event.data
                     if data:
-                        await client.send(h11.Data(data=data))
+                        await client.send(h11.Data(data=data), hold=True)
                     continue
                 if isinstance(event, h11.EndOfMessage):
                     if scrub is not None:
@@ -939,6 +986,44 @@ class _Upstream:
             self.closed = True
         return True
 
+    def _spliced_length(
+        self, client: _Peer, request: h11.Request, response: h11.Response, scrub: Scrubber | None
+    ) -> int | None:
+        """The body length of a response relayed inside the kernel (`splice_body`): a large
+        body of declared length, between plain sockets, with nothing to scrub; else `None`."""
+        if scrub is not None or request.method == b"HEAD" or response.status_code in (204, 304):
+            return None
+        if not (isinstance(client.stream, RawStream) and isinstance(self.peer.stream, RawStream)):
+            return None
+        length = _declared_length(response.headers)
+        return length if length is not None and length >= SPLICED_BODY else None
+
+    async def _splice_body(self, client: _Peer, length: int) -> None:
+        """Relay a response body of `length` bytes: what h11 already holds of it through h11,
+        the rest spliced from socket to socket. Neither connection carries another request
+        afterwards (h11 no longer knows where they stand): the response said so."""
+        up = self.peer
+        while length > 0:
+            try:
+                event = up.conn.next_event()
+            except h11.RemoteProtocolError:
+                raise _Gone("a malformed response body") from None
+            if not isinstance(event, h11.Data):
+                break
+            length -= len(event.data)
+            await client.send(h11.Data(data=event.data))
+        if length <= 0:
+            return
+        assert isinstance(up.stream, RawStream) and isinstance(client.stream, RawStream)
+        assert self.proxy._threads is not None
+        meter = Meter(parent=self.proxy.traffic.down)
+        how = await splice_relay(up.stream, client.stream, meter, self.proxy._threads, length)
+        self.counted[1] += meter.used
+        if how == "limit":
+            self.proxy._trip(f"net_bytes_down={self.proxy.policy.max_bytes_down}")
+        if how != "eof":
+            raise _Gone("the body was cut")
+
     def _done(self, before: list[int], via: Via) -> None:
         self.proxy._allowed(
             self.target,
@@ -950,24 +1035,6 @@ class _Upstream:
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-async def _pump(
-    src: ByteStream, dst: ByteStream, count: Callable[[int], None], limits: ProxyLimits
-) -> None:
-    while True:
-        try:
-            data = await src.receive(CHUNK)
-        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            try:
-                await dst.send_eof()
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                pass
-            except NotImplementedError:
-                pass
-            return
-        count(len(data))
-        await _send(dst, data, limits)
 
 
 async def _send(dst: ByteStream, data: bytes, limits: ProxyLimits) -> None:
@@ -1059,6 +1126,18 @@ def _forwarded(
         if key.lower() == b"connection":
             named.update(v.strip().decode("latin-1").lower() for v in value.split(b","))
     return [(k, v) for k, v in headers if k.decode("latin-1").lower() not in named]
+
+
+def _declared_length(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
+    if any(key.lower() == b"transfer-encoding" for key, _ in headers):
+        return None
+    for key, value in headers:
+        if key.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
 
 
 def _header(block: bytes, name: bytes) -> str | None:

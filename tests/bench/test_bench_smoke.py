@@ -86,6 +86,12 @@ FIGURES = {
     "providers.fork",
     "providers.inprocess",
     "providers.acp",
+    "floor.direct_request",
+    "tether.egress_request",
+    "floor.direct_download",
+    "tether.egress_download",
+    "context.egress_tunnel_download",
+    "context.bare_relay_download",
 }
 
 RAY_FIGURES = {
@@ -117,6 +123,8 @@ TARGETS = [
     "through the zygote",
     "crash",
     "acquire",
+    "egress proxy adds",
+    "through the egress proxy",
 ]
 
 
@@ -169,6 +177,9 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     assert "its spawn → ready and its exit alone: " in zygote_run, zygote_run
     (c2p,) = [row for row in rows if "1 MiB child → parent" in row]
     assert "the raw pipe plus the line's encode and decode alone: " in c2p, c2p
+    # and the egress download what any relay process costs here
+    (egress,) = [row for row in rows if "through the egress proxy" in row]
+    assert "a bare relay process alone: " in egress, egress
 
 
 @pytest.mark.timeout(120)
