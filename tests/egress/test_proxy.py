@@ -525,3 +525,13 @@ async def test_large_bodies_arrive_whole_through_a_tunnel_and_in_absolute_form()
     assert proxy.traffic.bytes_down >= 2 * size
     assert [e.via for e in events] == ["http", "tunnel"]
     assert all(e.bytes_down >= size for e in events)
+
+
+async def test_a_head_past_its_bound_is_refused_without_being_held() -> None:
+    """What one connection can make the proxy hold is bounded: a request head that goes on
+    past `max_head_bytes` is answered 431 and the connection closed."""
+    limits = ProxyLimits(max_head_bytes=16 * 1024)
+    async with running(policy_of(["pkg.test"]), NameTable(), limits=limits) as (_, port):
+        head = b"GET http://pkg.test/ HTTP/1.1\r\nHost: pkg.test\r\n" + b"X-Pad: " + b"a" * 200_000
+        got = await in_thread(raw, port, head)
+    assert got.startswith(b"HTTP/1.1 431"), got[:200]
