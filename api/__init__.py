@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from tether.parent.delegation.ledger import Ledger
     from tether.parent.delegation.orchestrator import Orchestration
     from tether.parent.delegation.output import TaskOutput
+    from tether.parent.egress.policy import Credential, NetworkPolicy
+    from tether.parent.egress.seat import EgressOptions
     from tether.parent.models import ModelProvider, resolve_model
     from tether.parent.models.scripted import ScriptedModel
     from tether.parent.placement.rayplacement import RayPlacement
@@ -54,6 +56,10 @@ _LAZY = {
     "ChildConfig": "tether.parent.process.config",
     "PoolSpec": "tether.parent.process.config",
     "Continuation": "tether.parent.run.spec",
+    # network by policy
+    "NetworkPolicy": "tether.parent.egress.policy",
+    "Credential": "tether.parent.egress.policy",
+    "EgressOptions": "tether.parent.egress.seat",
     # what a run tells its listeners
     "Event": "tether.parent.run.events",
     "RunStarted": "tether.parent.run.events",
@@ -105,12 +111,15 @@ __all__ = [
     "ChildConfig",
     "ChildEvent",
     "Continuation",
+    "Credential",
     "DisposePolicy",
+    "EgressOptions",
     "Event",
     "Ledger",
     "Limits",
     "ModelProvider",
     "NamedModel",
+    "NetworkPolicy",
     "Orchestration",
     "PoolSpec",
     "RayPlacement",

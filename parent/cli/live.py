@@ -22,6 +22,8 @@ from typing import TextIO
 
 import anyio
 
+from tether.parent.cli.progress import net_line
+from tether.parent.egress.events import NetEvent
 from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted
 from tether.parent.run.subagent_events import (
     SubagentCompleted,
@@ -91,6 +93,8 @@ class TreeState:
             return [f"orchestrator {o.id}: started (pid {event.pid})"]
         if isinstance(event, ChildEvent):
             return self._orchestrator_progress(event)
+        if isinstance(event, NetEvent):
+            return [f"orchestrator {_one_line(net_line(event), 200)}"]
         assert isinstance(event, RunFinished)
         r = event.result
         o.ended = t

@@ -45,11 +45,17 @@ def describe(ev: Event) -> str | None:
     if isinstance(ev, ChildEvent):
         return _child_event(ev.kind, ev.data)
     if isinstance(ev, NetEvent):
-        where = line(f"{ev.host}:{ev.port}" if ev.host else "a connection")
-        if ev.kind == "net.denied":
-            return f"  ! net: refused {where}: {line(ev.reason, PREVIEW)}"
-        return f"  net: {where} ({ev.via}, {ev.bytes_up} B up, {ev.bytes_down} B down)"
+        prefix = "  ! " if ev.kind == "net.denied" else "  "
+        return prefix + net_line(ev)
     return None  # a delegation's sub-agent events: `tether orchestrate` shows those
+
+
+def net_line(ev: NetEvent) -> str:
+    """One decision of a run's egress proxy, as a line (`tether run`, `tether orchestrate`)."""
+    where = line(f"{ev.host}:{ev.port}" if ev.host else "a connection")
+    if ev.kind == "net.denied":
+        return f"net: refused {where}: {line(ev.reason, PREVIEW)}"
+    return f"net: {where} ({ev.via}, {ev.bytes_up} B up, {ev.bytes_down} B down)"
 
 
 def _child_event(kind: str, d: dict[str, Any]) -> str | None:

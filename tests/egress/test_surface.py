@@ -210,3 +210,20 @@ def test_a_supervisor_whose_runs_have_no_network_loads_no_proxy_and_no_cryptogra
 
 def test_a_policy_of_no_destinations_is_none() -> None:
     assert policy_of([]).none and policy_of([]).name == "none"
+
+
+def test_the_orchestrate_view_shows_the_orchestrators_network_decisions() -> None:
+    """`tether orchestrate` with --allow-net gives the orchestrator's run a proxy too: its
+    decisions are lines of the live view (the view used to assert every other event of the
+    orchestrator's run was its end)."""
+    from tether.parent.cli.live import TreeState
+    from tether.parent.egress.events import NetEvent
+    from tether.parent.run.events import RunStarted
+
+    state = TreeState()
+    state.apply(RunStarted("run-1", 42, ("x",)), now=0.0)
+    lines = state.apply(
+        NetEvent("run-1", "net.denied", "other.test", 443, reason="not in the policy"), now=1.0
+    )
+    assert lines == ["orchestrator net: refused other.test:443: not in the policy"]
+    assert state.orchestrator.state == "running"
