@@ -140,6 +140,10 @@ class TreeState:
                 return [f"{who}: step {row.step}"]
             if event.kind == "tool_call":
                 return [f"{who}: tool {row.last_tool}"]
+            if event.kind == "net.denied":
+                d = event.data
+                where = _one_line(f"{d.get('host', '')}:{d.get('port', '')}", 80)
+                return [f"{who}: net: refused {where}: {_one_line(d.get('reason', ''), 160)}"]
             return []
         row.state, row.ended, row.position = event.status, t, None
         row.message = _one_line(event.message, 160)

@@ -34,7 +34,8 @@ one `RunRequest`:
    child config with the definition's `network` narrowing the delegation's policy (never
    widening it), and *no parent tools*: a sub-agent's model has no `task` tool, and a child
    that asks the parent for one anyway is refused by the broker (no nesting);
-6. progress: each of the child's events is relayed through `request.progress`;
+6. progress: each of the child's events is relayed through `request.progress`, and each
+   decision of its run's egress proxy (`net.allowed`, `net.denied`);
 7. the tree budget: when it becomes spent, every run this runner has live is ended as
    `budget_exhausted` (`RunHandle.exhaust`); their results come back to the gate and the
    ledger like any other;
@@ -57,6 +58,7 @@ import anyio
 from tether.parent.agents.service import AgentBusy, AgentError, CannotResume, agents_of
 from tether.parent.delegation.gate import RunRequest
 from tether.parent.delegation.tool import offered_agent_types
+from tether.parent.egress.events import NetEvent
 from tether.parent.models import ModelProvider
 from tether.parent.process.limits import Limits
 from tether.parent.run.events import ChildEvent, Event
@@ -322,6 +324,19 @@ class _Relay:
         self.handle: RunHandle | None = None
 
     def __call__(self, event: Event) -> None:
+        if isinstance(event, NetEvent):
+            # The sub-agent's egress proxy decided: relayed as progress of the sub-agent.
+            self.request.progress(
+                event.kind,
+                {
+                    "host": event.host,
+                    "port": event.port,
+                    "reason": event.reason,
+                    "bytesUp": event.bytes_up,
+                    "bytesDown": event.bytes_down,
+                },
+            )
+            return
         if not isinstance(event, ChildEvent):
             return
         if self.handle is not None:

@@ -227,3 +227,20 @@ def test_the_orchestrate_view_shows_the_orchestrators_network_decisions() -> Non
     )
     assert lines == ["orchestrator net: refused other.test:443: not in the policy"]
     assert state.orchestrator.state == "running"
+    from tether.parent.run.subagent_events import SubagentProgress, SubagentStarted
+
+    state.apply(SubagentStarted("sa-1", "tester", "fetch", "c1", "task", False), now=2.0)
+    denied = SubagentProgress(
+        "sa-1",
+        "tester",
+        "fetch",
+        "net.denied",
+        {"host": "evil.test", "port": 80, "reason": "evil.test is not in the network policy"},
+        1,
+        None,
+        1.0,
+        0,
+    )
+    assert state.apply(denied, now=3.0) == [
+        "  sa-1 tester 'fetch': net: refused evil.test:80: evil.test is not in the network policy"
+    ]
