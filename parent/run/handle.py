@@ -43,6 +43,14 @@ child did not answer (it crashed, a clock or budget cut it) ends the run too, an
 built after the dispose, with what the dispose saw. A continuable run never takes a pooled
 child: the pool's task owns its children's contexts.
 
+A run whose network policy allows anything holds its egress proxy for its child's whole life
+(`_network`: `tether.parent.egress.seat`): tether's own child reaches it through a listener its
+sandbox makes in a private network namespace (root; `_wire_network`, `_attach`), else through
+a loopback port of the run's own; a provider's child is wired by the provider
+(`SubagentRun.egress`). The proxy's decisions go out as `NetEvent`s, a byte limit it reaches
+ends the activation in progress as `net_limit`, and every result says what it did
+(`isolation.network`).
+
 `result()` is the first activation's result; `wait()` returns once the child is gone.
 A provider with its own way of running (a foreign agent over ACP, the in-process runtime; see
 `tether.parent.providers`) hands the handle a `RunBody` in place of that tether child: the body
