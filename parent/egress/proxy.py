@@ -21,11 +21,13 @@ accept, at most `max_head_bytes`), and is one of:
   (SNI) is not the `CONNECT` host, or a plain HTTP request whose `Host` is not (a `CONNECT`
   inside the tunnel among them), ends the tunnel there — a TLS `access_denied` alert, or a
   403 — so a tunnel opened to an allowed name cannot be steered to another virtual host;
+  past those first bytes the tunnel is spliced socket to socket (`sockets.splice_relay`);
 - an absolute-form request (`GET http://host[:port]/path`): the same checks (port 80 by
   default), and its `Host` header must name the same host; it is relayed in origin form
   with the hop-by-hop headers removed, streamed both ways; a kept-alive connection may carry
   more requests, each checked on its own (the upstream connection is reused for the same
-  target);
+  target); a response body of declared length from `SPLICED_BODY` up is spliced too, and
+  that connection ends after it;
 - anything else is a 400 that says what the proxy is.
 
 For a destination whose policy entry carries a credential, the `CONNECT` is not a tunnel: the
@@ -47,8 +49,10 @@ and closed: a child that opens and abandons connections fills its own run's coun
 is closed within `header_timeout` if it sends no request, or after `idle_timeout` of silence
 both ways); bytes sent out and received in all (`policy.max_bytes_up` / `_down`): past either
 the proxy cuts every connection, refuses the rest, and tells the run (`on_limit`), which ends
-as `net_limit`. What it holds per connection is one read (`CHUNK`) per direction and h11's
-bounded head; nothing is buffered whole. `close()` revokes the proxy: the listeners close,
+as `net_limit` (a spliced chunk may pass the limit by at most 1 MiB). What it holds per
+connection is one read (`CHUNK`) per direction and h11's bounded head, or a spliced chunk in a
+kernel pipe per direction (in worker threads of the run's own, two per tunnel at most);
+nothing is buffered whole. `close()` revokes the proxy: the listeners close,
 every connection is cut, and a request that still arrives is refused — a credential's
 capability ends with the run.
 """
