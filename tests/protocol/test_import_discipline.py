@@ -167,6 +167,7 @@ def test_the_import_scan_sees_from_imports_of_submodules(tmp_path: Path) -> None
 
 CONTAIN_MODULES = [
     "tether.contain",
+    "tether.contain.confined",
     "tether.contain.landlock",
     "tether.contain.mounts",
     "tether.contain.plan",
