@@ -68,6 +68,7 @@ MOUNT_ATTR_RDONLY = 0x1
 MOUNT_ATTR_NOSUID = 0x2
 MOUNT_ATTR_NODEV = 0x4
 MOUNT_ATTR_IDMAP = 0x100000
+MNT_DETACH = 2
 
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 
@@ -195,6 +196,10 @@ def mount(source: str, target: str, fstype: str | None, flags: int, data: str = 
     )
 
 
+def umount(target: str, flags: int = 0) -> None:
+    check(libc.umount2(os.fsencode(target), ctypes.c_int(flags)), f"umount {target}")
+
+
 def unshare(flags: int) -> None:
     check(libc.unshare(ctypes.c_int(flags)), "unshare")
 
@@ -262,6 +267,7 @@ def private_namespace(
     workspace_read_only: bool = False,
     protect: Iterable[str] = (),
     hide: Iterable[str] = (),
+    layer: str | None = None,
 ) -> Applied:
     """Enter a private mount namespace laid out as `plan` (see the module docstring).
     `idmap` is (owner uid, sandbox uid, owner gid, sandbox gid) for the workspace, or `None`
@@ -270,7 +276,8 @@ def private_namespace(
     here; `workspace_read_only` mounts the workspace read-only too (a write grant on a private
     /tmp would otherwise reach a workspace under it); `protect`: directories inside the
     workspace mounted read-only over it; `hide`: directories covered last by an empty
-    read-only mount (those the child's view still has). Raises `OSError`."""
+    read-only mount (those the child's view still has); `layer`: a layered workspace's layer
+    directory, the workspace then an overlay of it (`layer.over_clone`). Raises `OSError`."""
     made = None
     if idmap is not None and plan.workspace and userns is None:
         userns = made = idmap_userns(*idmap)
@@ -290,7 +297,10 @@ def private_namespace(
         }
         for fd in guards.values():
             set_attr(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
-        ws_fd = None
+        ws_fd = layer_fd = None
+        if plan.workspace and layer:
+            layer_fd = open_tree_clone(layer)  # before /tmp, where it may lie, is covered
+            set_attr(layer_fd, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
         if plan.workspace:
             ws_fd = open_tree_clone(plan.workspace)
             set_attr(
@@ -315,7 +325,11 @@ def private_namespace(
             done.restored.append(path)
         if ws_fd is not None and plan.workspace:
             _make_mount_point(plan.workspace, True)
-            move_to(ws_fd, plan.workspace)
+            if layer_fd is None:
+                move_to(ws_fd, plan.workspace)
+            else:
+                overlay_from_clones(ws_fd, layer_fd, plan.workspace, read_only=workspace_read_only)
+                os.close(layer_fd)
             os.close(ws_fd)
         # Over the workspace, outermost first, so an inner one is not hidden by an outer one.
         for path in sorted(guards, key=lambda p: (p.count("/"), p)):
@@ -487,3 +501,55 @@ def user_namespace(uid: int, gid: int) -> None:
     with open("/proc/self/gid_map", "w") as f:
         f.write(f"{gid} {gid} 1\n")
     mount("none", "/", None, MS_REC | MS_SLAVE)
+
+
+# --- a layered workspace (see `layer.py`) -----------------------------------------------------
+
+OVERLAY_OPTIONS = "redirect_dir=off,metacopy=off,index=off,xino=off"
+LAYER_STAGE = "/tmp/.tether-layer"
+"""Where a root supervisor's child attaches the layers while it mounts the overlay (its
+private /tmp)."""
+
+
+def overlay_options(lower: str, layer: str, *, read_only: bool, userxattr: bool) -> str:
+    """The overlay's mount options for `lower` (the workspace) and the layer directory
+    `layer` (its `upper` and `work`); read-only: the layer's `upper` as a second lower layer."""
+    if read_only:
+        opts = f"lowerdir={layer}/upper:{lower}"
+    else:
+        opts = f"lowerdir={lower},upperdir={layer}/upper,workdir={layer}/work"
+    opts += f",{OVERLAY_OPTIONS}"
+    if userxattr:
+        opts += ",userxattr"
+    return opts
+
+
+def mount_overlay(target: str, opts: str, *, read_only: bool) -> None:
+    flags = MS_NOSUID | MS_NODEV | (MS_RDONLY if read_only else 0)
+    mount("overlay", target, "overlay", flags, opts)
+
+
+def overlay_from_clones(ws_fd: int, layer_fd: int, workspace: str, *, read_only: bool) -> None:
+    """As root in the private mount namespace: the overlay at `workspace` (an existing mount
+    point) from the detached clones `ws_fd` (the workspace, idmapped) and `layer_fd` (the layer
+    directory), attached under `LAYER_STAGE` while it is mounted and detached again, so nothing
+    in the child's view leads to the real workspace or the layer directory. The caller closes
+    the fds. Raises `OSError`."""
+    lower, layer = f"{LAYER_STAGE}/lower", f"{LAYER_STAGE}/layer"
+    os.makedirs(lower, mode=0o700)
+    os.makedirs(layer, mode=0o700)
+    try:
+        move_to(ws_fd, lower)
+        move_to(layer_fd, layer)
+        try:
+            opts = overlay_options(lower, layer, read_only=read_only, userxattr=False)
+            mount_overlay(workspace, opts, read_only=read_only)
+        finally:
+            for staged in (lower, layer):
+                umount(staged, MNT_DETACH)
+    finally:
+        for staged in (lower, layer, LAYER_STAGE):
+            try:
+                os.rmdir(staged)
+            except OSError:
+                pass

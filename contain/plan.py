@@ -111,6 +111,7 @@ _FIELDS = (
     "protect",
     "git_guard",
     "hide",
+    "layer",
 )
 
 
@@ -142,6 +143,7 @@ class Plan:
         protect: Sequence[str] = (),
         git_guard: Sequence[str] = (),
         hide: Sequence[str] = (),
+        layer: str | None = None,
     ) -> None:
         self.level = level
         self.abi = abi
@@ -188,6 +190,11 @@ class Plan:
         self.hide = list(hide)
         """Directories covered by an empty, read-only mount (private mounts only): the
         session store's, which no grant may reach, whatever the layout."""
+        self.layer = layer
+        """A layered workspace: the parent's layer directory (`upper/`, `work/`), mounted as
+        an overlay over the workspace (`tether.contain.layer`): as root in the private mount
+        namespace, without root in a user namespace of the child's own. With
+        `workspace_read_only`, a read-only view of the layer."""
 
     @property
     def sandboxed(self) -> bool:

@@ -17,10 +17,10 @@ first instruction:
    and the mask survive exec); for a Python child run without an exec (the zygote's fork, the
    trampoline's in-place child), exactly what a freshly started interpreter has;
 5. the sandbox (`enter_sandbox`), when the plan asks for one: private mounts (with the
-   workspace's git directories guarded: `mounts.guard_git`; without root, in a user namespace
-   of the process's own), for a foreign agent the private network namespace with the
-   gateway's socket (`netns.py`), the Landlock rule fds, the uid/gid change with every
-   capability dropped, the working directory, no_new_privs, the Landlock domain, the seccomp
+   workspace's git directories guarded: `mounts.guard_git`, and a layered workspace's overlay:
+   `layer.py`; without root, both in a user namespace of the process's own), for a foreign
+   agent the private network namespace with the gateway's socket (`netns.py`), the Landlock
+   rule fds, the uid/gid change with every capability dropped, the working directory, no_new_privs, the Landlock domain, the seccomp
    filter — last, so nothing before it is filtered.
 
 Only the standard library (see `_sys.py`), and of it only what a bare interpreter has loaded
@@ -197,6 +197,7 @@ def _enter(plan: Plan, userns: int | None) -> None:
             workspace_read_only=plan.workspace_read_only,
             protect=plan.protect,
             hide=plan.hide,
+            layer=plan.layer,
         )
         if plan.workspace and plan.git_guard:
             mounts.guard_git(plan.workspace, plan.git_guard)
@@ -204,11 +205,17 @@ def _enter(plan: Plan, userns: int | None) -> None:
     else:
         if plan.home:
             os.makedirs(plan.home, mode=0o700, exist_ok=True)
-        if plan.workspace and plan.git_guard:
+        if plan.workspace and (plan.git_guard or plan.layer):
             # Without root: a user namespace of its own to mount in (`mounts.user_namespace`).
-            mounts.prepare_git(plan.workspace, plan.git_guard)
+            if plan.git_guard:
+                mounts.prepare_git(plan.workspace, plan.git_guard)
             mounts.user_namespace(os.geteuid(), os.getegid())
-            mounts.guard_git(plan.workspace, plan.git_guard)
+            if plan.layer:
+                from tether.contain import layer
+
+                layer.over_path(plan.workspace, plan.layer, read_only=plan.workspace_read_only)
+            if plan.git_guard:
+                mounts.guard_git(plan.workspace, plan.git_guard)
     network = plan.network
     if network is not None and network.get("channel") is not None:
         from tether.contain import netns
@@ -226,7 +233,7 @@ def _enter(plan: Plan, userns: int | None) -> None:
         rules.allow_port(int(network["port"]), landlock.NET_CONNECT_TCP)
     if plan.uid is not None and plan.gid is not None:
         privileges.drop_to(plan.uid, plan.gid)
-    elif not plan.private_mounts and plan.workspace and plan.git_guard:
+    elif not plan.private_mounts and plan.workspace and (plan.git_guard or plan.layer):
         privileges.drop_namespace_capabilities()
     else:
         privileges.drop_capabilities_unprivileged()

@@ -194,11 +194,21 @@ def _probe(forced: str) -> HostIsolation:
     )
 
 
-def _trial(abi: int, root: bool, *, git: bool) -> str | None:
+def _trial(abi: int, root: bool, *, git: bool, layer: bool = False) -> str | None:
     """Sandbox a throwaway child that runs /bin/true, with a git directory in its workspace
-    to guard when `git`; why it failed, or `None`."""
+    to guard when `git`, its workspace layered (an overlay) when `layer`; why it failed, or
+    `None`."""
     true = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
-    with tempfile.TemporaryDirectory(prefix="tether-probe-") as ws:
+    with tempfile.TemporaryDirectory(prefix="tether-probe-") as scratch:
+        ws = os.path.join(scratch, "ws")
+        os.mkdir(ws)
+        layered = None
+        if layer:
+            layered = os.path.join(scratch, "layer")
+            for sub in ("upper", "work"):
+                os.makedirs(os.path.join(layered, sub))
+                if root:
+                    os.chown(os.path.join(layered, sub), DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)
         if git:
             os.makedirs(os.path.join(ws, ".git", "hooks"))
             Path(ws, ".git", "config").write_text("[core]\n")
@@ -208,6 +218,7 @@ def _trial(abi: int, root: bool, *, git: bool) -> str | None:
             workspace=ws,
             host=HostIsolation(root=root, landlock_abi=abi, why_not=None),
             interpreter=False,
+            layer=layered,
         )
         word = config_word.encode(
             {"pdeathsig": 0, "ppid": os.getpid(), "plan": setup.plan.to_json()}
@@ -237,6 +248,16 @@ def _trial(abi: int, root: bool, *, git: bool) -> str | None:
         last = (got.stderr.decode(errors="replace").strip().splitlines() or [""])[-1]
         return f"a trial sandbox failed on this host: {last[:300] or f'exit {got.returncode}'}"
     return None
+
+
+def trial_layer(host: HostIsolation) -> str | None:
+    """Why a sandboxed child here cannot have a layered workspace (an overlay mounted in its
+    own mount namespace, `tether.contain.layer`), or `None` when it can: tried once by
+    `tether.parent.process.layers.support`, which caches the answer."""
+    why = _trial(host.landlock_abi, host.root, git=False, layer=True)
+    if why is None:
+        return None
+    return why.replace("a trial sandbox failed", "a trial overlay failed", 1)
 
 
 def choose_level(
@@ -520,6 +541,7 @@ def plan_for(
     workspace_read_only: bool = False,
     deny_paths: Sequence[str] = (),
     allow_git_config: bool = False,
+    layer: str | None = None,
 ) -> Setup:
     """The plan for one child at `level`. `inside_launcher`: the sandbox is applied inside a
     launcher that made its own mount namespace and user (bwrap), so it adds Landlock, seccomp
@@ -529,7 +551,9 @@ def plan_for(
     child must never reach (`ChildConfig.deny_paths`): covered by the private mounts where
     there are some, refused by `deny_problem` when the run is planned where there are not;
     `allow_git_config`: the child may write the workspace's `.git/config` and `.git/hooks`
-    (else the sandbox refuses it, where the host lets it: `git_guard`)."""
+    (else the sandbox refuses it, where the host lets it: `git_guard`); `layer`: a layered
+    workspace's layer directory, mounted as an overlay over the workspace (`Plan.layer`: its
+    writes never reach the workspace, so no git guard is needed there)."""
     if level != "sandbox":
         return Setup(Plan())
     net = network.to_json() if network is not None else None
@@ -557,6 +581,7 @@ def plan_for(
         and not allow_git_config
         and not workspace_read_only
         and host.git_unguarded is None
+        and layer is None
         else []
     )
     if host.root:
@@ -582,6 +607,7 @@ def plan_for(
             protect=code_inside(ws) if ws is not None else [],
             hide=[d for d in _denied(deny_paths) if not (ws is not None and _under(ws, d))],
             git_guard=guard,
+            layer=layer,
         )
         return Setup(plan, private_env("/tmp"))
     private = tempfile.mkdtemp(prefix="tether-sandbox-")
@@ -598,6 +624,7 @@ def plan_for(
         network=net,
         workspace_read_only=workspace_read_only,
         git_guard=guard,
+        layer=layer,
     )
     env = private_env(private)
     env["TMPDIR"] = os.path.join(private, "tmp")
@@ -664,6 +691,7 @@ def isolation_setup(
     workspace_read_only: bool = False,
     deny_paths: Sequence[str] = (),
     allow_git_config: bool = False,
+    layer: str | None = None,
 ) -> Spawnable:
     """The one place a child's isolation is decided: its plan (`plan_for`), and where it is
     applied. bwrap must be the outer layer (inside a Landlock domain it cannot set up its
@@ -686,6 +714,7 @@ def isolation_setup(
         workspace_read_only=workspace_read_only,
         deny_paths=deny_paths,
         allow_git_config=allow_git_config,
+        layer=None if reduced else layer,
     )
     if inside:
         config = config_word.encode({"plan": setup.plan.to_json()})

@@ -121,6 +121,7 @@ async def spawn_child(
     wire: Literal["tether"] = "tether",
     network: GatewayNetwork | None = None,
     workspace_read_only: bool = False,
+    layer: str | None = None,
 ) -> SupervisedChild: ...
 
 
@@ -138,6 +139,7 @@ async def spawn_child(
     wire: Literal["raw"],
     network: GatewayNetwork | None = None,
     workspace_read_only: bool = False,
+    layer: str | None = None,
 ) -> SupervisedProcess: ...
 
 
@@ -154,12 +156,14 @@ async def spawn_child(
     wire: Literal["tether", "raw"] = "tether",
     network: GatewayNetwork | None = None,
     workspace_read_only: bool = False,
+    layer: str | None = None,
 ) -> SupervisedProcess:
     """Start one child at isolation `level` (its plan computed by `isolation_setup`, the one
     place that decides it); raises `SpawnError` when it cannot start (nothing is left
     behind). `wire="raw"`: a foreign agent whose pipes the caller drives. `network`: a
     sandboxed foreign agent's way to the model gateway (its `channel` descriptor is passed to
-    the child); `workspace_read_only`: the sandbox grants the workspace read only."""
+    the child); `workspace_read_only`: the sandbox grants the workspace read only; `layer`: a
+    layered workspace's layer directory, an overlay over the workspace (`Plan.layer`)."""
     setup = isolation_setup(
         level,
         command=cfg.command,
@@ -171,6 +175,7 @@ async def spawn_child(
         network=network,
         workspace_read_only=workspace_read_only,
         allow_git_config=cfg.allow_git_config,
+        layer=layer,
     )
     in_cgroup = host.tier != "process-group"
     try:
