@@ -20,8 +20,9 @@ first instruction:
    workspace's git directories guarded: `mounts.guard_git`, and a layered workspace's overlay:
    `layer.py`; without root, both in a user namespace of the process's own), for a foreign
    agent the private network namespace with the gateway's socket (`netns.py`), the Landlock
-   rule fds, the uid/gid change with every capability dropped, the working directory, no_new_privs, the Landlock domain, the seccomp
-   filter — last, so nothing before it is filtered.
+   rule fds, the uid/gid change with every capability dropped, the working directory,
+   no_new_privs, the Landlock domain, the seccomp filter — last, so nothing before it is
+   filtered.
 
 Only the standard library (see `_sys.py`), and of it only what a bare interpreter has loaded
 or builds in: `_signal`, not `signal` (whose enums import `enum`, ≈ 4 ms of every cold spawn

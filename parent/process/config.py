@@ -11,6 +11,7 @@ from typing import Any
 
 from tether.parent.process.host import Host
 from tether.parent.process.launchers import Launcher
+from tether.parent.process.layers import LayerLimits
 from tether.parent.process.limits import DisposePolicy, Limits
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES
 
@@ -66,6 +67,11 @@ class ChildConfig:
     next `git status` or `git checkout`, outside every sandbox. Ordinary git use (`init`,
     `add`, `commit`, `branch`, `checkout`) needs no opt-in; `git config`, `git remote add`
     and `git submodule add` do. Changes there are listed in `sensitiveChanges` either way."""
+    layers_dir: str | None = None
+    """Where layered runs' layers are made (`workspace_mode="layered"`); `None`:
+    `$TMPDIR/tether-layers-UID`. Never inside a workspace."""
+    layer_limits: LayerLimits = field(default_factory=LayerLimits)
+    """Bounds on a layer's copy and on its change set (`LayerLimits`)."""
 
 
 @dataclass(frozen=True)

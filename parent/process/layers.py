@@ -207,6 +207,29 @@ class Layer:
     def method(self) -> LayerMethod:
         return self.plan.method
 
+    def rebase(self, paths: list[str]) -> None:
+        """The workspace now holds `paths` as this layer does (its change set was applied): the
+        base takes them as the workspace has them, so the next change set leaves them out."""
+        fd = os.open(self.plan.workspace, _DIR & ~os.O_NOFOLLOW)
+        try:
+            for rel in paths:
+                parent, _, name = rel.rpartition("/")
+                try:
+                    where = os.open(parent or ".", _DIR, dir_fd=fd) if parent else os.dup(fd)
+                except OSError:
+                    self.base.pop(rel, None)
+                    continue
+                try:
+                    st = os.stat(name, dir_fd=where, follow_symlinks=False)
+                    target = os.readlink(name, dir_fd=where) if stat.S_ISLNK(st.st_mode) else None
+                    self.base[rel] = Meta.of(st, target)
+                except OSError:
+                    self.base.pop(rel, None)
+                finally:
+                    os.close(where)
+        finally:
+            os.close(fd)
+
     def discard(self) -> None:
         """Remove the layer's directory (idempotent)."""
         if not self.discarded:

@@ -517,6 +517,20 @@ def _cleanup(plan: _Plan) -> None:
             os.close(fd)
 
 
+def discard(change_set: ChangeSet) -> None:
+    """Remove the layer directory a change set names (one this process does not keep: read
+    from a result file). Only a directory under a layers directory that holds a layer's
+    `upper/` or `tree/` is removed, so a forged result cannot point it anywhere else."""
+    root = os.path.realpath(change_set.layer)
+    if not os.path.basename(os.path.dirname(root)).startswith("tether-layers-"):
+        raise ValueError(f"{change_set.layer} is not a tether layer directory")
+    if not os.path.isdir(content_root(change_set)):
+        raise ValueError(f"{change_set.layer} holds no layer")
+    from tether.parent.process.layers import remove
+
+    remove(root)
+
+
 def lines(outcome: ApplyOutcome) -> Iterator[str]:
     """The outcome for a person: a line, then one per conflict."""
     yield f"{outcome.state}: {outcome.message or ', '.join(outcome.paths) or 'nothing to apply'}"

@@ -49,6 +49,7 @@ from tether.parent.process.host import host
 from tether.parent.process.isolation import Choice, choose_level, probe_host
 from tether.parent.process.keeper import Keeper
 from tether.parent.process.launchers import Local, resolve_launcher
+from tether.parent.process.layers import Layer
 from tether.parent.process.limits import Limits, raise_open_files_limit
 from tether.parent.process.pool import WarmPool
 from tether.parent.process.proc import SpawnError
@@ -66,11 +67,13 @@ from tether.parent.process.supervised import SupervisedChild, SupervisedProcess
 from tether.parent.process.zygote import Zygote, ZygoteSpawner
 from tether.parent.providers.builtin import builtin_providers
 from tether.parent.providers.gateway_seat import GatewaySeat
+from tether.parent.run import apply as applying
+from tether.parent.run.attempts import run_attempts
 from tether.parent.run.events import DEFAULT_EVENT_BUFFER, Event, EventStream
 from tether.parent.run.handle import RunHandle
 from tether.parent.run.plan import PlanContext, plan
 from tether.parent.run.spec import EventCallback, RunSpec, spec_of
-from tether.protocol.messages import RunResult
+from tether.protocol.messages import ApplyOutcome, ApplyPolicy, RunResult
 
 if TYPE_CHECKING:
     from tether.parent.gateway import Gateway
@@ -101,6 +104,9 @@ class SupervisorCore:
         """The ways this supervisor runs a sub-agent, by name (`start(provider=...)`); register
         your own here."""
         self._gateway = GatewaySeat()
+        self.layers: dict[str, Layer] = {}
+        """Layers of layered runs that still hold a change set not applied, by directory
+        (`apply`, `discard`, `RunSpec.layer`)."""
         self.host = host()
         """What `containment="auto"` picks on this host; each run names its own tier
         (`RunHandle.host`, `RunResult.containment`)."""
@@ -195,7 +201,9 @@ class SupervisorCore:
         (`checks.py`)."""
         if self._tg is None:
             raise RuntimeError("use the Supervisor as `async with Supervisor() as sup:`")
-        planned = await plan(spec_of(spec, fields), PlanContext(self.providers, self.config))
+        planned = await plan(
+            spec_of(spec, fields), PlanContext(self.providers, self.config, self.layers)
+        )
         self._warn_once(planned.isolation)
         handle = RunHandle(self, planned)
         self._handles.add(handle)
@@ -211,8 +219,18 @@ class SupervisorCore:
     async def run(self, spec: RunSpec | str | None = None, /, **fields: Any) -> RunResult:
         """Run one sub-agent to its end and return its `RunResult` (the arguments are
         `start`'s); never raises for anything the child does. If this call is cancelled, the
-        child is disposed first."""
-        handle = await self.start(spec, **fields)
+        child is disposed first.
+
+        `attempts=N` (at most `MAX_ATTEMPTS`): N runs of the same task at once, each in a
+        layer of its own (`workspace_mode` is then `layered`), each counted as a run of its
+        own; the attempt taken is the one `choose(results)` names (default: the first to
+        succeed), its change set applied as `apply` says, the others discarded. The result is
+        the taken attempt's (or, when none is taken, a failure saying why), with every
+        attempt's result in `attempts`."""
+        whole = spec_of(spec, fields)
+        if whole.attempts != 1:
+            return await run_attempts(self, whole)
+        handle = await self.start(whole)
         try:
             return await handle.result()
         except anyio.get_cancelled_exc_class():
@@ -220,6 +238,43 @@ class SupervisorCore:
                 handle.abort()
                 await handle.wait()
             raise
+
+    # --- layered runs' change sets ------------------------------------------------------------
+
+    def keep_layer(self, layer: Layer) -> None:
+        self.layers[layer.root] = layer
+
+    def forget_layer(self, layer: Layer) -> None:
+        self.layers.pop(layer.root, None)
+
+    async def apply(self, result: RunResult, *, policy: ApplyPolicy = "never") -> ApplyOutcome:
+        """Apply a layered run's change set (`result.changes`) to its workspace now: all or
+        nothing, each file atomically, refused on conflict (`ApplyOutcome.conflicts`, both
+        sides' content). An applied layer is discarded; one in conflict is kept. Never raises
+        for what the workspace or the layer hold."""
+        cs = result.changes
+        if cs is None:
+            return ApplyOutcome(state="not_applied", message="the result has no change set")
+        outcome = await anyio.to_thread.run_sync(lambda: applying.apply(cs, policy=policy))
+        if outcome.state == "applied":
+            layer = self.layers.pop(cs.layer, None)
+            if layer is not None:
+                layer.discard()
+            else:
+                await anyio.to_thread.run_sync(applying.discard, cs)
+        return outcome
+
+    async def discard(self, result: RunResult) -> ApplyOutcome:
+        """Throw a layered run's change set away (its layer's directory removed)."""
+        cs = result.changes
+        if cs is None:
+            return ApplyOutcome(state="not_applied", message="the result has no change set")
+        layer = self.layers.pop(cs.layer, None)
+        if layer is not None:
+            layer.discard()
+        else:
+            await anyio.to_thread.run_sync(applying.discard, cs)
+        return ApplyOutcome(state="discarded", message=f"the layer {cs.layer} was removed")
 
     async def gateway(self) -> Gateway:
         """The model gateway foreign agents of this supervisor call with their capability

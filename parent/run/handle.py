@@ -80,6 +80,7 @@ from tether.parent.process.supervised import SupervisedChild, SupervisedProcess
 from tether.parent.run.broker import Broker, RunModels
 from tether.parent.run.budget import Budget
 from tether.parent.run.events import Event, RunFinished, RunStarted
+from tether.parent.run.layered import Layered
 from tether.parent.run.plan import RunPlan
 from tether.parent.run.provider import RunBody
 from tether.parent.run.results import build_result
@@ -96,6 +97,7 @@ from tether.protocol.messages import (
 
 if TYPE_CHECKING:
     from tether.parent.gateway import Gateway
+    from tether.parent.process.layers import Layer
 
 IDLE = (
     "the run has answered: the parent serves it no model turn, approval or parent tool until "
@@ -122,6 +124,11 @@ class RunHost(Protocol):
     def publish(self, event: Event, extra: EventCallback | None = None) -> None: ...
 
     async def gateway(self) -> Gateway: ...
+
+    def keep_layer(self, layer: Layer) -> None:
+        """A layered run's layer is kept until it is applied or discarded."""
+
+    def forget_layer(self, layer: Layer) -> None: ...
 
 
 class _Activation:
@@ -189,6 +196,8 @@ class RunHandle:
         self._body_observed: Observed | None = None
         self._outer_scope = anyio.CancelScope()
         self._stopping = False
+        self._layered = Layered(host, plan) if plan.layered else None
+        """A layered run's layer, its change set and its apply policy (`layered.py`)."""
         self.pid: int | None = None
         """The child's process id, once it is spawned (`None` before, and when none was)."""
         self.launcher = launcher_name(plan.config.launcher)
@@ -405,7 +414,22 @@ class RunHandle:
         elif act is self._current:
             self._outer_scope.cancel()
 
-    def _resolve(self, act: _Activation, observed: Observed) -> None:
+    async def _complete(self, act: _Activation, observed: Observed) -> None:
+        """The activation's result: built, and for a layered run its change set measured and
+        applied as its policy says (in threads, shielded: the result is owed whatever
+        happens), then handed out."""
+        result = self._build(act, observed)
+        if self._layered is not None:
+            with anyio.CancelScope(shield=True):
+                claimed = act.answer.artifacts if act.answer is not None else []
+                result = await self._layered.settle(
+                    result, claimed, final=self._continuation is None or self._closing
+                )
+        act.result = result
+        act.done.set()
+        self._sup.publish(RunFinished(self.run_id, act.result), self._on_event)
+
+    def _build(self, act: _Activation, observed: Observed) -> RunResult:
         prompts = 1
         if self._body is not None:
             prompts = self._body.prompts
@@ -414,7 +438,7 @@ class RunHandle:
         assert act.broker is not None
         workspace = self._params.workspace
         seen = [] if act.watch is None else changes(act.watch, take(workspace), workspace)
-        act.result = build_result(
+        return build_result(
             self._params,
             containment=self.host.tier,
             isolation=self._isolation_report(),
@@ -427,16 +451,17 @@ class RunHandle:
             duration_seconds=time.monotonic() - act.started,
             sensitive_changes=seen,
         )
-        act.done.set()
-        self._sup.publish(RunFinished(self.run_id, act.result), self._on_event)
 
     async def execute(self) -> None:
         observed = Observed()
         # Before the child exists (or takes a pooled one): what it may change is measured.
-        self._first.watch = take(self._params.workspace)
+        if self._layered is None:
+            self._first.watch = take(self._params.workspace)
         try:
             with self._outer_scope:
-                if self._body is not None:
+                if self._layered is not None and not await self._layered.make(observed):
+                    pass  # the layer could not be made: nothing is spawned
+                elif self._body is not None:
                     observed = await self._drive_body(self._body, observed)
                 else:
                     observed = await self._spawn_and_drive(observed)
@@ -449,10 +474,13 @@ class RunHandle:
             if pending is not None and not pending.done.is_set():
                 if self._outer_scope.cancelled_caught and not observed.spawn_error:
                     observed.cancelled = True
-                self._resolve(pending, observed)
+                with anyio.CancelScope(shield=True):
+                    await self._complete(pending, observed)
             late, self._inbox = self._inbox, None
             if late is not None:
                 late.done.set()  # never taken: its caller starts a fresh child
+            if self._layered is not None:
+                self._layered.close()
             self._gone.set()
             self._pulse()
 
@@ -485,7 +513,12 @@ class RunHandle:
             observed.spawn_error = missing
             return observed
         pool = self._sup.pool
-        if pool is not None and isinstance(launcher, Local) and self._continuation is None:
+        if (
+            pool is not None
+            and isinstance(launcher, Local)
+            and self._continuation is None
+            and self._layered is None
+        ):
             key = pool_key(
                 cfg, self._limits, self.host, self.isolation.level, self._params.workspace
             )
@@ -503,6 +536,8 @@ class RunHandle:
                 workspace=self._params.workspace,
                 spawner=spawner,
                 level=self.isolation.level,
+                layer=self._layered.overlay if self._layered is not None else None,
+                workspace_read_only=self._plan.layer_read_only,
             )
         except SpawnError as exc:
             observed.spawn_error = str(exc)
@@ -542,13 +577,14 @@ class RunHandle:
             # served: its result is checked against a still tree, and no model turn is served
             # outside an activation (see the module docstring).
             await child.hold_still()
-            self._resolve(act, child.observed)
+            await self._complete(act, child.observed)
             self._current = None
             if self._closing or not self._keeps_runs(child):
                 return
             act = await self._next_message(child)
             if act is not None:
-                act.watch = take(self._params.workspace)  # the tree is still held still
+                if self._layered is None:
+                    act.watch = take(self._params.workspace)  # the tree is still held still
                 child.resume()
                 _fresh_activation(child.observed)
 

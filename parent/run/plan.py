@@ -35,6 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tether.contain.plan import DEFAULT_SANDBOX_ID
+from tether.parent.process import layers
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.host import Host, host
 from tether.parent.process.isolation import (
@@ -60,7 +62,13 @@ from tether.parent.run.provider import (
 )
 from tether.parent.run.spec import Continuation, EventCallback, NamedModel, RunSpec
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
-from tether.protocol.messages import AgentDefinition, AgentRunParams
+from tether.protocol.messages import (
+    APPLY_POLICIES,
+    WORKSPACE_MODES,
+    AgentDefinition,
+    AgentRunParams,
+    ApplyPolicy,
+)
 from tether.protocol.methods import AGENT_RUN
 
 _run_ids = itertools.count(1)
@@ -72,6 +80,8 @@ class PlanContext:
 
     providers: ProviderRegistry
     config: ChildConfig
+    layers: Mapping[str, layers.Layer] = field(default_factory=dict)
+    """The supervisor's kept layers, by directory (`RunSpec.layer` names one)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,17 @@ class RunPlan:
     on_turn: TurnHook | None = None
     budgets: Sequence[Budget] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    layer: layers.LayerPlan | None = None
+    """A layered run's layer, to be made before the spawn (`None`: shared, or `kept`)."""
+    kept: layers.Layer | None = None
+    """The kept layer the run continues in (`RunSpec.layer`)."""
+    apply: ApplyPolicy = "never"
+    layer_read_only: bool = False
+    """The child sees its layer read-only (a read-only agent in a kept layer)."""
+
+    @property
+    def layered(self) -> bool:
+        return self.layer is not None or self.kept is not None
 
 
 def check_agent(spec: RunSpec) -> tuple[AgentDefinition, str | None]:
@@ -159,6 +180,7 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     if name is None:
         name = "command" if spec.command is not None else "spawn"
     chosen, argument = ctx.providers.select(name)
+    mode, policy, kept = check_layering(spec, ctx)
     definition, impl = check_agent(spec)
     if impl is not None and chosen.drives_itself and chosen.isolated:
         raise ValueError(
@@ -202,6 +224,39 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         )
         if problem is not None:
             raise ValueError(problem)
+    layer_plan = None
+    read_only_layer = False
+    if mode == "layered":
+        if remote is not None:
+            raise ValueError(
+                f"a layered workspace is made on this host; the {remote!r} launcher runs the "
+                "child elsewhere: use workspace_mode='shared' there"
+            )
+        overlay_ok = (
+            choice.level == "sandbox" and launcher.name == "local" and not chosen.drives_itself
+        )
+        if kept is None:
+            owner = None
+            if probe_host().root:
+                owner = cfg.sandbox_user or (DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)
+            layer_plan = layers.choose(
+                str(ws),
+                spec.run_id or request.run_id,
+                overlay_ok=overlay_ok,
+                owner=owner,
+                directory=cfg.layers_dir,
+            )
+            child_ws = layer_plan.child_workspace
+        else:
+            if kept.plan.overlay and not overlay_ok:
+                raise ValueError(
+                    f"the layer {kept.root} is an overlay, which only a sandboxed child that "
+                    "this host starts itself can mount (not this provider or launcher)"
+                )
+            child_ws = kept.plan.child_workspace
+            read_only_layer = request.agent.read_only
+        if child_ws != request.workspace:
+            request = request.replace(workspace=child_ws)
     model = spec.model
     models = await resolve_models(
         model.provider if isinstance(model, NamedModel) else model,
@@ -247,7 +302,42 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         on_turn=spec.on_turn,
         budgets=spec.budgets,
         labels=spec.labels,
+        layer=layer_plan,
+        kept=kept,
+        apply=policy,
+        layer_read_only=read_only_layer,
     )
+
+
+def check_layering(spec: RunSpec, ctx: PlanContext) -> tuple[str, ApplyPolicy, layers.Layer | None]:
+    """The run's workspace mode, apply policy and the kept layer it continues in; raises
+    `ValueError` for bad usage."""
+    mode = spec.workspace_mode
+    if mode not in WORKSPACE_MODES:
+        raise ValueError(f"workspace_mode {mode!r}: expected one of {', '.join(WORKSPACE_MODES)}")
+    policy = spec.apply
+    if policy not in APPLY_POLICIES:
+        raise ValueError(f"apply {policy!r}: expected one of {', '.join(APPLY_POLICIES)}")
+    if policy == "on_verified":
+        raise ValueError(
+            "apply='on_verified' needs a verifier: a delegation's (orchestrate, tether mcp, "
+            "a Delegator), or Supervisor.run(..., verify=True); a single run knows never and "
+            "on_success"
+        )
+    if spec.attempts != 1:
+        raise ValueError("attempts are Supervisor.run's: start() runs one attempt")
+    kept = None
+    if spec.layer is not None:
+        kept = ctx.layers.get(spec.layer)
+        if kept is None or kept.discarded:
+            raise ValueError(
+                f"no kept layer {spec.layer!r} in this supervisor (applied or discarded, or "
+                "another supervisor's)"
+            )
+        mode = "layered"
+    if policy != "never" and mode != "layered":
+        raise ValueError(f"apply={policy!r} is for a layered run (workspace_mode='layered')")
+    return mode, policy, kept  # type: ignore[return-value]
 
 
 def once(provider: Provider) -> str:
