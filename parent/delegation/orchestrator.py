@@ -69,7 +69,7 @@ from tether.parent.roles.prompts import (
     ORCHESTRATOR_SYSTEM_PROMPT,
 )
 from tether.parent.run.broker import ParentTool
-from tether.parent.run.spec import EventCallback, NamedModel, RunSpec
+from tether.parent.run.spec import Chooser, EventCallback, NamedModel, RunSpec
 from tether.parent.run.subagent_events import SubagentEvent, SubagentStatus
 from tether.protocol.messages import (
     AgentDefinition,
@@ -205,6 +205,9 @@ async def orchestrate(
     keep_alive: float | str = DEFAULT_KEEP_ALIVE,
     compaction_threshold: int | None = None,
     compaction_model: str | None = None,
+    workspace_mode: str = "shared",
+    apply: str = "on_success",
+    choose: Chooser | None = None,
 ) -> Orchestration:
     """Run an orchestrator on `prompt` with the task tool over `definitions` (default: the
     built-in roles; an empty set gives it no task tool) and return an `Orchestration`.
@@ -234,6 +237,13 @@ async def orchestrate(
     compacted (estimated tokens; default the child's, 60 000) and by which model (default its
     own). Each task result keeps its compact form through compaction (`TaskOutput.compact`:
     summary, status, artifact paths, sizes and types), so every delivered file stays findable.
+
+    `workspace_mode`: how build sub-agents see the workspace unless their definition says
+    (`workspaceMode`): `shared` (in it, one at a time) or `layered` (each in a copy-on-write
+    layer of its own, side by side; its change set applied as `apply` says: `on_success`,
+    `on_verified` — after the verifier's PASS, every change verified — or `never`, returned in
+    the task's output only). A task call may ask for `attempts`; `choose(results)` picks the
+    one taken (default: the first to pass its verifier, else the first to finish).
 
     Raises `ValueError` for bad usage before anything is spawned; never for what a child did.
     """
@@ -285,6 +295,9 @@ async def orchestrate(
         on_event=publish,
         agent_types=offered,
         continuable=continuable,
+        workspace_mode=workspace_mode,
+        apply=apply,
+        choose=choose,
     )
     tasks: list[TaskCall] = []
     calls = 0

@@ -61,7 +61,7 @@ from tether.parent.run.events import ChildEvent, Event
 from tether.parent.run.handle import RunHandle
 from tether.parent.run.plan import follow_up_providers, once
 from tether.parent.run.spec import NamedModel, RunSpec
-from tether.protocol.messages import Failure, RunResult
+from tether.protocol.messages import ApplyOutcome, ApplyPolicy, ChangeSet, Failure, RunResult
 
 if TYPE_CHECKING:
     from tether.parent.process.config import ChildConfig
@@ -131,6 +131,13 @@ class SupervisorRunner:
                 f"this parent knows: {known}"
             )
         chosen = self.sup.providers.get(name)
+        if request.workspace_mode == "layered" and request.continuable and self.keeps_agents:
+            # Its layer is the delegation's to apply or discard once its task is settled.
+            request.facts.not_continuable = (
+                "it ran in a layered workspace, whose layer is gone once its change set is "
+                "applied or discarded; start a new task call instead"
+            )
+            return await self.spawn(request)
         if request.continuable and self.keeps_agents:
             if not chosen.drives_itself:
                 return await self.continuable(request)
@@ -177,6 +184,8 @@ class SupervisorRunner:
             run_id=request.run_id or None,
             budgets=(request.budget,) if request.budget is not None else (),
             labels={"toolCallId": request.tool_call_id, "subagentId": request.subagent_id},
+            workspace_mode="shared" if request.layer is not None else request.workspace_mode,
+            layer=request.layer,
         )
 
     async def spawn(self, request: RunRequest) -> RunResult:
@@ -257,6 +266,19 @@ class SupervisorRunner:
                 raise
         finally:
             self._live.discard(handle)
+
+    # --- layered sub-agents' change sets -------------------------------------------------------
+
+    async def apply_changes(self, cs: ChangeSet, policy: ApplyPolicy) -> ApplyOutcome:
+        """Apply a layered sub-agent's change set (the gate decided to): the supervisor's
+        apply, which discards the layer once applied."""
+        return await self.sup.apply(cs, policy=policy)
+
+    async def discard_changes(self, cs: ChangeSet) -> None:
+        try:
+            await self.sup.discard(cs)
+        except (OSError, ValueError):
+            pass  # gone already
 
     async def model_for(self, name: str | None) -> NamedModel | ModelProvider | None:
         """The model a definition's `model` names (the default model for `None`), with its

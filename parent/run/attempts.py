@@ -23,7 +23,14 @@ import msgspec
 
 from tether.parent.run.handle import RunHandle
 from tether.parent.run.spec import RunSpec
-from tether.protocol.messages import ApplyOutcome, ApplyPolicy, Attempts, Failure, RunResult
+from tether.protocol.messages import (
+    ApplyOutcome,
+    ApplyPolicy,
+    Attempts,
+    ChangeSet,
+    Failure,
+    RunResult,
+)
 
 MAX_ATTEMPTS = 8
 
@@ -31,9 +38,11 @@ MAX_ATTEMPTS = 8
 class AttemptHost(Protocol):
     async def start(self, spec: RunSpec | str | None = None, /) -> RunHandle: ...
 
-    async def apply(self, result: RunResult, *, policy: ApplyPolicy = "never") -> ApplyOutcome: ...
+    async def apply(
+        self, result: RunResult | ChangeSet, *, policy: ApplyPolicy = "never"
+    ) -> ApplyOutcome: ...
 
-    async def discard(self, result: RunResult) -> ApplyOutcome: ...
+    async def discard(self, result: RunResult | ChangeSet) -> ApplyOutcome: ...
 
 
 def check_attempts(n: object) -> int:

@@ -73,7 +73,7 @@ from tether.parent.run.events import DEFAULT_EVENT_BUFFER, Event, EventStream
 from tether.parent.run.handle import RunHandle
 from tether.parent.run.plan import PlanContext, plan
 from tether.parent.run.spec import EventCallback, RunSpec, spec_of
-from tether.protocol.messages import ApplyOutcome, ApplyPolicy, RunResult
+from tether.protocol.messages import ApplyOutcome, ApplyPolicy, ChangeSet, RunResult
 
 if TYPE_CHECKING:
     from tether.parent.gateway import Gateway
@@ -247,12 +247,14 @@ class SupervisorCore:
     def forget_layer(self, layer: Layer) -> None:
         self.layers.pop(layer.root, None)
 
-    async def apply(self, result: RunResult, *, policy: ApplyPolicy = "never") -> ApplyOutcome:
-        """Apply a layered run's change set (`result.changes`) to its workspace now: all or
-        nothing, each file atomically, refused on conflict (`ApplyOutcome.conflicts`, both
-        sides' content). An applied layer is discarded; one in conflict is kept. Never raises
-        for what the workspace or the layer hold."""
-        cs = result.changes
+    async def apply(
+        self, result: RunResult | ChangeSet, *, policy: ApplyPolicy = "never"
+    ) -> ApplyOutcome:
+        """Apply a layered run's change set (`result.changes`, or a `ChangeSet`) to its
+        workspace now: all or nothing, each file atomically, refused on conflict
+        (`ApplyOutcome.conflicts`, both sides' content). An applied layer is discarded; one in
+        conflict is kept. Never raises for what the workspace or the layer hold."""
+        cs = result if isinstance(result, ChangeSet) else result.changes
         if cs is None:
             return ApplyOutcome(state="not_applied", message="the result has no change set")
         outcome = await anyio.to_thread.run_sync(lambda: applying.apply(cs, policy=policy))
@@ -264,9 +266,9 @@ class SupervisorCore:
                 await anyio.to_thread.run_sync(applying.discard, cs)
         return outcome
 
-    async def discard(self, result: RunResult) -> ApplyOutcome:
+    async def discard(self, result: RunResult | ChangeSet) -> ApplyOutcome:
         """Throw a layered run's change set away (its layer's directory removed)."""
-        cs = result.changes
+        cs = result if isinstance(result, ChangeSet) else result.changes
         if cs is None:
             return ApplyOutcome(state="not_applied", message="the result has no change set")
         layer = self.layers.pop(cs.layer, None)

@@ -321,8 +321,8 @@ def check_layering(spec: RunSpec, ctx: PlanContext) -> tuple[str, ApplyPolicy, l
     if policy == "on_verified":
         raise ValueError(
             "apply='on_verified' needs a verifier: a delegation's (orchestrate, tether mcp, "
-            "a Delegator), or Supervisor.run(..., verify=True); a single run knows never and "
-            "on_success"
+            "a Delegator); a single run knows never and on_success (with attempts, choose= "
+            "can run your own check)"
         )
     if spec.attempts != 1:
         raise ValueError("attempts are Supervisor.run's: start() runs one attempt")

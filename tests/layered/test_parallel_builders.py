@@ -1,0 +1,154 @@
+"""Build sub-agents in layered workspaces (issue 34, points 3 and 4): they run side by side
+(the workspace's writers gate is for shared runs), what each changed comes back as a change
+set the parent computed, the first applied wins and the second reports the conflict to the
+orchestrator's model with both sides; the policies `never`, `on_success` and `on_verified`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from book import ORCHESTRATOR, Recorder, call, complete, script, task, turn
+
+from tether.parent import Supervisor
+from tether.parent.delegation import VerifierPolicy
+from tether.parent.run.events import Event
+from tether.parent.run.subagent_events import SubagentCompleted, SubagentStarted
+
+pytestmark = pytest.mark.anyio
+
+
+def writer(mark: str, command: str, *, delay: float = 1.0) -> dict[str, Any]:
+    return script(
+        mark,
+        turn(call("bash", command=command), delay=delay),
+        turn(complete(f"{mark} done", "shared.txt")),
+    )
+
+
+def fan_out(*tasks: dict[str, Any]) -> dict[str, Any]:
+    return script(ORCHESTRATOR, turn(*tasks, text="delegating"), turn(complete("all done")))
+
+
+class Timeline:
+    def __init__(self) -> None:
+        self.events: list[tuple[float, Event]] = []
+
+    def __call__(self, event: Event) -> None:
+        self.events.append((time.monotonic(), event))
+
+    def at(self, kind: type[Any], sid: str) -> float:
+        return next(t for t, e in self.events if isinstance(e, kind) and e.id == sid)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "shared.txt").write_text("base\n")
+    return ws
+
+
+async def test_two_build_sub_agents_editing_one_file_run_in_parallel_and_the_second_conflicts(
+    workspace: Path,
+) -> None:
+    model = Recorder(
+        fan_out(
+            task("c1", "tester", "edit A", "MARK-A: write A into shared.txt"),
+            task("c2", "tester", "edit B", "MARK-B: write B into shared.txt"),
+        ),
+        writer("MARK-A", "printf 'A\\n' > shared.txt && echo a > a.txt"),
+        writer("MARK-B", "printf 'B\\n' > shared.txt && echo b > b.txt", delay=2.0),
+    )
+    seen = Timeline()
+    async with Supervisor() as sup:
+        got = await sup.orchestrate(
+            "Edit.", model=model, workspace=workspace, on_event=seen, workspace_mode="layered"
+        )
+        assert sup.layers == {}  # every layer applied or discarded
+    assert got.success
+    # Side by side: both started before either finished (shared, the second would wait).
+    ends = [seen.at(SubagentCompleted, s) for s in ("sa-1", "sa-2")]
+    assert max(seen.at(SubagentStarted, s) for s in ("sa-1", "sa-2")) < min(ends)
+    first, second = model.task_output("c1"), model.task_output("c2")
+    assert first["status"] == "completed" and first["applied"]["state"] == "applied"
+    assert first["workspaceMode"] == "layered"
+    changed = {c["path"]: c for c in first["changes"]["changes"]}
+    assert set(changed) == {"shared.txt", "a.txt"}
+    assert "-base\n+A" in changed["shared.txt"]["diff"]
+    assert second["status"] == "conflict"
+    conflict = second["applied"]["conflicts"][0]
+    assert conflict["path"] == "shared.txt"
+    assert conflict["workspace"] == "A\n" and conflict["layer"] == "B\n"
+    assert "conflict" in second["message"] or "first" in second["message"]
+    # The first's change set is in the workspace, nothing of the second's.
+    assert (workspace / "shared.txt").read_text() == "A\n"
+    assert (workspace / "a.txt").exists() and not (workspace / "b.txt").exists()
+
+
+async def test_with_apply_never_the_change_set_comes_back_and_the_workspace_is_untouched(
+    workspace: Path,
+) -> None:
+    model = Recorder(
+        fan_out(task("c1", "tester", "edit A", "MARK-A: write A")),
+        writer("MARK-A", "printf 'A\\n' > shared.txt", delay=0.0),
+    )
+    async with Supervisor() as sup:
+        got = await sup.orchestrate(
+            "Edit.", model=model, workspace=workspace, workspace_mode="layered", apply="never"
+        )
+        output = got.tasks[0].output
+        assert output.applied is not None and output.applied.state == "not_applied"
+        assert (workspace / "shared.txt").read_text() == "base\n"
+        assert output.changes is not None
+        # The orchestrator's caller applies it later.
+        applied = await sup.apply(output.changes)
+        assert applied.state == "applied"
+        assert (workspace / "shared.txt").read_text() == "A\n"
+        assert sup.layers == {}
+    # The artifact points into the change set until it is applied.
+    assert output.artifacts[0].in_change_set
+
+
+def verifier(verdict: str) -> dict[str, Any]:
+    return script(
+        "Role: verifier",
+        turn(call("read_file", path="shared.txt")),
+        turn(complete(f"checked.\nVERDICT: {verdict}")),
+    )
+
+
+@pytest.mark.parametrize("verdict", ["PASS", "FAIL"])
+async def test_on_verified_applies_only_after_the_verifiers_pass_and_the_verifier_reads_the_layer(
+    workspace: Path, verdict: str
+) -> None:
+    model = Recorder(
+        fan_out(task("c1", "tester", "edit A", "MARK-A: write A")),
+        verifier(verdict),  # first: its prompt holds the task's words too
+        writer("MARK-A", "printf 'A\\n' > shared.txt", delay=0.0),
+    )
+    async with Supervisor() as sup:
+        got = await sup.orchestrate(
+            "Edit.",
+            model=model,
+            workspace=workspace,
+            workspace_mode="layered",
+            apply="on_verified",
+            verifier=VerifierPolicy(max_fix_cycles=0),
+        )
+        assert sup.layers == {}
+    output = model.task_output("c1")
+    assert output["verification"]["verdict"] == verdict, output["verification"]
+    # The verifier read the layer's shared.txt, not the workspace's.
+    [run] = model.runs("Role: verifier")
+    [read] = model.tool_results(run[-1]).values()
+    assert read.endswith("\tA") and "base" not in read
+    if verdict == "PASS":
+        assert output["applied"]["state"] == "applied"
+        assert (workspace / "shared.txt").read_text() == "A\n"
+    else:
+        assert output["status"] == "failed_verification"
+        assert output["applied"]["state"] == "discarded"
+        assert (workspace / "shared.txt").read_text() == "base\n"
