@@ -75,6 +75,31 @@ def _isolation() -> dict[str, Any]:
     return out
 
 
+def _layers() -> dict[str, Any]:
+    """Which layer a layered run gets here (`tether.parent.process.layers`)."""
+    from tether.parent.process import layers as lay
+
+    try:
+        where = lay.layers_dir()
+    except (lay.LayerError, OSError) as exc:
+        return {"method": None, "why": str(exc)}
+    got = lay.support()
+    limits = lay.LayerLimits()
+    out: dict[str, Any] = {
+        "method": got.overlay or got.copy,
+        "sandboxed": got.overlay or got.copy,
+        "otherwise": got.copy,
+        "reflink": got.reflink,
+        "layersDir": where,
+        "copyBound": limits.max_copy_bytes,
+    }
+    if got.why_not is not None:
+        out["overlayWhyNot"] = got.why_not
+    if got.forced is not None:
+        out["forced"] = f"{lay.FORCE_ENV}={got.forced}"
+    return out
+
+
 def _pidfd() -> dict[str, Any]:
     try:
         fd = os.pidfd_open(os.getpid())
@@ -181,6 +206,7 @@ def report(agents: str | None = None) -> dict[str, Any]:
         "bwrap": _bwrap(),
         "landlock": _landlock(),
         "isolation": _isolation(),
+        "layers": _layers(),
         "pidfd": _pidfd(),
         "subreaper": _subreaper(),
         "keeper": {"available": KEEPER.exists(), "script": str(KEEPER)},
@@ -237,6 +263,25 @@ def render(r: dict[str, Any]) -> str:
     else:
         lines.append(f"isolation: auto picks PROCESS ONLY: WARNING: {iso['warning']}")
         lines.append(f"  why: {iso['why']}")
+    lay = r["layers"]
+    if lay["method"] is None:
+        lines.append(f"layered workspaces: NOT available: {lay['why']}")
+    else:
+        explain = {
+            "overlay": "an overlay in the child's private mount namespace",
+            "overlay-userns": "an overlay in a user namespace of the child's own",
+            "reflink": "a reflink copy (FICLONE) of the workspace",
+            "copy": f"a plain copy of the workspace, at most {lay['copyBound']} bytes",
+        }
+        lines.append(
+            f"layered workspaces: a sandboxed run gets {explain[lay['sandboxed']]} (layers in "
+            f"{lay['layersDir']})"
+        )
+        if lay["sandboxed"] != lay["otherwise"] or lay.get("overlayWhyNot"):
+            other = explain[lay["otherwise"]]
+            lines.append(f"  otherwise (no sandbox, a launcher, a foreign agent): {other}")
+        if lay.get("overlayWhyNot"):
+            lines.append(f"  no overlay: {lay['overlayWhyNot']}")
     lines.append("pidfd: " + ("yes" if r["pidfd"]["available"] else "no"))
     lines.append("subreaper: " + ("yes" if r["subreaper"]["available"] else "no"))
     lines.append("keeper: " + ("yes" if r["keeper"]["available"] else "missing"))

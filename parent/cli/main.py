@@ -18,7 +18,12 @@ from tether.parent.cli import agents as agents_cli
 from tether.parent.cli import mcp as mcp_cli
 from tether.parent.cli import run as run_cli
 from tether.parent.cli import task_schema as delegation_cli
-from tether.parent.cli.options import UsageError, add_isolation_options, add_limit_options
+from tether.parent.cli.options import (
+    UsageError,
+    add_isolation_options,
+    add_limit_options,
+    add_workspace_options,
+)
 from tether.parent.cli.output import render
 from tether.parent.process.spawn import version
 
@@ -53,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     delegation_cli.add_orchestrate_arguments(orchestrate)
     add_limit_options(orchestrate)
     add_isolation_options(orchestrate)
+    add_workspace_options(orchestrate, default_apply="on_success")
     agents_cli.add_arguments(
         sub.add_parser("agents", help="continuable agents: list, show, send a message")
     )
@@ -60,6 +66,15 @@ def _parser() -> argparse.ArgumentParser:
     mcp_cli.add_arguments(mcp)
     add_limit_options(mcp)
     add_isolation_options(mcp)
+    add_workspace_options(mcp, default_apply="on_success")
+    apply_cmd = sub.add_parser(
+        "apply", help="apply (or discard) a layered run's change set from its --json result"
+    )
+    apply_cmd.add_argument("result", help="a RunResult as JSON (tether run --json), or - for stdin")
+    apply_cmd.add_argument(
+        "--discard", action="store_true", help="throw the change set's layer away instead"
+    )
+    apply_cmd.add_argument("--json", action="store_true", help="print the outcome as JSON")
     return p
 
 
@@ -96,6 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return agents_cli.main(args)
         if args.cmd == "mcp":
             return mcp_cli.main(args)
+        if args.cmd == "apply":
+            from tether.parent.cli import apply as apply_cli
+
+            return apply_cli.main(args)
         args.interrupted, args.interrupted_once = None, False
         result = anyio.run(run_cli.run, args)
     except (UsageError, ValueError) as exc:

@@ -211,6 +211,8 @@ async def _serve(
                     registry,
                     runner,
                     workspace=args.workspace,
+                    workspace_mode=args.workspace_mode,
+                    apply=args.apply,
                     max_concurrent=args.max_concurrent,
                     token_budget=args.token_budget,
                     verifier=policy,

@@ -61,6 +61,26 @@ def add_isolation_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_workspace_options(p: argparse.ArgumentParser, *, default_apply: str) -> None:
+    """How a build sub-agent sees the workspace (`tether run`, `orchestrate`, `mcp`)."""
+    p.add_argument(
+        "--workspace-mode",
+        default="shared",
+        choices=("shared", "layered"),
+        help="shared: the child works in the workspace; layered: in a copy-on-write layer of "
+        "its own, its changes returned as a change set (build sub-agents then run in parallel)",
+    )
+    p.add_argument(
+        "--apply",
+        default=default_apply,
+        choices=("never", "on_success", "on_verified")
+        if default_apply != "never"
+        else ("never", "on_success"),
+        help="when a layered run's change set is applied to the workspace "
+        f"(default {default_apply}; never: `tether apply RESULT.json` applies it later)",
+    )
+
+
 def limits_from(args: argparse.Namespace) -> Limits:
     """The limit flags as `Limits`; an error names the flag (`--timeout: ...`)."""
     return limits_from_flags(

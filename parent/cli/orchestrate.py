@@ -111,6 +111,8 @@ async def _orchestrate(
                     on_event=view,
                     on_start=started,
                     continuable=args.continuable,
+                    workspace_mode=args.workspace_mode,
+                    apply=args.apply,
                     **({"keep_alive": args.keep_alive} if args.keep_alive else {}),
                 )
             except ValueError as exc:  # bad usage: raised as itself, not in a group

@@ -50,6 +50,23 @@ def _render(result: RunResult) -> str:
         lines.append(f"  CHANGED, run by your tools: {line(c.path)} ({c.change}, {what}; {c.runs})")
     if result.isolation is not None and result.isolation.warning:
         lines.append(f"  isolation {result.isolation.level}: {result.isolation.warning}")
+    cs = result.changes
+    if cs is not None:
+        lines.append(f"  layered ({cs.method}): {cs.files} change(s), {cs.bytes} bytes")
+        for fc in cs.changes:
+            was = f" (was {line(fc.old_path)})" if fc.old_path else ""
+            lines.append(f"    {fc.change} {line(fc.path)}{was}")
+        for r in cs.refused:
+            lines.append(f"    refused {line(r.path)}: {line(r.reason)}")
+    if result.applied is not None:
+        a = result.applied
+        lines.append(
+            f"  change set {a.state}: {line(a.message)}" if a.message else f"  change set {a.state}"
+        )
+        if a.state == "not_applied" and cs is not None:
+            lines.append(f"    layer kept at {line(cs.layer)}: tether apply RESULT.json applies it")
+        for conflict in outcome.conflicts:
+            lines.append(f"    conflict at {line(conflict.path)}: {line(conflict.reason)}")
     lines.append(
         f"turns {result.turn_count}, iterations {result.iteration_count}, tokens "
         f"{result.usage.input_tokens} in / {result.usage.output_tokens} out"

@@ -16,6 +16,7 @@ from tether.parent.cli.options import (
     absolute_if_here,
     add_isolation_options,
     add_limit_options,
+    add_workspace_options,
     config_from,
     limits_from,
 )
@@ -50,6 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--agents", metavar="FILE", help="a definitions file whose [[provider]] tables to add"
     )
     add_isolation_options(p)
+    add_workspace_options(p, default_apply="never")
     p.add_argument("--description", default="", help="short label for the run")
     p.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -86,6 +88,8 @@ async def run(args: argparse.Namespace) -> RunResult:
                 command=command,
                 on_event=None if args.quiet else printer(sys.stderr),
                 provider=provider,
+                workspace_mode=args.workspace_mode,
+                apply=args.apply,
             )
         for warning in caught:
             print(f"tether: warning: {warning.message}", file=sys.stderr, flush=True)
