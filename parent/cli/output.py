@@ -59,11 +59,10 @@ def _render(result: RunResult) -> str:
         for r in cs.refused:
             lines.append(f"    refused {line(r.path)}: {line(r.reason)}")
     if result.applied is not None:
-        a = result.applied
-        lines.append(
-            f"  change set {a.state}: {line(a.message)}" if a.message else f"  change set {a.state}"
-        )
-        if a.state == "not_applied" and cs is not None:
+        outcome = result.applied
+        state = f"  change set {outcome.state}"
+        lines.append(f"{state}: {line(outcome.message)}" if outcome.message else state)
+        if outcome.state == "not_applied" and cs is not None:
             lines.append(f"    layer kept at {line(cs.layer)}: tether apply RESULT.json applies it")
         for conflict in outcome.conflicts:
             lines.append(f"    conflict at {line(conflict.path)}: {line(conflict.reason)}")
