@@ -334,6 +334,8 @@ class FileChange(Wire, frozen=True, omit_defaults=True):
     change: ChangeKind
     fs_type: Literal["file", "directory", "symlink"]
     """What it is in the layer (for `deleted`: what it was in the base)."""
+    base_fs_type: Literal["file", "directory", "symlink"] | None = None
+    """What it was in the base (`null` when added)."""
     old_path: str | None = None
     """`renamed`: where it was in the base (same content, same type)."""
     mode: int | None = None

@@ -64,9 +64,11 @@ class _Step:
     """The staged entry's temporary name (a file or link to put in place)."""
     backup: str | None = None
     """Where what was at `name` went."""
-    made_dir: bool = False
     removed_dir: bool = False
     done: bool = False
+    depth: int = 0
+    dir_backup: bool = False
+    """The backup is a directory (removed, or replaced by a file or link)."""
 
 
 @dataclass
@@ -111,7 +113,8 @@ def _apply(ws: int, cs: ChangeSet, policy: ApplyPolicy) -> ApplyOutcome:
             state="failed", policy=policy, message=f"the layer cannot be read: {exc.strerror}"
         )
     try:
-        conflicts = [c for c in (_check(ws, layer, change) for change in cs.changes) if c]
+        made = {c.path for c in cs.changes if c.fs_type == "directory" and c.change != "deleted"}
+        conflicts = [c for c in (_check(ws, layer, change, made) for change in cs.changes) if c]
         if conflicts:
             return ApplyOutcome(
                 state="conflict",
@@ -174,6 +177,7 @@ def _walk_dir(root: int, rel: str) -> int | str | None:
 class _There:
     kind: str
     """`absent`, `file`, `directory`, `symlink`, `other`."""
+    mode: int | None = None
     sha256: str | None = None
     target: str | None = None
     data: bytes | None = None
@@ -193,12 +197,13 @@ def _look(root: int, rel: str) -> _There | str:
             return _There("absent")
         if stat.S_ISLNK(st.st_mode):
             return _There("symlink", target=os.readlink(name, dir_fd=fd))
+        mode = stat.S_IMODE(st.st_mode)
         if stat.S_ISDIR(st.st_mode):
-            return _There("directory")
+            return _There("directory", mode=mode)
         if not stat.S_ISREG(st.st_mode):
             return _There("other")
         digest, data = _read(os.open(name, _FILE, dir_fd=fd))
-        return _There("file", sha256=digest, data=data)
+        return _There("file", mode=mode, sha256=digest, data=data)
     finally:
         os.close(fd)
 
@@ -243,14 +248,17 @@ def _matches(there: _There, kind: str, sha256: str | None, target: str | None) -
     return True
 
 
-def _check(ws: int, layer: int, c: FileChange) -> Conflict | None:
-    """Whether the workspace still holds the base where `c` changes it."""
+def _check(ws: int, layer: int, c: FileChange, made: set[str]) -> Conflict | None:
+    """Whether the workspace still holds the base where `c` changes it (`made`: directories
+    the change set makes, where a file of the base may be now)."""
     if c.note == BASE_CHANGED:
         return _conflict(ws, layer, c, c.path, BASE_CHANGED)
     where = [(c.old_path, "deleted")] if c.change == "renamed" and c.old_path else []
     where.append((c.path, c.change if c.change != "renamed" else "added"))
     for rel, role in where:
         there = _look(ws, rel)
+        if isinstance(there, str) and _under_made(rel, made):
+            there = _There("absent")  # under a file the change set turns into a directory
         if isinstance(there, str):
             return _conflict(ws, layer, c, rel, there)
         if role == "added":
@@ -272,16 +280,20 @@ def _check(ws: int, layer: int, c: FileChange) -> Conflict | None:
     return None
 
 
+def _under_made(rel: str, made: set[str]) -> bool:
+    parts = rel.split("/")
+    return any("/".join(parts[:i]) in made for i in range(1, len(parts)))
+
+
 def _base_kind(c: FileChange) -> str:
-    if c.base_sha256 is not None:
-        return "file"
-    if c.base_target is not None:
-        return "symlink"
-    return "directory" if c.fs_type == "directory" else c.fs_type
+    return c.base_fs_type or c.fs_type
 
 
 def _holds_new(there: _There, c: FileChange) -> bool:
-    return c.change != "deleted" and _matches(there, c.fs_type, c.sha256, c.target)
+    """The workspace already holds what the layer does (a mode included)."""
+    if c.change == "deleted" or not _matches(there, c.fs_type, c.sha256, c.target):
+        return False
+    return c.fs_type == "symlink" or c.mode is None or there.mode == c.mode
 
 
 def _conflict(ws: int, layer: int, c: FileChange, rel: str, reason: str) -> Conflict:
@@ -349,10 +361,10 @@ def _stage(ws: int, layer: int, cs: ChangeSet, plan: _Plan) -> None:
             continue  # already there
         dir_fd = _dir_for(ws, parent, plan)
         if c.fs_type == "directory":
-            _stage_dir(dir_fd, name, c, plan)
+            _stage_dir(dir_fd, name, c, plan, c.path.count("/"))
             continue
         temp = _temp_name(name)
-        step = _Step(dir_fd, name, staged=temp)
+        step = _Step(dir_fd, name, staged=temp, depth=c.path.count("/"))
         plan.steps.append(step)
         if c.fs_type == "symlink":
             assert c.target is not None
@@ -361,24 +373,29 @@ def _stage(ws: int, layer: int, cs: ChangeSet, plan: _Plan) -> None:
             _stage_file(layer, c, dir_fd, temp)
         _own(dir_fd, name, temp)
     # Removals after every write, innermost first (a directory after what was in it).
-    for _, dir_fd, name, is_dir in sorted(removals, key=lambda r: -r[0]):
-        plan.steps.append(_Step(dir_fd, name, removed_dir=is_dir))
+    for depth, dir_fd, name, is_dir in sorted(removals, key=lambda r: -r[0]):
+        plan.steps.append(_Step(dir_fd, name, removed_dir=is_dir, depth=depth, dir_backup=is_dir))
 
 
-def _stage_dir(dir_fd: int, name: str, c: FileChange, plan: _Plan) -> None:
+def _stage_dir(dir_fd: int, name: str, c: FileChange, plan: _Plan, depth: int) -> None:
     mode = (c.mode or 0o755) & 0o777
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
-        os.mkdir(name, mode, dir_fd=dir_fd)
-        plan.made_dirs.append((dir_fd, name))
-        _own_like_parent(dir_fd, name)
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
         os.chmod(name, mode, dir_fd=dir_fd)
         return
-    if stat.S_ISDIR(st.st_mode):
-        os.chmod(name, mode, dir_fd=dir_fd)
-        return
-    raise _Conflicted(Conflict(path=c.path, reason="a file is where the layer has a directory"))
+    if st is not None:
+        # The base's file or link (checked) where the layer has a directory: moved aside, kept
+        # to be put back if anything later fails.
+        backup = _temp_name(name)
+        os.rename(name, backup, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        plan.steps.append(_Step(dir_fd, name, backup=backup, done=True, depth=depth))
+    os.mkdir(name, mode, dir_fd=dir_fd)
+    plan.made_dirs.append((dir_fd, name))
+    _own_like_parent(dir_fd, name)
+    os.chmod(name, mode, dir_fd=dir_fd)
 
 
 def _stage_file(layer: int, c: FileChange, dir_fd: int, temp: str) -> None:
@@ -425,10 +442,14 @@ def _own(dir_fd: int, name: str, temp: str) -> None:
 def _commit(plan: _Plan) -> None:
     for step in plan.steps:
         exists = _exists(step.dir_fd, step.name)
+        if step.done:
+            continue  # moved aside while staging
         if exists and step.staged is not None and _is_dir(step.dir_fd, step.name):
-            # A type change (a directory where the layer has a file): only an empty one goes.
+            # A type change (a directory where the layer has a file or link): moved aside, and
+            # it must hold nothing the change set does not remove (checked below).
             step.backup = _temp_name(step.name)
             os.rename(step.name, step.backup, src_dir_fd=step.dir_fd, dst_dir_fd=step.dir_fd)
+            step.dir_backup = True
             exists = False
         if exists and step.backup is None:
             step.backup = _temp_name(step.name)
@@ -450,7 +471,7 @@ def _commit(plan: _Plan) -> None:
     # A removed directory must hold nothing but what this apply moved aside in it: anything
     # else is the workspace's own, new since the base (its removal is then a conflict).
     for step in plan.steps:
-        if step.removed_dir and step.backup is not None:
+        if step.dir_backup and step.backup is not None:
             fd = _open_in(step.dir_fd, step.backup)
             try:
                 with os.scandir(fd) as it:
@@ -493,6 +514,10 @@ def _undo(plan: _Plan) -> None:
                 os.unlink(step.staged, dir_fd=step.dir_fd)
                 step.staged = None
             if step.done and step.backup is not None:
+                if _is_dir(step.dir_fd, step.name) and not step.dir_backup:
+                    os.rmdir(step.name, dir_fd=step.dir_fd)  # made where the file was
+                elif step.dir_backup and _exists(step.dir_fd, step.name):
+                    os.unlink(step.name, dir_fd=step.dir_fd)  # the file put where it was
                 os.rename(step.backup, step.name, src_dir_fd=step.dir_fd, dst_dir_fd=step.dir_fd)
                 step.backup = None
             elif step.done and step.backup is None and not step.removed_dir:
@@ -507,28 +532,16 @@ def _cleanup(plan: _Plan) -> None:
         with contextlib.suppress(OSError):
             if step.staged is not None:
                 os.unlink(step.staged, dir_fd=step.dir_fd)
-            if step.backup is not None:
-                if _is_dir(step.dir_fd, step.backup):
-                    os.rmdir(step.backup, dir_fd=step.dir_fd)
-                else:
-                    os.unlink(step.backup, dir_fd=step.dir_fd)
+            if step.backup is not None and not step.dir_backup:
+                os.unlink(step.backup, dir_fd=step.dir_fd)
+    # Directories moved aside last, innermost first: what was in them is gone by now.
+    for step in sorted(plan.steps, key=lambda s: -s.depth):
+        with contextlib.suppress(OSError):
+            if step.backup is not None and step.dir_backup:
+                os.rmdir(step.backup, dir_fd=step.dir_fd)
     for fd in plan.fds:
         with contextlib.suppress(OSError):
             os.close(fd)
-
-
-def discard(change_set: ChangeSet) -> None:
-    """Remove the layer directory a change set names (one this process does not keep: read
-    from a result file). Only a directory under a layers directory that holds a layer's
-    `upper/` or `tree/` is removed, so a forged result cannot point it anywhere else."""
-    root = os.path.realpath(change_set.layer)
-    if not os.path.basename(os.path.dirname(root)).startswith("tether-layers-"):
-        raise ValueError(f"{change_set.layer} is not a tether layer directory")
-    if not os.path.isdir(content_root(change_set)):
-        raise ValueError(f"{change_set.layer} holds no layer")
-    from tether.parent.process.layers import remove
-
-    remove(root)
 
 
 def lines(outcome: ApplyOutcome) -> Iterator[str]:

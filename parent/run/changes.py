@@ -48,6 +48,7 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 from tether.contain.confined import descend
 from tether.parent.process.layers import Layer, LayerLimits, Meta, is_git
@@ -408,6 +409,7 @@ def _change(
             path=rel,
             change="deleted",
             fs_type=kind,  # type: ignore[arg-type]
+            base_fs_type=kind,  # type: ignore[arg-type]
             base_mode=was.mode & 0o777,
             base_target=was.target,
             base_sha256=old.sha256 if old is not None else None,
@@ -424,6 +426,7 @@ def _change(
         path=rel,
         change=change,
         fs_type=now.kind,  # type: ignore[arg-type]
+        base_fs_type=_base_type(was),
         mode=now.mode,
         base_mode=None if was is None else was.mode & 0o777,
         target=now.target,
@@ -436,6 +439,14 @@ def _change(
         runs=runs,
         note=note,
     )
+
+
+def _base_type(was: Meta | None) -> Literal["file", "directory", "symlink"] | None:
+    if was is None:
+        return None
+    if was.kind in ("directory", "symlink"):
+        return was.kind  # type: ignore[return-value]
+    return "file"
 
 
 BASE_CHANGED = "the workspace changed here since the layer's base: applying it is a conflict"
@@ -518,6 +529,7 @@ def _renames(changes: dict[str, FileChange]) -> list[FileChange]:
             size=c.size,
             sha256=c.sha256,
             base_sha256=old.base_sha256,
+            base_fs_type=old.base_fs_type,
             binary=c.binary,
             runs=c.runs or old.runs,
         )

@@ -139,6 +139,7 @@ async def test_on_verified_applies_only_after_the_verifiers_pass_and_the_verifie
             verifier=VerifierPolicy(max_fix_cycles=0),
         )
         assert sup.layers == {}
+    assert got.success
     output = model.task_output("c1")
     assert output["verification"]["verdict"] == verdict, output["verification"]
     # The verifier read the layer's shared.txt, not the workspace's.
