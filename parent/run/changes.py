@@ -9,8 +9,9 @@ made). Where to look:
 
 - an overlay (`overlay`, `overlay-userns`): `upper/` holds only what the child wrote. A file or
   link there is new or changed; a character device 0:0 is a whiteout (the base's entry there,
-  and everything under it, deleted); a directory marked opaque (`trusted.overlay.opaque` or
-  `user.overlay.opaque`) replaced the base's directory of that name (what the base had in it
+  and everything under it, deleted); a directory marked opaque (`trusted.overlay.opaque` as
+  root, `user.overlay.opaque` in a user namespace: the overlay's own namespace, which the child
+  cannot write through it) replaced the base's directory of that name (what the base had in it
   and the layer has not, deleted);
 - a copy (`reflink`, `copy`): the whole tree; an entry whose `lstat` still matches the copy's
   own record (`Layer.copied`: ctime and inode included, which no process sets back) was not
@@ -57,13 +58,14 @@ from tether.protocol.messages import ChangeKind, ChangeSet, FileChange, SkippedP
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-OPAQUE = (b"trusted.overlay.opaque", b"user.overlay.opaque")
-_FORBIDDEN_XATTRS = (
-    "trusted.overlay.redirect",
-    "user.overlay.redirect",
-    "trusted.overlay.metacopy",
-    "user.overlay.metacopy",
-)
+
+
+def _xattr_prefix(method: str) -> str:
+    """The namespace of the overlay's own xattrs: `trusted.` as root, `user.` in a user
+    namespace (`userxattr`); the other namespace is the child's to write, and means nothing."""
+    return "user.overlay." if method == "overlay-userns" else "trusted.overlay."
+
+
 HARD_LINK = "a hard link to a file outside the layer (refused by the parent)"
 GIT_LEFT_OUT = "the repository's own files (.git) are never part of a change set"
 
@@ -150,17 +152,18 @@ def _entries(top: int, walk: _Walk) -> Iterator[tuple[str, int, str, os.stat_res
 
 def _overlay(top: int, layer: Layer, walk: _Walk, limits: LayerLimits) -> None:
     base = layer.base
+    prefix = _xattr_prefix(layer.method)
     for rel, fd, name, st in _entries(top, walk):
         mode = st.st_mode
         if stat.S_ISCHR(mode) and st.st_rdev == 0:
             _delete_under(rel, base, walk, keep=None)  # a whiteout
             continue
-        bad = _xattr_problem(fd, name)
+        bad = _xattr_problem(fd, name, prefix)
         if bad is not None:
             walk.refused.append(SkippedPath(path=rel, reason=bad))
             continue
         if stat.S_ISDIR(mode):
-            if _opaque(fd, name):
+            if _opaque(fd, name, prefix):
                 _delete_under(rel, base, walk, keep=rel, self_too=False)
             old = base.get(rel)
             if old is None or old.kind != "directory" or old.mode != stat.S_IMODE(mode):
@@ -216,12 +219,12 @@ def _delete_under(
             walk.touched.setdefault(path, None)
 
 
-def _xattr_problem(fd: int, name: str) -> str | None:
+def _xattr_problem(fd: int, name: str, prefix: str) -> str | None:
     try:
         names = os.listxattr(f"/proc/self/fd/{fd}/{name}", follow_symlinks=False)
     except OSError:
         return None
-    for forbidden in _FORBIDDEN_XATTRS:
+    for forbidden in (f"{prefix}redirect", f"{prefix}metacopy"):
         if forbidden in names:
             return (
                 f"carries {forbidden}, which the layer is mounted without: it was not made "
@@ -230,14 +233,14 @@ def _xattr_problem(fd: int, name: str) -> str | None:
     return None
 
 
-def _opaque(fd: int, name: str) -> bool:
-    for attr in OPAQUE:
-        try:
-            if os.getxattr(f"/proc/self/fd/{fd}/{name}", attr, follow_symlinks=False) == b"y":
-                return True
-        except OSError:
-            continue
-    return False
+def _opaque(fd: int, name: str, prefix: str) -> bool:
+    try:
+        return (
+            os.getxattr(f"/proc/self/fd/{fd}/{name}", f"{prefix}opaque", follow_symlinks=False)
+            == b"y"
+        )
+    except OSError:
+        return False
 
 
 def _read(
