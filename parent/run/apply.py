@@ -544,6 +544,21 @@ def _cleanup(plan: _Plan) -> None:
             os.close(fd)
 
 
+def discard(change_set: ChangeSet) -> None:
+    """Remove the layer directory a change set names (one this process does not keep: read
+    from a result file). Only a directory of this user's own that holds a layer (`upper/` and
+    `work/`, or `tree/`) directly under a `tether-layers-*` directory is removed, so a forged
+    result cannot point it anywhere else. Raises `ValueError` otherwise."""
+    root = os.path.realpath(change_set.layer)
+    if not os.path.basename(os.path.dirname(root)).startswith("tether-layers-"):
+        raise ValueError(f"{change_set.layer} is not a tether layer directory")
+    if not os.path.isdir(content_root(change_set)) or os.stat(root).st_uid != os.geteuid():
+        raise ValueError(f"{change_set.layer} holds no layer of this user's")
+    from tether.parent.process.layers import remove
+
+    remove(root)
+
+
 def lines(outcome: ApplyOutcome) -> Iterator[str]:
     """The outcome for a person: a line, then one per conflict."""
     yield f"{outcome.state}: {outcome.message or ', '.join(outcome.paths) or 'nothing to apply'}"

@@ -21,7 +21,6 @@ from book import Recorder, call, complete, script, turn
 from tether.parent import ChildConfig, Supervisor
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process import layers
-from tether.parent.process.isolation import probe_host
 from tether.protocol.messages import RunResult
 
 pytestmark = pytest.mark.anyio
