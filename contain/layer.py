@@ -22,8 +22,9 @@ deletes lands in `upper/` (deletions as whiteouts) and the workspace itself is n
   namespace, which an unprivileged overlay needs); the layers are named through
   `/proc/self/fd/N` of descriptors opened here, for the same reason.
 
-Options (`mounts.OVERLAY_OPTIONS`): `redirect_dir=off` (a directory renamed inside the layer is
-copied: `rename(2)` says `EXDEV`, and no redirect xattr is left for the parent to interpret),
+Options (`mounts.OVERLAY_OPTIONS`): `redirect_dir=nofollow` (a directory renamed inside the
+layer is copied: `rename(2)` says `EXDEV`; no redirect xattr is made for the parent to
+interpret, nor followed in a lower layer; an unprivileged overlay takes no other value),
 `metacopy=off` (a chmod copies the file up whole), `index=off`, `xino=off`. A read-only view of
 a layer (a verifier's) stacks the layer's `upper/` as a second lower layer over the workspace,
 with no upper layer at all.

@@ -505,7 +505,7 @@ def user_namespace(uid: int, gid: int) -> None:
 
 # --- a layered workspace (see `layer.py`) -----------------------------------------------------
 
-OVERLAY_OPTIONS = "redirect_dir=off,metacopy=off,index=off,xino=off"
+OVERLAY_OPTIONS = "redirect_dir=nofollow,metacopy=off,index=off,xino=off"
 LAYER_STAGE = "/tmp/.tether-layer"
 """Where a root supervisor's child attaches the layers while it mounts the overlay (its
 private /tmp)."""
