@@ -153,3 +153,74 @@ async def test_on_verified_applies_only_after_the_verifiers_pass_and_the_verifie
         assert output["status"] == "failed_verification"
         assert output["applied"]["state"] == "discarded"
         assert (workspace / "shared.txt").read_text() == "base\n"
+
+
+async def test_three_attempts_at_one_fix_with_the_verifier_choosing_apply_the_passing_one(
+    workspace: Path,
+) -> None:
+    """Three attempts at one fix in parallel, each in its own layer with its own verifier. The
+    verifier's model here judges what it read in its layer (the parent hands it the tool's
+    output), so only the attempt that wrote GOOD passes; that one is applied, the others are
+    discarded, and the model reads which was taken and why."""
+    from tether.parent import ModelCompleteParams, ModelCompleteResult
+    from tether.protocol.messages import ChatMessage, ToolCall
+
+    counter = {"fix": 0}
+
+    class Judge:
+        """Sub-agents write BAD, GOOD, BAD in the order they ask; the verifier reads
+        shared.txt and passes only GOOD."""
+
+        async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+            system = params.messages[0].content
+            tools = [m for m in params.messages if m.role == "tool"]
+            if "You are an orchestrator" in system:
+                if not tools:
+                    args = {
+                        "subagent_type": "tester",
+                        "description": "fix it",
+                        "prompt": "make shared.txt right",
+                        "attempts": 3,
+                    }
+                    return _call("c1", "task", args)
+                return _call("done", "complete", {"summary": "all done"})
+            if "Role: verifier" in system:
+                if not tools:
+                    return _call("r", "read_file", {"path": "shared.txt"})
+                verdict = "PASS" if "GOOD" in tools[-1].content else "FAIL"
+                return _call("v", "complete", {"summary": f"read it\nVERDICT: {verdict}"})
+            if not tools:
+                counter["fix"] += 1
+                value = "GOOD" if counter["fix"] == 2 else "BAD"
+                return _call("w", "bash", {"command": f"printf '{value}\\n' > shared.txt"})
+            return _call("d", "complete", {"summary": "wrote it", "paths": ["shared.txt"]})
+
+    def _call(call_id: str, name: str, args: dict[str, Any]) -> ModelCompleteResult:
+        return ModelCompleteResult(
+            message=ChatMessage(
+                role="assistant", tool_calls=[ToolCall(id=call_id, name=name, arguments=args)]
+            ),
+            stop_reason="tool_use",
+        )
+
+    async with Supervisor() as sup:
+        got = await sup.orchestrate(
+            "Fix.",
+            model=Judge(),
+            workspace=workspace,
+            workspace_mode="layered",
+            apply="on_verified",
+            verifier=VerifierPolicy(max_fix_cycles=0),
+        )
+        assert sup.layers == {}
+    assert got.success
+    [call_] = got.tasks
+    output = call_.output
+    assert output.status == "completed"
+    assert output.taken is not None and "pass its verifier" in output.taken_because
+    reports = {r.attempt: r for r in output.attempts}
+    assert sorted(reports) == [1, 2, 3]
+    assert [r.verdict for r in output.attempts].count("PASS") == 1
+    assert reports[output.taken].verdict == "PASS"
+    assert output.applied is not None and output.applied.state == "applied"
+    assert (workspace / "shared.txt").read_text() == "GOOD\n"
