@@ -38,6 +38,7 @@ import anyio
 import msgspec
 import psutil
 
+from benchmarks.layered import layered_group
 from benchmarks.providers import providers_group
 from benchmarks.report import SOAK_HEADING, Figure, Results, render, section, with_section
 from tether.parent.models.scripted import ScriptedModel
@@ -1832,6 +1833,7 @@ async def measure(res: Results, p: Plan) -> None:
             ("warm pool", lambda: pool_group(res, p, ws)),
             ("continuable agents", lambda: continue_group(res, p, ws)),
             ("providers", lambda: providers_group(res, p.whole_runs, ws)),
+            ("layered workspaces", lambda: layered_group(res, p.whole_runs, ws)),
         ]
         for name, step in steps:
             if p.only and name not in p.only:
