@@ -30,10 +30,12 @@ if TYPE_CHECKING:
     from tether.parent.delegation.ledger import Ledger
     from tether.parent.delegation.orchestrator import Orchestration
     from tether.parent.delegation.output import TaskOutput
+    from tether.parent.delegation.verification import VerifierPolicy
     from tether.parent.models import ModelProvider, resolve_model
     from tether.parent.models.scripted import ScriptedModel
     from tether.parent.placement.rayplacement import RayPlacement
     from tether.parent.process.config import ChildConfig, PoolSpec
+    from tether.parent.process.layers import LayerLimits
     from tether.parent.process.limits import DisposePolicy, Limits
     from tether.parent.roles.builtins import role
     from tether.parent.roles.definitions import Registry, SubagentDefinition
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
     from tether.parent.run.handle import RunHandle
     from tether.parent.run.spec import Continuation, NamedModel, RunSpec
     from tether.parent.supervisor import Supervisor
-    from tether.protocol.messages import AgentDefinition, RunResult
+    from tether.protocol.messages import AgentDefinition, ApplyOutcome, ChangeSet, RunResult
 
 _LAZY = {
     # running sub-agents
@@ -77,6 +79,11 @@ _LAZY = {
     "Orchestration": "tether.parent.delegation.orchestrator",
     "TaskOutput": "tether.parent.delegation.output",
     "Ledger": "tether.parent.delegation.ledger",
+    "VerifierPolicy": "tether.parent.delegation.verification",
+    # layered workspaces
+    "ChangeSet": "tether.protocol.messages",
+    "ApplyOutcome": "tether.protocol.messages",
+    "LayerLimits": "tether.parent.process.layers",
     # scale-out (the `ray` extra)
     "RayPlacement": "tether.parent.placement.rayplacement",
 }
@@ -101,12 +108,15 @@ __all__ = [
     "AgentBusy",
     "AgentDefinition",
     "AgentHandle",
+    "ApplyOutcome",
     "CannotResume",
+    "ChangeSet",
     "ChildConfig",
     "ChildEvent",
     "Continuation",
     "DisposePolicy",
     "Event",
+    "LayerLimits",
     "Ledger",
     "Limits",
     "ModelProvider",
@@ -124,6 +134,7 @@ __all__ = [
     "SubagentDefinition",
     "Supervisor",
     "TaskOutput",
+    "VerifierPolicy",
     "__version__",
     "resolve_model",
     "role",

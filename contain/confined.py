@@ -462,13 +462,14 @@ def descend(
     *,
     limit: int = 200_000,
     on_error: Callable[[str, OSError], None] | None = None,
+    skip: frozenset[str] = SKIP_DIRS,
 ) -> Iterator[Entry]:
     """Every entry under the directory `dir_fd` (open for reading), depth first in name order,
     at most `limit`. Each subdirectory is opened with `O_NOFOLLOW` relative to its parent's
     descriptor, so no symlink, even one swapped in mid-walk, leads the walk anywhere: symlinks
-    are reported as entries but never descended. `.git` directories are not descended. A
-    directory that cannot be listed is passed over, told to `on_error` (its relative path,
-    `""` for the top, and the error) when one is given."""
+    are reported as entries but never descended. Directories named in `skip` (`.git`, by
+    default) are not descended. A directory that cannot be listed is passed over, told to
+    `on_error` (its relative path, `""` for the top, and the error) when one is given."""
     seen = 0
 
     def inner(fd: int, prefix: str) -> Iterator[Entry]:
@@ -492,7 +493,7 @@ def descend(
                 continue
             rel = f"{prefix}{e.name}"
             yield Entry(rel, e.name, fd, is_dir, is_file, is_link)
-            if is_dir and e.name not in SKIP_DIRS:
+            if is_dir and e.name not in skip:
                 try:
                     sub = os.open(e.name, _LIST_FLAGS, dir_fd=fd)
                 except OSError as exc:

@@ -5,10 +5,15 @@ Theory of operation
 -------------------
 The parent makes the layer directory (`tether.parent.process.layers`): `upper/` and `work/`
 inside a directory of its own (mode 0700, its owner's), so once the run is over nothing of the
-child can reach it. The child's plan names it (`Plan.layer`); the contained-exec sequence
-mounts an overlay over the workspace path with the workspace as its read-only lower layer and
-`upper/` as the layer that takes every write, so whatever the child writes, creates, renames or
-deletes lands in `upper/` (deletions as whiteouts) and the workspace itself is never written.
+child can reach it, and `base/`, the workspace as it is when the layer is made, every file a
+hard link (no data copied), directories and links made anew. The child's plan names the layer
+directory (`Plan.layer`); the contained-exec sequence mounts an overlay over the workspace path
+with `base/` as its read-only lower layer (the live workspace where the parent could make no
+`base/`: another file system) and `upper/` as the layer that takes every write, so whatever the
+child writes, creates, renames or deletes lands in `upper/` (deletions as whiteouts) and the
+workspace itself is never written. A change applied to the workspace meanwhile (a sibling's
+change set, which replaces files by renaming new ones over them) leaves `base/` as it was: the
+child keeps seeing the workspace as it was when it started.
 
 - As root (`mounts.overlay_from_clones`), inside the sandbox's private mount namespace: the
   lower layer is the workspace's idmapped clone (the child owns what it finds there, as in a
@@ -43,7 +48,8 @@ def over_path(workspace: str, layer: str, *, read_only: bool) -> None:
     """Without root, in a user namespace and mount namespace of this process's own: the
     overlay over `workspace` from the layer directory `layer`. Raises `OSError`."""
     flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
-    lower = os.open(workspace, flags)
+    frozen = os.path.join(layer, "base")
+    lower = os.open(frozen if os.path.isdir(frozen) else workspace, flags)
     try:
         top = os.open(layer, flags | os.O_NOFOLLOW)
         try:

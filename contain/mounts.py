@@ -302,7 +302,9 @@ def private_namespace(
             layer_fd = open_tree_clone(layer)  # before /tmp, where it may lie, is covered
             set_attr(layer_fd, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
         if plan.workspace:
-            ws_fd = open_tree_clone(plan.workspace)
+            # A layer's frozen base, when it has one, is what the child sees under its writes.
+            frozen = f"{layer}/base" if layer else None
+            ws_fd = open_tree_clone(frozen if frozen and os.path.isdir(frozen) else plan.workspace)
             set_attr(
                 ws_fd,
                 MOUNT_ATTR_NOSUID

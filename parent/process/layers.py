@@ -182,6 +182,11 @@ class LayerPlan:
         return os.path.join(self.root, "upper" if self.overlay else "tree")
 
     @property
+    def base(self) -> str:
+        """An overlay's frozen base: the workspace as hard links (the overlay's lower layer)."""
+        return os.path.join(self.root, "base")
+
+    @property
     def child_workspace(self) -> str:
         """The workspace path the child is given: the workspace itself under an overlay, the
         copy otherwise."""
@@ -197,6 +202,8 @@ class Layer:
     """The workspace when the layer was made."""
     copied: Manifest | None = None
     """A copy's tree as it was copied (`None` for an overlay)."""
+    frozen: bool = False
+    """An overlay over its frozen base (`LayerPlan.base`), not over the live workspace."""
     discarded: bool = field(default=False)
 
     @property
@@ -374,8 +381,14 @@ def make(plan: LayerPlan, limits: LayerLimits | None = None) -> Layer:
                 os.mkdir(path, 0o755)
                 if plan.owner is not None:
                     os.chown(path, *plan.owner)
-            return Layer(plan, manifest(plan.workspace))
-        base, copied = _copy(plan.workspace, plan.upper, plan.method == "reflink", limits)
+            try:
+                base, _ = _copy(plan.workspace, plan.base, "link", limits)
+                return Layer(plan, base, frozen=True)
+            except _Unlinkable:
+                remove(plan.base)
+                return Layer(plan, manifest(plan.workspace))
+        how = "reflink" if plan.method == "reflink" else "copy"
+        base, copied = _copy(plan.workspace, plan.upper, how, limits)
         return Layer(plan, base, copied)
     except BaseException as exc:
         remove(plan.root)
@@ -384,9 +397,17 @@ def make(plan: LayerPlan, limits: LayerLimits | None = None) -> Layer:
         raise
 
 
-def _copy(src: str, dst: str, reflink: bool, limits: LayerLimits) -> tuple[Manifest, Manifest]:
+class _Unlinkable(Exception):
+    """The workspace and the layer directory are on different file systems: no hard link."""
+
+
+def _copy(src: str, dst: str, how: str, limits: LayerLimits) -> tuple[Manifest, Manifest]:
     """Copy the workspace `src` to `dst` (its `.git` too: the child's tools use it), bounded;
-    the base's manifest and the copy's, `.git` left out of both."""
+    the base's manifest and the copy's, `.git` left out of both. `how`: `copy`, `reflink`, or
+    `link` (an overlay's frozen base: every file a hard link, directories and links made anew
+    and owned as the workspace's; raises `_Unlinkable` across file systems)."""
+    reflink, link = how == "reflink", how == "link"
+    root = os.geteuid() == 0
     base: Manifest = {}
     copied: Manifest = {}
     total = entries = 0
@@ -396,8 +417,11 @@ def _copy(src: str, dst: str, reflink: bool, limits: LayerLimits) -> tuple[Manif
     out_top = os.open(dst, _DIR)
     opened: dict[str, int] = {"": out_top}
     try:
-        dirs.append(("", stat.S_IMODE(os.fstat(top).st_mode)))
-        for entry in descend(top, limit=limits.max_copy_entries + 1):
+        top_st = os.fstat(top)
+        if link and root:
+            os.fchown(out_top, top_st.st_uid, top_st.st_gid)
+        dirs.append(("", stat.S_IMODE(top_st.st_mode)))
+        for entry in descend(top, limit=limits.max_copy_entries + 1, skip=frozenset()):
             entries += 1
             if entries > limits.max_copy_entries:
                 raise LayerError(
@@ -412,6 +436,8 @@ def _copy(src: str, dst: str, reflink: bool, limits: LayerLimits) -> tuple[Manif
             git = is_git(entry.rel)
             if stat.S_ISDIR(st.st_mode):
                 os.mkdir(name, 0o700, dir_fd=out)
+                if link and root:
+                    os.chown(name, st.st_uid, st.st_gid, dir_fd=out)
                 opened[entry.rel] = os.open(name, _DIR, dir_fd=out)
                 dirs.append((entry.rel, stat.S_IMODE(st.st_mode)))
                 if not git:
@@ -420,6 +446,8 @@ def _copy(src: str, dst: str, reflink: bool, limits: LayerLimits) -> tuple[Manif
             if stat.S_ISLNK(st.st_mode):
                 target = os.readlink(entry.name, dir_fd=entry.dir_fd)
                 os.symlink(target, name, dir_fd=out)
+                if link and root:
+                    os.chown(name, st.st_uid, st.st_gid, dir_fd=out, follow_symlinks=False)
                 if not git:
                     base[entry.rel] = Meta.of(st, target)
                     copied[entry.rel] = Meta.of(
@@ -428,6 +456,19 @@ def _copy(src: str, dst: str, reflink: bool, limits: LayerLimits) -> tuple[Manif
                 continue
             if not stat.S_ISREG(st.st_mode):
                 continue  # a device node, a FIFO, a socket: never copied
+            if link:
+                try:
+                    os.link(entry.name, name, src_dir_fd=entry.dir_fd, dst_dir_fd=out)
+                except OSError as exc:
+                    if exc.errno == errno.EXDEV:
+                        raise _Unlinkable() from None
+                    if exc.errno not in (errno.EPERM, errno.EACCES, errno.EMLINK):
+                        raise
+                else:
+                    if not git:
+                        base[entry.rel] = Meta.of(st)
+                    continue
+                # Not ours to link (protected_hardlinks): copied, within the bound.
             if not reflink:
                 total += st.st_size
                 if total > limits.max_copy_bytes:
@@ -436,6 +477,8 @@ def _copy(src: str, dst: str, reflink: bool, limits: LayerLimits) -> tuple[Manif
                         "a plain copy of it may be (this host makes no overlay or reflink)"
                     )
             _copy_file(entry.open(os.O_RDONLY | os.O_NONBLOCK), out, name, st, reflink)
+            if link and root:
+                os.chown(name, st.st_uid, st.st_gid, dir_fd=out, follow_symlinks=False)
             if not git:
                 base[entry.rel] = Meta.of(st)
                 copied[entry.rel] = Meta.of(os.stat(name, dir_fd=out, follow_symlinks=False))

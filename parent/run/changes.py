@@ -31,14 +31,14 @@ one that could lead anywhere is refused by itself (`ChangeSet.refused`, the rest
 
 Every changed path then gets what it is now and was in the base: type, permission bits
 (setuid, setgid and sticky never carried), a link's target, a file's SHA-256 and, for UTF-8
-text, a unified diff (bounded: `LayerLimits.max_file_diff_bytes` a file,
-`max_diff_bytes` a change set, past which diffs are left out with a note). The base's content is
-read from the workspace only while the workspace still holds the base's entry (same `lstat`);
-when it changed since the layer was made, `base_sha256` stays `null`, which applying reports as
-a conflict. A deleted file whose content reappears under a new name of the same type is a
-rename. Past `max_change_files` paths or `max_change_bytes` of content, the change set is
-refused as a whole (`ChangesTooLarge`: the run fails `changes_too_large`, its layer is
-discarded).
+text, a unified diff (bounded: `LayerLimits.max_file_diff_bytes` a file, `max_diff_bytes` a
+change set, past which diffs are left out with a note). The base's content is read from the
+overlay's frozen base (`Layer.frozen`), else from the workspace only while it still holds the
+base's entry (same `lstat`); when it changed since the layer was made, `base_sha256` stays
+`null`, which applying reports as a conflict. A deleted file whose content reappears under a
+new name of the same type is a rename. Past `max_change_files` paths or `max_change_bytes` of
+content, the change set is refused as a whole (`ChangesTooLarge`: the run fails
+`changes_too_large`, its layer is discarded).
 """
 
 from __future__ import annotations
@@ -324,9 +324,12 @@ def _hash(fd: int, st: os.stat_result, limits: LayerLimits) -> tuple[str, bytes 
 # --- the changes --------------------------------------------------------------------------
 
 
-def _base_now(workspace_fd: int, rel: str, was: Meta, limits: LayerLimits) -> _Now | None:
+def _base_now(
+    workspace_fd: int, rel: str, was: Meta, limits: LayerLimits, *, check: bool = True
+) -> _Now | None:
     """The base's entry at `rel`, read from the workspace while it still is the base's (same
-    `lstat`); `None` when the workspace changed there since the layer was made."""
+    `lstat`; `check=False`: from a frozen base, which is); `None` when the workspace changed
+    there since the layer was made."""
     parent, _, name = rel.rpartition("/")
     fd = _open_dir(workspace_fd, parent)
     if fd is None:
@@ -336,7 +339,7 @@ def _base_now(workspace_fd: int, rel: str, was: Meta, limits: LayerLimits) -> _N
             st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         except OSError:
             return None
-        if not _same(was, Meta.of(st)):
+        if check and not _same(was, Meta.of(st)):
             return None
         if was.kind == "symlink":
             return _Now("symlink", 0o777, st.st_size, target=os.readlink(name, dir_fd=fd))
@@ -368,14 +371,17 @@ def _changes(layer: Layer, walk: _Walk, limits: LayerLimits) -> tuple[list[FileC
     budget = [limits.max_diff_bytes]
     out: dict[str, FileChange] = {}
     total = 0
-    ws = os.open(layer.plan.workspace, _DIR & ~os.O_NOFOLLOW)
+    # The base's content: a frozen layer's own base, else the workspace while it still holds
+    # the base's entry.
+    frozen = layer.frozen and os.path.isdir(layer.plan.base)
+    ws = os.open(layer.plan.base if frozen else layer.plan.workspace, _DIR & ~os.O_NOFOLLOW)
     try:
         for rel in sorted(walk.touched):
             now = walk.touched[rel]
             was = base.get(rel)
             if now is None and was is None:
                 continue  # made and removed again inside the layer
-            old = _base_now(ws, rel, was, limits) if was is not None else None
+            old = _base_now(ws, rel, was, limits, check=not frozen) if was is not None else None
             change = _change(rel, now, was, old, budget, limits)
             if change is None:
                 continue

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from book import Recorder, call, complete, script, turn
 
@@ -275,3 +276,32 @@ async def test_a_hostile_child_cannot_reach_the_workspaces_real_files_from_its_l
         # An absolute link is refused by itself: applying never writes one.
         assert "absolute" in {r.path: r.reason for r in cs.refused}["abs-link"]
         assert all(not os.path.isabs(c.path) and ".." not in c.path for c in cs.changes)
+
+
+@needs_overlay
+async def test_a_change_applied_to_the_workspace_meanwhile_does_not_show_through_a_live_layer(
+    workspace: Path,
+) -> None:
+    """The overlay's lower layer is the layer's frozen base (hard links made when the layer
+    was): a sibling's change set applied while the run goes on (a file renamed over the
+    workspace's) leaves what the child sees as it was when it started."""
+    model = Recorder(
+        script(
+            None,
+            turn(call("bash", command="cat canary.txt"), delay=2.0),
+            turn(complete("x")),
+        )
+    )
+    async with Supervisor() as sup:
+        handle = await sup.start(
+            "x", agent="tester", workspace=workspace, model=model, workspace_mode="layered"
+        )
+        with anyio.fail_after(30):
+            while not model.requests:  # the child is up and waiting for its first turn
+                await anyio.sleep(0.05)
+        (workspace / "canary.new").write_text("a sibling's change\n")
+        os.replace(workspace / "canary.new", workspace / "canary.txt")
+        result = await handle.result()
+    [seen] = model.tool_results(model.requests[1]).values()
+    assert "the base" in seen and "sibling" not in seen
+    assert result.changes is not None and result.changes.changes == []
