@@ -305,3 +305,25 @@ async def test_a_change_applied_to_the_workspace_meanwhile_does_not_show_through
     [seen] = model.tool_results(model.requests[1]).values()
     assert "the base" in seen and "sibling" not in seen
     assert result.changes is not None and result.changes.changes == []
+
+
+async def test_a_provider_that_drives_its_own_child_gets_a_copy_of_the_workspace(
+    workspace: Path,
+) -> None:
+    """The in-process runtime has no mount namespace to make an overlay in: its layer is a
+    copy, its workspace the copy, and the workspace itself is left alone."""
+    async with Supervisor() as sup:
+        result = await sup.run(
+            "x",
+            agent="tester",
+            workspace=workspace,
+            model=bash_model("echo from-inside > inside.txt", "inside.txt"),
+            provider="inprocess",
+            workspace_mode="layered",
+            apply="on_success",
+        )
+    assert result.success, result.message
+    assert result.changes is not None and result.changes.method in ("reflink", "copy")
+    assert [c.path for c in result.changes.changes] == ["inside.txt"]
+    assert (workspace / "inside.txt").read_text() == "from-inside\n"
+    assert result.artifacts[0].path == str(workspace / "inside.txt")
