@@ -299,7 +299,9 @@ class Support:
 
 
 @functools.cache
-def _support(forced: str) -> Support:
+def _support(forced: str, abi: str) -> Support:
+    """`abi`: the host probe's own forcing (`TETHER_LANDLOCK_ABI`), part of the cache's key as
+    the probe's answer is."""
     from tether.parent.process.isolation import probe_host, trial_layer
 
     reflink = _reflinks(layers_dir())
@@ -318,8 +320,9 @@ def _support(forced: str) -> Support:
 
 
 def support() -> Support:
-    """What this host gives a layered run, tried once per process (per `TETHER_LAYER_METHOD`)."""
-    return _support(os.environ.get(FORCE_ENV, ""))
+    """What this host gives a layered run, tried once per process (per `TETHER_LAYER_METHOD`
+    and `TETHER_LANDLOCK_ABI`)."""
+    return _support(os.environ.get(FORCE_ENV, ""), os.environ.get("TETHER_LANDLOCK_ABI", ""))
 
 
 def _filesystems() -> str:
