@@ -4,7 +4,8 @@ parent's change set costs to compute.
 Per round, interleaved: a shared run and a layered run of the same one-turn script, each timed
 from `Supervisor.start` to the child's first `model/complete` (the child spawned, contained —
 the layered one with its overlay or copy made and mounted — initialized and asking: spawn →
-ready), in one supervisor, this host's default isolation and layer (`tether doctor`); then the
+ready), in one supervisor, this host's default isolation and layer (`tether doctor`); then
+making an overlay's layer over a 10,000-file workspace (its frozen base of hard links), and the
 change set of a layer holding 1, 100 and 10,000 changed files (`changes.compute`: the parent's
 confined walk of the layer, a SHA-256 of each changed file and its base, a unified diff of
 each), against a base of 10,000 small text files.
@@ -90,6 +91,15 @@ async def layered_group(res: Results, rounds: int, workspace: str) -> None:
         base = os.path.join(tmp, "base")
         os.mkdir(base)
         await anyio.to_thread.run_sync(_base, base)
+        for rnd in range(rounds + 1):
+            t0 = time.perf_counter_ns()
+            plan = layers.LayerPlan("overlay", base, os.path.join(tmp, f"made-{rnd}"))
+            fresh = await anyio.to_thread.run_sync(layers.make, plan)
+            took = (time.perf_counter_ns() - t0) / 1e6
+            assert fresh.frozen
+            fresh.discard()
+            if rnd:
+                s["layered.make_10000"].append(took)
         made = {n: await anyio.to_thread.run_sync(_changed_layer, tmp, base, n) for n in CHANGED}
         for rnd in range(rounds + 1):
             for n in CHANGED:
@@ -120,6 +130,17 @@ async def layered_group(res: Results, rounds: int, workspace: str) -> None:
             f"{common}first `model/complete`: the layer made (its base's manifest, the copy for "
             "a copy) and mounted before the child's first instruction",
             floor="layered.ready_shared",
+        )
+    )
+    res.add(
+        Figure(
+            "layered.make_10000",
+            f"making an overlay's layer over {BASE_FILES:,} files",
+            "ms",
+            s["layered.make_10000"],
+            "`layers.make`: the layer directory and its frozen base (a hard link per file, "
+            "directories made anew) with the base's manifest; what a layered run pays before its "
+            "spawn in such a workspace",
         )
     )
     for n in CHANGED:
