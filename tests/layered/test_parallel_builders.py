@@ -224,3 +224,48 @@ async def test_three_attempts_at_one_fix_with_the_verifier_choosing_apply_the_pa
     assert reports[output.taken].verdict == "PASS"
     assert output.applied is not None and output.applied.state == "applied"
     assert (workspace / "shared.txt").read_text() == "GOOD\n"
+
+
+async def test_a_verifiers_fail_drives_the_fix_in_the_same_layer_and_the_whole_change_is_applied(
+    workspace: Path,
+) -> None:
+    """The first verifier fails the change; the fix runs in the same layer (it sees the
+    author's change, not the workspace's), the second verifier passes, and the change set
+    applied is the author's and the fix's together."""
+    model = Recorder(
+        fan_out(task("c1", "tester", "edit A", "MARK-A: write A and a note")),
+        script(
+            "Role: verifier(?s:.*)FIXED-NOTE",
+            turn(call("read_file", path="note.txt")),
+            turn(complete("the note is there now\nVERDICT: PASS")),
+        ),
+        script(
+            "Role: verifier",
+            turn(call("read_file", path="shared.txt")),
+            turn(complete("no note.txt\nVERDICT: FAIL")),
+        ),
+        script(
+            "Fix cycle(?s:.*)MARK-A",
+            turn(call("bash", command="cat shared.txt > note.txt")),
+            turn(complete("FIXED-NOTE: note.txt holds what shared.txt does", "note.txt")),
+        ),
+        writer("MARK-A", "printf 'A\\n' > shared.txt", delay=0.0),
+    )
+    async with Supervisor() as sup:
+        got = await sup.orchestrate(
+            "Edit.",
+            model=model,
+            workspace=workspace,
+            workspace_mode="layered",
+            apply="on_verified",
+        )
+        assert sup.layers == {}
+    assert got.success
+    output = model.task_output("c1")
+    assert output["verification"]["verdict"] == "PASS", output["verification"]
+    assert output["verification"]["fixCycles"] == 1
+    assert output["applied"]["state"] == "applied"
+    # The fix read the author's shared.txt in the layer: "A", not the workspace's "base".
+    assert (workspace / "note.txt").read_text() == "A\n"
+    assert (workspace / "shared.txt").read_text() == "A\n"
+    assert {c["path"] for c in output["changes"]["changes"]} == {"shared.txt", "note.txt"}
