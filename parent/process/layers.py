@@ -348,6 +348,22 @@ def _reflinks(directory: str) -> bool:
         return False
 
 
+def _reflinks_between(workspace: str, directory: str) -> bool:
+    """Whether a copy of `workspace` in `directory` can be made of reflinks: one file system,
+    which shares blocks between files (tried once per directory)."""
+    try:
+        if os.stat(workspace).st_dev != os.stat(directory).st_dev:
+            return False
+    except OSError:
+        return False
+    return _reflinks_cached(directory)
+
+
+@functools.cache
+def _reflinks_cached(directory: str) -> bool:
+    return _reflinks(directory)
+
+
 def choose(
     workspace: str,
     run_id: str,
@@ -360,8 +376,9 @@ def choose(
     trampoline or zygote starts locally) and the host gives one, else a copy. Pure but for the
     probe (`support`) and the layers directory."""
     found = support()
-    method: LayerMethod = found.overlay if overlay_ok and found.overlay else found.copy
     base = layers_dir(directory)
+    copy: LayerMethod = "reflink" if _reflinks_between(workspace, base) else "copy"
+    method: LayerMethod = found.overlay if overlay_ok and found.overlay else copy
     root = os.path.join(base, f"{run_id}-{os.urandom(4).hex()}")
     return LayerPlan(method, workspace, root, owner if method == "overlay" else None)
 
@@ -473,13 +490,10 @@ def _copy(src: str, dst: str, how: str, limits: LayerLimits) -> tuple[Manifest, 
                     continue
                 # Not ours to link (protected_hardlinks): copied, within the bound.
             if not reflink:
-                total += st.st_size
-                if total > limits.max_copy_bytes:
-                    raise LayerError(
-                        f"the workspace holds more than {limits.max_copy_bytes} bytes, the most "
-                        "a plain copy of it may be (this host makes no overlay or reflink)"
-                    )
-            _copy_file(entry.open(os.O_RDONLY | os.O_NONBLOCK), out, name, st, reflink)
+                total = _bounded(total, st.st_size, limits)
+            cloned = _copy_file(entry.open(os.O_RDONLY | os.O_NONBLOCK), out, name, st, reflink)
+            if reflink and not cloned:
+                total = _bounded(total, st.st_size, limits)  # copied after all: it counts
             if link and root:
                 os.chown(name, st.st_uid, st.st_gid, dir_fd=out, follow_symlinks=False)
             if not git:
@@ -517,7 +531,19 @@ def _copy_bytes(src: int, dst: int, size: int) -> None:
         left -= sent
 
 
-def _copy_file(src: int, out: int, name: str, st: os.stat_result, reflink: bool) -> None:
+def _bounded(total: int, size: int, limits: LayerLimits) -> int:
+    total += size
+    if total > limits.max_copy_bytes:
+        raise LayerError(
+            f"the workspace holds more than {limits.max_copy_bytes} bytes, the most a plain "
+            "copy of it may be (this host makes no overlay or reflink for it)"
+        )
+    return total
+
+
+def _copy_file(src: int, out: int, name: str, st: os.stat_result, reflink: bool) -> bool:
+    """Copy one file (a reflink when `reflink` and the file system takes one); whether it was
+    a reflink."""
     try:
         dst = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=out)
         try:
@@ -533,6 +559,7 @@ def _copy_file(src: int, out: int, name: str, st: os.stat_result, reflink: bool)
                 _copy_bytes(src, dst, st.st_size)
             os.fchmod(dst, stat.S_IMODE(st.st_mode) & 0o777)
             os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+            return done
         finally:
             os.close(dst)
     finally:
