@@ -73,7 +73,7 @@ def test_a_reflink_layer_shares_its_blocks_and_its_change_set_applies(xfs: Path)
     layer.discard()
 
 
-async def test_a_run_gets_a_reflink_layer_where_its_layers_directory_shares_the_workspaces_file_system(
+async def test_a_run_gets_a_reflink_layer_where_its_layers_share_the_workspaces_file_system(
     xfs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(layers.FORCE_ENV, "reflink")  # no overlay: the copies are what is tested
