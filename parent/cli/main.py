@@ -70,7 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     apply_cmd = sub.add_parser(
         "apply", help="apply (or discard) a layered run's change set from its --json result"
     )
-    apply_cmd.add_argument("result", help="a RunResult as JSON (tether run --json), or - for stdin")
+    apply_cmd.add_argument(
+        "result",
+        help="a RunResult as JSON (tether run --json), a task's output, a change set; - for stdin",
+    )
     apply_cmd.add_argument(
         "--discard", action="store_true", help="throw the change set's layer away instead"
     )

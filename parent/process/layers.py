@@ -348,6 +348,10 @@ def _reflinks(directory: str) -> bool:
         return False
 
 
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
 def _reflinks_between(workspace: str, directory: str) -> bool:
     """Whether a copy of `workspace` in `directory` can be made of reflinks: one file system,
     which shares blocks between files (tried once per directory)."""
@@ -374,9 +378,16 @@ def choose(
 ) -> LayerPlan:
     """The layer of one run: an overlay when `overlay_ok` (a sandboxed child this host's
     trampoline or zygote starts locally) and the host gives one, else a copy. Pure but for the
-    probe (`support`) and the layers directory."""
+    probe (`support`) and the layers directory. Raises `ValueError` when the layers directory
+    and the workspace lie one in the other."""
     found = support()
     base = layers_dir(directory)
+    real = os.path.realpath(base)
+    if _within(real, workspace) or _within(workspace, real):
+        raise ValueError(
+            f"the layers directory {real} and the workspace {workspace} must lie apart (a layer "
+            "inside its own workspace would be the child's to reach): use another layers_dir"
+        )
     copy: LayerMethod = "reflink" if _reflinks_between(workspace, base) else "copy"
     method: LayerMethod = found.overlay if overlay_ok and found.overlay else copy
     root = os.path.join(base, f"{run_id}-{os.urandom(4).hex()}")

@@ -128,3 +128,17 @@ def test_a_definitions_file_names_a_workspace_mode(tmp_path: Path) -> None:
     path.write_text('[[agent]]\ntype = "coder"\ndescription = "x"\nworkspaceMode = "both"\n')
     with pytest.raises(ValueError, match="workspaceMode"):
         load_definitions(path)
+
+
+def test_tether_apply_takes_a_task_output_or_a_bare_change_set(tmp_path: Path, ws: Path) -> None:
+    result = _layered_run(tmp_path, ws, "echo mine > f.txt")
+    changes = json.loads(result.read_text())["changes"]
+    as_output = tmp_path / "output.json"
+    as_output.write_text(json.dumps({"summary": "x", "status": "completed", "changes": changes}))
+    got = subprocess.run([*TETHER, "apply", str(as_output)], capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    assert (ws / "f.txt").read_text() == "mine\n"
+    nothing = tmp_path / "nothing.json"
+    nothing.write_text('{"summary": "x"}')
+    bad = subprocess.run([*TETHER, "apply", str(nothing)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "no change set" in bad.stderr

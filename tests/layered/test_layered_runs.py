@@ -327,3 +327,12 @@ async def test_a_provider_that_drives_its_own_child_gets_a_copy_of_the_workspace
     assert [c.path for c in result.changes.changes] == ["inside.txt"]
     assert (workspace / "inside.txt").read_text() == "from-inside\n"
     assert result.artifacts[0].path == str(workspace / "inside.txt")
+
+
+async def test_a_layers_directory_inside_the_workspace_is_bad_usage(workspace: Path) -> None:
+    config = ChildConfig(layers_dir=str(workspace / "layers"))
+    async with Supervisor(config) as sup:
+        with pytest.raises(ValueError, match="must lie apart"):
+            await sup.run(
+                "x", workspace=workspace, model=bash_model("true"), workspace_mode="layered"
+            )
