@@ -224,6 +224,10 @@ async def test_three_attempts_at_one_fix_with_the_verifier_choosing_apply_the_pa
     assert reports[output.taken].verdict == "PASS"
     assert output.applied is not None and output.applied.state == "applied"
     assert (workspace / "shared.txt").read_text() == "GOOD\n"
+    # Each attempt is a run of its own: admitted, recorded, verified (3 tasks, 3 verifiers).
+    roles = sorted(r.role for r in got.ledger.records)
+    assert roles == ["task"] * 3 + ["verifier"] * 3
+    assert len({r.subagent_id for r in got.ledger.records if r.role == "task"}) == 3
 
 
 async def test_a_verifiers_fail_drives_the_fix_in_the_same_layer_and_the_whole_change_is_applied(
