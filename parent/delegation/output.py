@@ -29,6 +29,8 @@ Verdict = evidence.Verdict
 COMPACT_SUMMARY_CHARS = 2000
 MODEL_DIFF_BYTES = 64 * 1024
 """The most unified diff text a task output hands the model (the change set keeps the rest)."""
+MODEL_CHANGES = 500
+"""The most changed paths a task output lists for the model (`changes.files` counts all)."""
 """The longest summary a compact form keeps: what survives compaction stays small, whatever a
 sub-agent wrote (the full summary was in the result the model read first)."""
 ErrorCode = Literal[
@@ -168,9 +170,10 @@ def refused(error: ErrorCode, message: str, problems: list[ArgumentProblem] = []
 
 
 def for_model(cs: ChangeSet, budget: int = MODEL_DIFF_BYTES) -> ChangeSet:
-    """`cs` with its diffs cut to `budget` bytes in all: what a task output shows the model."""
+    """`cs` with its diffs cut to `budget` bytes in all and at most `MODEL_CHANGES` entries
+    (`files` still counts them all): what a task output shows the model."""
     kept = []
-    for c in cs.changes:
+    for c in cs.changes[:MODEL_CHANGES]:
         if c.diff is not None:
             size = len(c.diff.encode())
             if size > budget:

@@ -264,3 +264,18 @@ def test_applying_a_copys_change_set_makes_the_workspace_what_the_copy_holds(
         return  # a link the walk refused (none here climb out; kept for safety)
     assert outcome.state == "applied", outcome
     assert _tree(ws) == _tree(tree)
+
+
+def test_what_a_task_output_shows_the_model_of_a_change_set_is_bounded(tmp_path: Path) -> None:
+    from tether.parent.delegation.output import MODEL_CHANGES, for_model
+
+    ws = base(tmp_path)
+    layer, tree = copy_layer(tmp_path, ws)
+    for i in range(MODEL_CHANGES + 20):
+        (tree / f"f{i:04}.txt").write_text("line\n" * 50)
+    cs = changes.compute(layer)
+    shown = for_model(cs, budget=10_000)
+    assert len(shown.changes) == MODEL_CHANGES and shown.files == cs.files == MODEL_CHANGES + 20
+    diffs = [c.diff for c in shown.changes if c.diff is not None]
+    assert sum(len(d.encode()) for d in diffs) <= 10_000
+    assert any("left out" in c.note for c in shown.changes)
