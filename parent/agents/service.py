@@ -291,6 +291,12 @@ class Agents:
             raise ValueError("a continuable agent is a role name or an AgentDefinition")
         if run.continuation is not None:
             raise ValueError("a continuable agent's continuation is its keep_alive")
+        if run.workspace_mode != "shared" or run.layer is not None or run.attempts != 1:
+            raise ValueError(
+                "a continuable agent works in its workspace: its session outlives any one child, "
+                "and a layer (or an attempt's) would not be there for a cold resume; run it "
+                "with Supervisor.run(..., workspace_mode='layered') instead"
+            )
         definition = resolve_agent(run.agent)
         keep = parse_keep_alive(keep_alive)
         run = self.guard(run)

@@ -336,3 +336,13 @@ async def test_a_layers_directory_inside_the_workspace_is_bad_usage(workspace: P
             await sup.run(
                 "x", workspace=workspace, model=bash_model("true"), workspace_mode="layered"
             )
+
+
+async def test_a_continuable_agent_in_a_layered_workspace_is_bad_usage(workspace: Path) -> None:
+    """Its session outlives its child, and a cold resume would find no layer: refused, rather
+    than resumed in the shared workspace unasked."""
+    async with Supervisor(state_dir=workspace.parent / "state") as sup:
+        with pytest.raises(ValueError, match="cold resume"):
+            await sup.spawn_agent(
+                "x", workspace=workspace, model=bash_model("true"), workspace_mode="layered"
+            )
