@@ -5,7 +5,7 @@ Debian's /usr/bin/python3 and PYTHONPATH pointing at the project.
 through bash in a sandboxed layered run (the method this host gives a non-root supervisor, or
 the one `TETHER_LAYER_METHOD` forces), prints {"result", "output", "method", "layers"}: the
 RunResult, the bash output, which layer this host gives, and the supervisor's kept layers
-after a `Supervisor.apply` of the result."""
+after a `Supervisor.apply` of the result (`apply`), else after it was discarded."""
 
 import json
 import sys
@@ -46,6 +46,8 @@ async def main(c: dict) -> None:  # type: ignore[type-arg]
         )
         before = dict(msgspec.to_builtins(result))
         applied = await sup.apply(result) if c.get("apply") else None
+        if applied is None and result.changes is not None:
+            await sup.discard(result)  # nothing of a test's layer is left behind
         kept = sorted(sup.layers)
     support = layers.support()
     out = {

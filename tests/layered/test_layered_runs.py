@@ -276,6 +276,8 @@ async def test_a_hostile_child_cannot_reach_the_workspaces_real_files_from_its_l
         # An absolute link is refused by itself: applying never writes one.
         assert "absolute" in {r.path: r.reason for r in cs.refused}["abs-link"]
         assert all(not os.path.isabs(c.path) and ".." not in c.path for c in cs.changes)
+        await sup.discard(result)
+        assert not os.path.exists(cs.layer)
 
 
 @needs_overlay
