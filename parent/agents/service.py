@@ -36,6 +36,12 @@ different agents never share a slot, so they run in parallel.
   the lease is lost (taken over by another process), and releases the lease after the child
   is gone. A session left `running` reads `interrupted` once its holder is gone.
 
+Storage trouble (a full disk, a read-only or damaged store: `StoreUnavailable` and its kinds)
+never escapes the supervisor. Where a caller waits (`spawn`, `send`, `list`, `show`) it is that
+caller's exception, raised before anything the trouble could leave half-done; where none does
+(a heartbeat, a lease released after the child went) it becomes a `StoreTrouble` event and a
+note in the agent's next result, and the child is disposed all the same (the lease goes stale).
+
 Limits: the run's `Limits` (wall, idle, memory, ...) and the definition's `maxIterations` and
 `tokenBudget` apply to each activation; `token_total` bounds the tokens of all activations of
 the session together (counted by the parent, stored with the session): each activation's token
@@ -64,6 +70,8 @@ from tether.parent.agents.sessions import (
     AgentStatus,
     AgentSummary,
     Busy,
+    LeaseLost,
+    LeasePolicy,
     SessionError,
     SessionStore,
     Unavailable,
@@ -80,6 +88,7 @@ from tether.parent.agents.transcript import closing_results
 from tether.parent.process.limits import Limits
 from tether.parent.roles.builtins import resolve_agent
 from tether.parent.run.budget import Budget
+from tether.parent.run.events import StoreTrouble
 from tether.parent.run.evidence import recheck
 from tether.parent.run.handle import RunHandle
 from tether.parent.run.provider import Provider
@@ -164,11 +173,16 @@ class Agents:
         sup: SupervisorCore,
         tg: anyio.abc.TaskGroup,
         state_dir: str | os.PathLike[str] | None = None,
+        lease: LeasePolicy | None = None,
     ) -> None:
-        """`tg`: the supervisor's task group, where the store and the tending tasks run."""
+        """`tg`: the supervisor's task group, where the store and the tending tasks run;
+        `lease`: how stale a lease must be to be taken over, how often it is renewed."""
         self._sup = sup
         self._tg: anyio.abc.TaskGroup | None = tg
         self._state_dir = state_dir
+        self._lease = lease
+        self._troubles: dict[str, list[str]] = {}
+        """Per agent, what the store failed to do that no caller heard: its next result says."""
         self._store: SessionStore | None = None
         self._store_lock = anyio.Lock()
         self._closing = anyio.Event()
@@ -206,11 +220,21 @@ class Agents:
             return self._store
 
     async def _keep_store(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        async with SessionStore(self._state_dir) as store:
+        store_of = SessionStore(self._state_dir, lease=self._lease, on_trouble=self._trouble)
+        async with store_of as store:
             self._store = store
             task_status.started()
             await self._closing.wait()
         self._store = None
+
+    def _trouble(self, agent_id: str, message: str) -> None:
+        """A store write nobody waited for failed: an event now, a note in the next result."""
+        notes = self._troubles.setdefault(agent_id, [])
+        if len(notes) < 8:  # a failing heartbeat repeats itself: the first few say it
+            notes.append(message)
+        agent = self._agents.get(agent_id)
+        run_id = agent.handle.run_id if agent is not None and agent.handle is not None else ""
+        self._sup.publish(StoreTrouble(agent_id, message, run_id))
 
     # --- queries ------------------------------------------------------------------------------
 
@@ -322,7 +346,7 @@ class Agents:
             handle.abort()
             if activation is not None:
                 with anyio.CancelScope(shield=True):
-                    await activation.release("failed")
+                    await self._release(activation, "failed")
             raise
         entry = _Agent(summary.id, activation=activation, handle=handle, recorder=recorder)
         entry.slot.acquire_nowait()
@@ -422,7 +446,7 @@ class Agents:
             cap = activation_budget(definition, total, used) if definition is not None else None
             try:
                 await agent.recorder.running(user)
-            except SessionError as exc:
+            except LeaseLost as exc:
                 raise AgentBusy(f"agent {agent.id} could not be continued here: {exc}") from None
             user_stored = True
             if on_start is not None:
@@ -498,7 +522,7 @@ class Agents:
                 agent.activation = agent.recorder = None
                 before = summary.status if summary.status != "running" else None
                 with anyio.CancelScope(shield=True):
-                    await activation.release(before)
+                    await self._release(activation, before)
             raise
         agent.handle, agent.recorder = handle, recorder
         if on_start is not None:
@@ -568,18 +592,23 @@ class Agents:
         """Store how the activation ended, before its result is handed back."""
         recorder, activation = agent.recorder, agent.activation
         if recorder is None or activation is None:
-            return result
+            return self._noted(agent.id, result)
         with anyio.CancelScope(shield=True):
             try:
                 await recorder.settle(result)
             except SessionError as exc:
                 log.warning("agent %s: the answer was not stored: %s", agent.id, exc)
-                note = f"the agent's session could not record this answer: {exc}"
-                message = f"{result.message}; {note}" if result.message else note
-                result = msgspec.structs.replace(result, message=message)
+                result = _note(result, f"the agent's session could not record this answer: {exc}")
+        result = self._noted(agent.id, result)
         spec = self._specs.get(agent.id)
         if spec is not None:
             result = recheck(spec.workspace, result)  # delivered now: as the files are now
+        return result
+
+    def _noted(self, agent_id: str, result: RunResult) -> RunResult:
+        """`result` with what the store failed to do for the agent since its last result."""
+        for message in self._troubles.pop(agent_id, ()):
+            result = _note(result, f"the session store: {message}")
         return result
 
     def _tend(self, agent: _Agent, handle: RunHandle) -> None:
@@ -607,10 +636,7 @@ class Agents:
                     agent.handle = None
                     if activation is not None and agent.activation is activation:
                         agent.activation = agent.recorder = None
-                        try:
-                            await activation.release()
-                        except SessionError as exc:  # its heartbeat stops: it goes stale
-                            log.warning("agent %s: the lease was not released: %s", agent.id, exc)
+                        await self._release(activation)
         finally:
             self._runs.pop(handle.run_id, None)
             if agent.handle is None:
@@ -619,6 +645,16 @@ class Agents:
             self._tending -= 1
             self._quiet.set()
             self._quiet = anyio.Event()
+
+    async def _release(self, activation: Activation, status: AgentStatus | None = None) -> None:
+        """Release a lease; if the store cannot, its heartbeat has stopped and it goes stale
+        (`_trouble` tells whoever listens)."""
+        try:
+            await activation.release(status)
+        except SessionError as exc:
+            self._trouble(
+                activation.agent_id, f"its lease could not be released (it goes stale): {exc}"
+            )
 
     async def dispose(self, agent_id: str) -> None:
         """Let the agent's warm child go now (through the ladder) and release its lease; the
@@ -655,6 +691,11 @@ async def _cut_when_lost(activation: Activation, handle: RunHandle) -> None:
     await activation.lost.wait()
     log.warning("agent %s: its lease was lost; disposing of its child", activation.agent_id)
     handle.abort()
+
+
+def _note(result: RunResult, note: str) -> RunResult:
+    message = f"{result.message}; {note}" if result.message else note
+    return msgspec.structs.replace(result, message=message)
 
 
 def _budget_spent(agent_id: str, used: int, total: int) -> RunResult:

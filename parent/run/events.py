@@ -1,6 +1,7 @@
 """What a supervisor tells its listeners: a run started, the child made progress, a run ended;
-and, for an orchestrated run, what its sub-agents do (`subagent.queued`, `.started`,
-`.progress`, `.completed`, from `tether.parent.run.subagent_events`)."""
+for an orchestrated run, what its sub-agents do (`subagent.queued`, `.started`, `.progress`,
+`.completed`, from `tether.parent.run.subagent_events`); and trouble with the session store
+that no caller was waiting to hear (`StoreTrouble`)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,21 @@ class RunFinished:
     result: RunResult
 
 
-Event = RunStarted | ChildEvent | RunFinished | SubagentEvent
+@dataclass(frozen=True)
+class StoreTrouble:
+    """A write of the session store that nobody was waiting for failed: a continuable agent's
+    lease could not be renewed or released (a full disk, a read-only or damaged store). The
+    agent's child is disposed as usual, the lease is left to go stale, and the agent's next
+    result says so too (in its `message`)."""
+
+    agent_id: str
+    message: str
+    """One line: what failed, the file, and what to do."""
+    run_id: str = ""
+    """The run of the agent's child at the time, if it had one."""
+
+
+Event = RunStarted | ChildEvent | RunFinished | SubagentEvent | StoreTrouble
 
 PROGRESS = (ChildEvent, SubagentProgress, SubagentQueued)
 """The events a slow consumer may lose: progress, and queue positions (each superseded by the
