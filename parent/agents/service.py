@@ -181,7 +181,7 @@ class Agents:
         self._tg: anyio.abc.TaskGroup | None = tg
         self._state_dir = state_dir
         self._lease = lease
-        self._troubles: dict[str, list[str]] = {}
+        self._troubles: dict[str, dict[str, str]] = {}
         """Per agent, what the store failed to do that no caller heard: its next result says."""
         self._store: SessionStore | None = None
         self._store_lock = anyio.Lock()
@@ -229,9 +229,8 @@ class Agents:
 
     def _trouble(self, agent_id: str, message: str) -> None:
         """A store write nobody waited for failed: an event now, a note in the next result."""
-        notes = self._troubles.setdefault(agent_id, [])
-        if len(notes) < 8:  # a failing heartbeat repeats itself: the first few say it
-            notes.append(message)
+        # A failing heartbeat repeats itself: the first of each kind says it.
+        self._troubles.setdefault(agent_id, {}).setdefault(message.split(":", 1)[0], message)
         agent = self._agents.get(agent_id)
         run_id = agent.handle.run_id if agent is not None and agent.handle is not None else ""
         self._sup.publish(StoreTrouble(agent_id, message, run_id))
@@ -607,7 +606,7 @@ class Agents:
 
     def _noted(self, agent_id: str, result: RunResult) -> RunResult:
         """`result` with what the store failed to do for the agent since its last result."""
-        for message in self._troubles.pop(agent_id, ()):
+        for message in self._troubles.pop(agent_id, {}).values():
             result = _note(result, f"the session store: {message}")
         return result
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from agent_models import Commanded
 
 from tether.parent import Supervisor
-from tether.parent.agents.sessions import SessionError, SessionStore
+from tether.parent.agents.sessions import LeasePolicy, SessionError, SessionStore
 from tether.parent.run.events import Event, StoreTrouble
 
 DEADLINE = 60.0
@@ -65,6 +65,13 @@ def free(mount: Path) -> None:
         p.unlink()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def transcript(detail: Any) -> list[str]:
     return [f"{m.role}:{m.content}" for m in detail.transcript]
 
@@ -78,7 +85,9 @@ async def full(mount: Path, ws: Path) -> None:
             troubles.append(event)
 
     model = Commanded()
-    async with Supervisor(state_dir=state) as sup:
+    # Heartbeats every quarter second: the disk fills while a lease is live, so one fails.
+    lease = LeasePolicy(stale_after=30.0, heartbeat_every=0.25)
+    async with Supervisor(state_dir=state, lease=lease) as sup:
         sup.subscribe(listen)
         kept = await sup.spawn_agent(
             "first", agent="explorer", workspace=ws, model=model, keep_alive=3
@@ -108,11 +117,11 @@ async def full(mount: Path, ws: Path) -> None:
         # The keep-alive passes: the child is disposed; its lease cannot be released.
         child = kept.run.pid
         with anyio.fail_after(DEADLINE):
-            while sup.agents.is_warm(kept.id) or not troubles:
+            while sup.agents.is_warm(kept.id) or not any("released" in t.message for t in troubles):
                 await anyio.sleep(0.05)
         say(
             "kept alive no longer",
-            child_alive=child is not None and psutil.pid_exists(child),
+            child_alive=child is not None and _alive(child),
             troubles=[{"agent": t.agent_id, "message": t.message} for t in troubles],
         )
         try:
