@@ -296,6 +296,37 @@ class Isolation(Wire, frozen=True):
     had none."""
 
 
+class StopReceipt(Wire, frozen=True):
+    """What the parent measured when it stopped a run — and, for an orchestrator, the whole
+    tree of sub-agents it started (filled in by the parent, never by a child)."""
+
+    reason: str
+    """Why it was stopped (`interrupted`, `cancelled by the parent`, ...)."""
+    asked_at: float
+    """When the stop was asked (Unix seconds)."""
+    gone_at: float
+    """When everything was gone: the final sweep found nothing of any stopped child's tree
+    alive (Unix seconds; if it found something, when it looked)."""
+    seconds: float
+    """From the ask to everything gone, on the monotonic clock."""
+    rung: Rung
+    """The furthest rung the dispose ladder reached over every stopped child."""
+    runs: int
+    """Runs the stop took down: the run itself and, for an orchestrator, every sub-agent run of
+    its tree not yet over when the stop was asked (or started after it)."""
+    processes_left: int
+    """Processes of any stopped child's tree alive after the final sweep (a fresh snapshot of
+    /proc: each child's session, process group, tree marker and cgroup). Should be 0."""
+    turns_after_stop: int
+    """Model turns admitted after the stop was asked: the parent's brokers refuse every request
+    from that instant. Should be 0."""
+    turns_abandoned: int
+    """Model turns in flight when the stop was asked: cancelled there, their answers never
+    delivered and their tokens not billed."""
+    tokens_after_stop: int
+    """Tokens billed (counted into the runs' usage) after the stop was asked. Should be 0."""
+
+
 class RunResult(Wire, frozen=True):
     success: bool
     status: RunStatus
@@ -325,3 +356,6 @@ class RunResult(Wire, frozen=True):
     duration_seconds: float | None = None
     """Seconds from the run's start (or a follow-up's) to its result, the child's teardown
     included when the run is not continuable (filled in by the parent)."""
+    stop: StopReceipt | None = None
+    """When the run was stopped (cancelled, aborted, its supervisor closing): what the parent
+    measured of the stop (filled in by the parent)."""

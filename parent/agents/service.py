@@ -655,6 +655,21 @@ class Agents:
                 activation.agent_id, f"its lease could not be released (it goes stale): {exc}"
             )
 
+    async def stop(self, agent_id: str, reason: str = "stopped") -> RunResult | None:
+        """Stop the agent's child in this process now: the activation in progress (if any) is
+        asked to abort and cut after the grace, and the child is taken down
+        (`RunHandle.cancel`); its lease is released and the session stays (the next message
+        resumes it cold). The stopped activation's result with the stop's receipt (`stop`),
+        or one saying the agent was stopped between activations; `None` when its child does
+        not live here."""
+        agent = self._agents.get(parse_agent_id(agent_id))
+        handle = agent.handle if agent is not None else None
+        if agent is None or handle is None or handle.gone:
+            return None
+        result = await handle.cancel(reason)
+        await agent.tended.wait()
+        return result
+
     async def dispose(self, agent_id: str) -> None:
         """Let the agent's warm child go now (through the ladder) and release its lease; the
         session stays."""

@@ -50,6 +50,7 @@ from tether.parent.delegation.verification import VerifierPolicy
 from tether.parent.roles.builtins import BUILTIN_ROLES
 from tether.parent.roles.definitions import Registry, SubagentDefinition
 from tether.parent.run.broker import ParentTool
+from tether.parent.run.stop import StopLine
 from tether.parent.run.subagent_events import SubagentStatus
 from tether.protocol.messages import ChatMessage, ToolCallParams, ToolCallResult
 
@@ -141,9 +142,12 @@ class Delegator:
         tool_call_id: str,
         history: Sequence[ChatMessage] = (),
         on_event: EventCallback | None = None,
+        stops: StopLine | None = None,
     ) -> TaskOutput:
         """Carry out one task call. `history` is the orchestrator's transcript (used only with
-        `forkContext: true`). Never raises for the model's or a sub-agent's doing."""
+        `forkContext: true`); `stops`: the line its runs are added to, so a stop of the call
+        takes them down (`tether.parent.run.stop`; default: the runner's). Never raises for the
+        model's or a sub-agent's doing."""
         if self.tool is None:
             return refused("invalid_arguments", "No sub-agent types are defined.")
         got = self.tool.validate(arguments)
@@ -160,7 +164,7 @@ class Delegator:
         if got.fork_context or definition.provider == "fork":
             # The sub-agent has no task tool: earlier task exchanges reach it as text.
             fork = tuple(without_tools(fork_history(history, tool_call_id), {self.tool.name}))
-        call = Call(got.description, tool_call_id, on_event)
+        call = Call(got.description, tool_call_id, on_event, stops)
         return await self.gate.deliver(call, Job(definition, read_only, got.prompt, "task", fork))
 
     # --- a follow-up --------------------------------------------------------------------------

@@ -57,6 +57,7 @@ from tether.parent.roles.prompts import CONTINUABLE_SUBAGENT_SYSTEM_PROMPT
 from tether.parent.run.budget import Budget
 from tether.parent.run.evidence import parse_verdict, recheck
 from tether.parent.run.status import task_status
+from tether.parent.run.stop import StopLine
 from tether.parent.run.subagent_events import (
     Role,
     SubagentCompleted,
@@ -130,6 +131,9 @@ class RunRequest:
     follow_up: str | None = None
     """Not a new sub-agent: a follow-up message (`prompt`) to this continuable agent."""
     facts: RunFacts = field(default_factory=RunFacts)
+    stops: StopLine | None = None
+    """The line a stop of the call takes its runs down with (a tool call served over MCP);
+    `None`: the runner's own (an orchestration's)."""
 
     def bind_agent(self, agent_id: str) -> None:
         """A runner that started the sub-agent as a continuable agent names its id here."""
@@ -163,6 +167,8 @@ class Call:
     label: str
     tool_call_id: str
     on_event: EventCallback | None = None
+    stops: StopLine | None = None
+    """Where its runs go, for a stop of the call (`RunRequest.stops`)."""
     steps: int = 0
     artifacts: dict[str, Artifact] = field(default_factory=dict)
 
@@ -461,6 +467,7 @@ class Gate:
             continuable=self.continuable and job.role == "task",
             follow_up=job.follow_up,
             facts=facts,
+            stops=call.stops,
         )
 
     def _finish(

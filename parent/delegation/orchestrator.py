@@ -34,9 +34,13 @@ Events: the orchestrator's own run events and the delegator's `subagent.*` event
 the orchestrator's run id) go to `on_event` and to the supervisor's subscribers; the sub-agents'
 own runs are on the supervisor's stream as plain runs.
 
-Cancellation: cancelling `orchestrate` (or its run) disposes of the orchestrator's child; the
-task calls it was waiting for are cancelled with it, and each disposes of its sub-agent before
-the cancellation goes on.
+Cancellation: cancelling `orchestrate` disposes of the orchestrator's child; the task calls it
+was waiting for are cancelled with it, and each disposes of its sub-agent before the
+cancellation goes on. Stopping its run (`cancel()`, `abort()`; Ctrl-C in `tether orchestrate`)
+stops the whole tree: every sub-agent run is on the orchestrator's stop line, so from the
+instant the stop is asked no broker of the tree serves a model turn, every sub-agent is cut
+(warm continuable ones too: their sessions stay), none starts any more, and the orchestrator's
+result carries the receipt of the whole tree (`RunResult.stop`, `tether.parent.run.stop`).
 """
 
 from __future__ import annotations
@@ -348,6 +352,7 @@ async def orchestrate(
         )
     )
     box.append(handle)
+    runner.stops = handle.stops  # a stop of the orchestrator takes every sub-agent down with it
     if on_start is not None:
         on_start(Running(handle, delegator))
     try:

@@ -36,7 +36,12 @@ one `RunRequest`:
    `budget_exhausted` (`RunHandle.exhaust`); their results come back to the gate and the
    ledger like any other;
 8. cancellation: a cancelled task call disposes its child before the cancellation goes on
-   (`Supervisor.run`'s rule), so cancelling an orchestrator leaves no sub-agent behind.
+   (`Supervisor.run`'s rule), so cancelling an orchestrator leaves no sub-agent behind;
+9. stopping: every run is added to a stop line (`tether.parent.run.stop`): the request's (a
+   tool call served over MCP), else the runner's `stops` (an orchestration sets the
+   orchestrator's), so a stop takes the sub-agents down with it from the instant it is asked,
+   and its receipt counts them. Once the line is stopped no sub-agent starts: the request is
+   answered `aborted` at once.
 
 The `RunResult` handed back is the supervisor's: usage and step count are the broker's.
 """
@@ -58,6 +63,7 @@ from tether.parent.run.events import ChildEvent, Event
 from tether.parent.run.handle import RunHandle
 from tether.parent.run.plan import follow_up_providers, once
 from tether.parent.run.spec import NamedModel, RunSpec
+from tether.parent.run.stop import StopLine
 from tether.protocol.messages import Failure, RunResult
 
 if TYPE_CHECKING:
@@ -101,6 +107,9 @@ class SupervisorRunner:
         self.keep_alive = keep_alive
         self.parent_run = parent_run
         self._built: dict[str, ModelProvider] = {}
+        self.stops: StopLine | None = None
+        """The line a stop of the orchestration takes the sub-agents down with (`orchestrate`
+        sets it to the orchestrator's run's)."""
         self._live: set[RunHandle] = set()
         self._watched: set[int] = set()
 
@@ -111,6 +120,9 @@ class SupervisorRunner:
 
     async def __call__(self, request: RunRequest) -> RunResult:
         self._watch(request.budget)
+        line = self._line(request)
+        if line is not None and line.stop is not None:
+            return _stopped(line.stop.reason)
         if request.follow_up is not None:
             return await self.follow_up(request)
         name = request.definition.provider
@@ -133,6 +145,15 @@ class SupervisorRunner:
                 return await self.continuable(request)
             request.facts.not_continuable = f"{once(chosen)}; {self._who_can()}"
         return await self.spawn(request)
+
+    def _line(self, request: RunRequest) -> StopLine | None:
+        return request.stops if request.stops is not None else self.stops
+
+    def _join(self, request: RunRequest, handle: RunHandle) -> None:
+        """A run of this request: a stop of its line takes it down too."""
+        line = self._line(request)
+        if line is not None:
+            line.add(handle)
 
     def _who_can(self) -> str:
         return f"only sub-agents run by {follow_up_providers(self.sup.providers)} keep a session"
@@ -194,6 +215,7 @@ class SupervisorRunner:
             handle = await self.sup.start(spec)
         except ValueError as exc:
             return _failed(f"the sub-agent could not start: {exc}")
+        self._join(request, handle)
         _relay_of(spec).handle = handle
         return await self._outcome(handle, handle.result())
 
@@ -212,6 +234,7 @@ class SupervisorRunner:
             request.facts.not_continuable = f"it never started ({exc})"
             return _failed(f"the sub-agent could not start: {exc}")
         request.bind_agent(agent.id)
+        self._join(request, agent.run)
         _relay_of(spec).handle = agent.run
         return await self._outcome(agent.run, agent.result())
 
@@ -231,6 +254,7 @@ class SupervisorRunner:
             request.facts.run_id = handle.run_id
             relay.handle = handle
             self._live.add(handle)
+            self._join(request, handle)
 
         try:
             return await agents.send(
@@ -321,6 +345,15 @@ class _Relay:
 def _relay_of(spec: RunSpec) -> _Relay:
     assert isinstance(spec.on_event, _Relay)
     return spec.on_event
+
+
+def _stopped(reason: str) -> RunResult:
+    return RunResult(
+        success=False,
+        status="aborted",
+        message=f"not started: the delegation was stopped ({reason})",
+        failure=Failure(kind="cancelled"),
+    )
 
 
 def _failed(message: str) -> RunResult:

@@ -44,6 +44,16 @@ built after the dispose, with what the dispose saw. A continuable run never take
 child: the pool's task owns its children's contexts.
 
 `result()` is the first activation's result; `wait()` returns once the child is gone.
+
+Stopping
+--------
+`cancel()` and `abort()` stop the run (`stop.py`): from that instant its brokers refuse every
+request and abandon the model turns in flight, and everything on its `stops` line (an
+orchestrator's sub-agent runs too) is taken down. `cancel()` first asks the child to abort and
+cuts it after the grace; `abort()` cuts it at once; a continuable run's child goes either way
+(its session, if it has one, stays). The result of the activation the stop ended is built after
+the dispose, with the stop's receipt (`RunResult.stop`): everything gone, the rung, the
+processes left, the turns and tokens after the stop.
 A provider with its own way of running (a foreign agent over ACP, the in-process runtime; see
 `tether.parent.providers`) hands the handle a `RunBody` in place of that tether child: the body
 obtains and drives its child, filling the run's `Observed`, under the same outer and drive
@@ -59,6 +69,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
+import msgspec
 
 from tether.parent.process.classify import Observed
 from tether.parent.process.config import ChildConfig, pool_key
@@ -84,6 +95,7 @@ from tether.parent.run.plan import RunPlan
 from tether.parent.run.provider import RunBody
 from tether.parent.run.results import build_result
 from tether.parent.run.spec import EventCallback
+from tether.parent.run.stop import StopLine
 from tether.protocol import ConnectionClosed, LocalProtocolError, RemoteError, RemoteProtocolError
 from tether.protocol.messages import (
     AgentEventParams,
@@ -91,6 +103,7 @@ from tether.protocol.messages import (
     AgentRunParams,
     Isolation,
     RunResult,
+    StopReceipt,
 )
 
 if TYPE_CHECKING:
@@ -194,6 +207,14 @@ class RunHandle:
         """How its child was started (`zygote` or `exec`), once it is spawned."""
         self.spawner_fallback: str | None = None
         """Why the default spawner used exec rather than the zygote for tether's own child."""
+        self.processes: list[SupervisedProcess] = []
+        """Every process this run started (a stop's receipt counts what is left of them)."""
+        self.halted: list[Broker] = []
+        """The brokers a stop refused (a stop's receipt adds up what they counted)."""
+        self.stops = StopLine()
+        """What a stop of this run takes down with it: the run, and the runs added to it (an
+        orchestrator's sub-agents)."""
+        self.stops.add(self)
 
     # --- public -------------------------------------------------------------------------------
 
@@ -234,6 +255,7 @@ class RunHandle:
 
     def register(self, child: SupervisedProcess) -> None:
         """A process of this run is alive: the keeper and the exit hook know it from now on."""
+        self.processes.append(child)
         self._sup.register(child)
 
     def unregister(self, child: SupervisedProcess) -> None:
@@ -257,6 +279,11 @@ class RunHandle:
     def alive(self) -> bool:
         """The run's child lives and may still take a follow-up."""
         return self._continuation is not None and not self._gone.is_set() and not self._closing
+
+    @property
+    def gone(self) -> bool:
+        """The run is over and its child is gone."""
+        return self._gone.is_set()
 
     @property
     def state(self) -> RunState:
@@ -321,8 +348,13 @@ class RunHandle:
             return act.result
 
     async def cancel(self, reason: str = "cancelled by the parent") -> RunResult:
-        """Abort the activation in progress (the run, for a run that is not continuable): ask
-        the child, then cut it if it does not answer within the grace. Its result."""
+        """Stop the run (see the module docstring): ask the child to abort the activation in
+        progress, cut it if it does not answer within the grace, and take it down. The
+        activation's result, with the stop's receipt; for a continuable run stopped between
+        activations, a result saying so, with the receipt. A run already over: its result."""
+        if self._gone.is_set():
+            return self._latest.result if self._latest.result is not None else await self.result()
+        self.stops.ask(reason, spare=self)
         act = self._current or self._latest
         child = self._child
         if not act.done.is_set() and (child is not None or self._body is not None):
@@ -335,17 +367,30 @@ class RunHandle:
                 await act.done.wait()
         if not act.done.is_set():
             if self._continuation is None:
-                self.abort()
+                self.abort(reason)
             else:
                 self._cut(act)
         await act.done.wait()
-        return act.result if act.result is not None else await self.result()
+        result = act.result if act.result is not None else await self.result()
+        if result.stop is None and self._continuation is not None:
+            # Idle between activations: no activation to end; the child went all the same.
+            await self.wait()
+            receipt = await self.stops.receipt(gone=self)
+            result = RunResult(
+                success=False,
+                status="aborted",
+                message=f"stopped between activations ({reason}); the child is gone",
+                run_id=self.run_id,
+                stop=receipt,
+            )
+        return result
 
-    def abort(self) -> None:
-        """Cut the run now (no grace): the activation in progress ends `aborted` / `cancelled`
-        and the child is disposed."""
+    def abort(self, reason: str = "aborted by the parent") -> None:
+        """Stop the run now, with no grace (see the module docstring): the activation in
+        progress ends `aborted` / `cancelled` and the child is disposed."""
         if self._gone.is_set():
             return
+        self.stops.ask(reason, spare=self)
         self._closing = True
         self._pulse()
         act = self._current
@@ -355,6 +400,17 @@ class RunHandle:
     def close(self) -> None:
         """Let a continuable run's child go: once the activation in progress (if any) has
         answered, the child is disposed through the ladder."""
+        self._closing = True
+        self._pulse()
+
+    def halt(self, why: str) -> None:
+        """A stop of a line this run is on was asked: its brokers refuse every request from
+        now (`Broker.stop`), and its child takes no more follow-ups."""
+        for act in (self._first, self._latest, self._current, self._inbox):
+            broker = act.broker if act is not None else None
+            if broker is not None and not any(b is broker for b in self.halted):
+                broker.stop(why)
+                self.halted.append(broker)
         self._closing = True
         self._pulse()
 
@@ -402,7 +458,9 @@ class RunHandle:
         elif act is self._current:
             self._outer_scope.cancel()
 
-    def _resolve(self, act: _Activation, observed: Observed) -> None:
+    def _resolve(
+        self, act: _Activation, observed: Observed, stop: StopReceipt | None = None
+    ) -> None:
         prompts = 1
         if self._body is not None:
             prompts = self._body.prompts
@@ -421,6 +479,8 @@ class RunHandle:
             pid=self.pid,
             duration_seconds=time.monotonic() - act.started,
         )
+        if stop is not None:
+            act.result = msgspec.structs.replace(act.result, stop=stop)
         act.done.set()
         self._sup.publish(RunFinished(self.run_id, act.result), self._on_event)
 
@@ -441,7 +501,10 @@ class RunHandle:
             if pending is not None and not pending.done.is_set():
                 if self._outer_scope.cancelled_caught and not observed.spawn_error:
                     observed.cancelled = True
-                self._resolve(pending, observed)
+                receipt = None
+                if self.stops.stopped:
+                    receipt = await self.stops.receipt(gone=self)  # shielded
+                self._resolve(pending, observed, receipt)
             late, self._inbox = self._inbox, None
             if late is not None:
                 late.done.set()  # never taken: its caller starts a fresh child
@@ -500,6 +563,7 @@ class RunHandle:
             observed.spawn_error = str(exc)
             return observed
         self._child = child
+        self.processes.append(child)
         self.pid = child.pid
         self.spawner = spawner_name(child.proc)
         if isinstance(spawner, AutoSpawner):
@@ -528,8 +592,8 @@ class RunHandle:
                 act.answer = await self._drive(child, act, handshake_first=act is self._first)
             finally:
                 child.cut_off = not child.observed.answered
-            if act.answer is None or self._continuation is None:
-                return
+            if act.answer is None or self._continuation is None or self.stops.stopped:
+                return  # resolved after the dispose (a stopped run: with the receipt)
             # Between activations nothing of the child's tree runs, and nothing it asks is
             # served: its result is checked against a still tree, and no model turn is served
             # outside an activation (see the module docstring).
@@ -586,6 +650,7 @@ class RunHandle:
         child = pooled.child
         child.observed.limits = self._limits
         self._child = child
+        self.processes.append(child)
         self.pid = child.pid
         self.spawner = spawner_name(child.proc)
         try:
