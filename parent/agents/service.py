@@ -232,8 +232,11 @@ class Agents:
         # A failing heartbeat repeats itself: the first of each kind says it.
         self._troubles.setdefault(agent_id, {}).setdefault(message.split(":", 1)[0], message)
         agent = self._agents.get(agent_id)
-        run_id = agent.handle.run_id if agent is not None and agent.handle is not None else ""
-        self._sup.publish(StoreTrouble(agent_id, message, run_id))
+        handle = agent.handle if agent is not None else None
+        if handle is not None:
+            handle.publish(StoreTrouble(agent_id, message, handle.run_id))  # its on_event too
+        else:
+            self._sup.publish(StoreTrouble(agent_id, message))
 
     # --- queries ------------------------------------------------------------------------------
 
