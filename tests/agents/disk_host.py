@@ -98,6 +98,9 @@ async def full(mount: Path, ws: Path) -> None:
         )
         await other.result()
         second = await sup.send_message(kept.id, "second")  # warm
+        with anyio.fail_after(DEADLINE):  # the other's child is gone and its lease let go
+            while (got := await sup.agents.show(other.id)) is not None and got.summary.holder:
+                await anyio.sleep(0.05)
         before = await sup.agents.show(kept.id)
         other_before = await sup.agents.show(other.id)
         assert before is not None and other_before is not None
@@ -152,8 +155,18 @@ async def full(mount: Path, ws: Path) -> None:
             success=resumed.success,
             summary=resumed.summary,
             message=resumed.message,
+            warm=sup.agents.is_warm(kept.id),
         )
-    say("closed")
+        # Full again as the supervisor closes with the child warm: its lease cannot be
+        # released on the way out either, and the close goes on.
+        before_close = len(troubles)
+        fill(mount)
+    say("closed", troubles=[t.message for t in troubles[before_close:]])
+    free(mount)
+    async with SessionStore(state) as store:
+        final = await store.show(kept.id)
+    assert final is not None
+    say("reopened", transcript=transcript(final), status=final.summary.status)
 
 
 async def read_only(mount: Path, ws: Path) -> None:

@@ -79,6 +79,13 @@ def test_a_full_disk_never_takes_the_supervisor_down_and_loses_nothing_stored(
     # The next result carries what the store could not do meanwhile.
     assert "the session store: its lease could not be renewed" in resumed["message"]
     assert "the session store: its lease could not be released" in resumed["message"]
+    # Closing on a full disk with the child warm: the release fails, the close goes on.
+    assert resumed["warm"]
+    assert any("could not be released" in m for m in steps["closed"]["troubles"])
+    reopened = steps["reopened"]
+    assert reopened["transcript"][: len(ready["transcript"])] == ready["transcript"]
+    assert "user:sixth, with room again" in reopened["transcript"]
+    assert reopened["status"] == "idle"  # the answer was stored before the disk filled again
 
 
 def test_a_read_only_store_is_one_line_everywhere_and_intact_afterwards(
