@@ -18,9 +18,9 @@ program of your own), `tether.protocol` (the wire contract: message types, codec
 internal and may change between releases; a test keeps `examples/` and `docs/` to these.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
+# Nothing is imported here, not even `typing`: every child's trampoline imports this package
+# on its way to `tether.contain` (a test lists what it imports before it execs).
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 """The installed distribution's version (a test keeps it equal to the project's)."""
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from tether.parent.delegation.orchestrator import Orchestration
     from tether.parent.delegation.output import TaskOutput
     from tether.parent.models import ModelProvider, resolve_model
+    from tether.parent.models.replay import TraceModel
     from tether.parent.models.scripted import ScriptedModel
     from tether.parent.placement.rayplacement import RayPlacement
     from tether.parent.process.config import ChildConfig, PoolSpec
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from tether.parent.run.handle import RunHandle
     from tether.parent.run.spec import Continuation, NamedModel, RunSpec
     from tether.parent.supervisor import Supervisor
+    from tether.parent.trace.reader import read_trace
+    from tether.parent.trace.spec import TraceSpec
     from tether.protocol.messages import AgentDefinition, RunResult
 
 _LAZY = {
@@ -77,6 +80,10 @@ _LAZY = {
     "Orchestration": "tether.parent.delegation.orchestrator",
     "TaskOutput": "tether.parent.delegation.output",
     "Ledger": "tether.parent.delegation.ledger",
+    # traces and their replay
+    "TraceSpec": "tether.parent.trace.spec",
+    "read_trace": "tether.parent.trace.reader",
+    "TraceModel": "tether.parent.models.replay",
     # scale-out (the `ray` extra)
     "RayPlacement": "tether.parent.placement.rayplacement",
 }
@@ -124,7 +131,10 @@ __all__ = [
     "SubagentDefinition",
     "Supervisor",
     "TaskOutput",
+    "TraceModel",
+    "TraceSpec",
     "__version__",
+    "read_trace",
     "resolve_model",
     "role",
 ]

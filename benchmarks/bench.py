@@ -40,6 +40,7 @@ import psutil
 
 from benchmarks.providers import providers_group
 from benchmarks.report import SOAK_HEADING, Figure, Results, render, section, with_section
+from benchmarks.traces import traces_group
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process import cgroup_join
 from tether.parent.process.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_key
@@ -120,6 +121,8 @@ class Plan:
     """Follow-up messages to live children (spread over `rounds`, a fresh agent each round)."""
     resumes: int = 10
     """Rounds of the cold-resume figures (one sample of each per round)."""
+    traced_runs: int = 20
+    """Rounds of the traces group (one traced and one untraced run each)."""
     ray_children: int = 256
     ray_runs: int = 15
     fleet: int = 256
@@ -152,6 +155,7 @@ class Plan:
             pooled=2,
             follow_ups=4,
             resumes=2,
+            traced_runs=2,
             ray_children=4,
             ray_runs=2,
             fleet=8,
@@ -1926,6 +1930,7 @@ async def measure(res: Results, p: Plan) -> None:
             ("warm pool", lambda: pool_group(res, p, ws)),
             ("continuable agents", lambda: continue_group(res, p, ws)),
             ("providers", lambda: providers_group(res, p.whole_runs, ws)),
+            ("traces", lambda: traces_group(res, p.traced_runs)),
         ]
         for name, step in steps:
             if p.only and name not in p.only:

@@ -104,9 +104,8 @@ def clear_capabilities() -> None:
     syscall("capset", ctypes.addressof(header), ctypes.addressof(data))
 
 
-def drop_to(uid: int, gid: int) -> None:
-    """Become `uid`/`gid` with no supplementary group and no capability, irrevocably.
-    Raises `OSError` when any step fails or a capability survives."""
+def _lock_and_drop_bounding() -> None:
+    """Steps 1 and 2 (see the module docstring)."""
     prctl(PR_SET_SECUREBITS, LOCKED_SECUREBITS)
     for cap in range(last_cap() + 1):
         try:
@@ -115,13 +114,32 @@ def drop_to(uid: int, gid: int) -> None:
             if exc.errno != 22:  # EINVAL: a capability this kernel does not know
                 raise
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
+
+
+def _clear_and_check() -> None:
+    """Step 4 (see the module docstring)."""
     clear_capabilities()
     left = {name: value for name, value in cap_sets().items() if value}
     if left:
         raise OSError(f"capabilities survived the drop: {left}")
+
+
+def drop_to(uid: int, gid: int) -> None:
+    """Become `uid`/`gid` with no supplementary group and no capability, irrevocably.
+    Raises `OSError` when any step fails or a capability survives."""
+    _lock_and_drop_bounding()
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    _clear_and_check()
+
+
+def drop_namespace_capabilities() -> None:
+    """A non-root process that made a user namespace of its own (`mounts.user_namespace`)
+    holds every capability inside it: drop them all, irrevocably, as `drop_to` does, keeping
+    its uid and gid. Raises `OSError`."""
+    _lock_and_drop_bounding()
+    _clear_and_check()
 
 
 def drop_capabilities_unprivileged() -> None:

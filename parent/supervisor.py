@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tether.parent.process.config import ChildConfig, PoolSpec
 from tether.parent.run.core import SupervisorCore
 from tether.parent.run.handle import RunHandle
+from tether.parent.trace.spec import TraceOption
 from tether.protocol.messages import RunResult
 
 if TYPE_CHECKING:
@@ -32,13 +33,15 @@ class Supervisor(SupervisorCore):
         *,
         pool: PoolSpec | None = None,
         state_dir: str | os.PathLike[str] | None = None,
+        trace: TraceOption = None,
         lease: LeasePolicy | None = None,
     ) -> None:
         """`state_dir`: where continuable agents' sessions are stored (default
-        `$XDG_STATE_HOME/tether`); opened on first use of `spawn_agent` and the like. `lease`:
+        `$XDG_STATE_HOME/tether`); opened on first use of `spawn_agent` and the like.
+        `trace`: trace every run (a directory, or a `TraceSpec`; docs/traces.md). `lease`:
         when another process may take an agent over from a holder that stopped renewing
         (`LeasePolicy`; default: stale after 60 s, renewed every 15 s)."""
-        super().__init__(config, pool=pool)
+        super().__init__(config, pool=pool, trace=trace)
         self._state_dir = state_dir
         self._lease = lease
         self._agents: Agents | None = None

@@ -238,6 +238,34 @@ class SkippedPath(Wire, frozen=True):
     reason: str
 
 
+SensitiveKind = Literal["added", "modified", "deleted"]
+
+
+class SensitiveChange(Wire, frozen=True):
+    """A change the parent saw to a file the user's own tools run on their own (a git hook,
+    `.git/config`, `.envrc`, `package.json` scripts, a `Makefile`, ...; the list is in
+    docs/delegation.md). Measured by the parent before and after the run, never reported by
+    the child."""
+
+    path: str
+    """Relative to the workspace, `/`-separated (`.git/hooks/post-checkout`)."""
+    change: SensitiveKind
+    runs: str
+    """What runs it, and when (`git runs it on checkout, commit, merge, ...`)."""
+    fs_type: Literal["file", "symlink", "other"] | None = None
+    """What is there now (`null` when deleted)."""
+    size: int = 0
+    executable: bool = False
+    """Any execute bit is set (what git asks of a hook)."""
+    content: str = ""
+    """What it holds now, at most 4096 bytes of it as UTF-8 (undecodable bytes replaced):
+    the part that counts for files where only a part runs (`package.json`: its `scripts`;
+    `pyproject.toml`: its build hooks), a symbolic link's target, `(binary, N bytes)` for a
+    file with NUL bytes; empty when deleted or past the result's 64 KiB of contents."""
+    truncated: bool = False
+    """`content` is not all of it."""
+
+
 FailureKind = Literal[
     "crashed",
     "exit_nonzero",
@@ -327,6 +355,18 @@ class StopReceipt(Wire, frozen=True):
     """Tokens billed (counted into the runs' usage) after the stop was asked. Should be 0."""
 
 
+class TraceReport(Wire, frozen=True):
+    """Where the parent traced a run (filled in by the parent; docs/traces.md)."""
+
+    path: str
+    """The run's trace file (JSON Lines)."""
+    bytes: int = 0
+    """The file's size when the result was built."""
+    stopped: str | None = None
+    """Why tracing of the run stopped before its end (its size limit, a disk that fell
+    behind, a file that could not be written); `null` when it did not."""
+
+
 class RunResult(Wire, frozen=True):
     success: bool
     status: RunStatus
@@ -356,6 +396,12 @@ class RunResult(Wire, frozen=True):
     duration_seconds: float | None = None
     """Seconds from the run's start (or a follow-up's) to its result, the child's teardown
     included when the run is not continuable (filled in by the parent)."""
+    sensitive_changes: list[SensitiveChange] = field(default_factory=list)
+    """Files the user's own tools run on their own that changed in the workspace while the run
+    (or this follow-up) ran, as the parent saw them (filled in by the parent; another run
+    sharing the workspace at the same time shows up here too)."""
+    trace: TraceReport | None = None
+    """The run's trace, when the parent traced it (filled in by the parent)."""
     stop: StopReceipt | None = None
     """When the run was stopped (cancelled, aborted, its supervisor closing): what the parent
     measured of the stop (filled in by the parent)."""

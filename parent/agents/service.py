@@ -20,6 +20,10 @@ while held, the live `RunHandle` (a continuable run, see `run/handle.py`) and th
 mirrors the stored transcript. Messages to one agent queue on its slot in arrival order;
 different agents never share a slot, so they run in parallel.
 
+- every child of an agent runs in a workspace apart from the store (`guard`: one inside the
+  other is bad usage, the default state directory under HOME included) and its sandbox is
+  denied every path of the store; a cold resume from stored settings re-checks the stored
+  model strings (`settings.spec_from_stored`);
 - `spawn`: the run starts first (so bad usage raises before anything is stored); the session is
   then created, its lease taken and the prompt stored; the child's first model turn waits for
   that. A task of this group stores the first answer and frees the slot.
@@ -35,6 +39,10 @@ different agents never share a slot, so they run in parallel.
 - a tending task per child holds the lease while the child lives, cuts the child at once if
   the lease is lost (taken over by another process), and releases the lease after the child
   is gone. A session left `running` reads `interrupted` once its holder is gone.
+- traces (docs/traces.md): an agent's first run, when traced, says which agent it became (an
+  `agent` line); its warm follow-ups are in the same run's trace, and a cold resume in this
+  process appends to that file too. A cold resume in another process starts a trace of its
+  own whose header names the agent.
 
 Storage trouble (a full disk, a read-only or damaged store: `StoreUnavailable` and its kinds)
 never escapes the supervisor. Where a caller waits (`spawn`, `send`, `list`, `show`) it is that
@@ -52,6 +60,7 @@ lives.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -77,6 +86,11 @@ from tether.parent.agents.sessions import (
     Unavailable,
     parse_agent_id,
 )
+from tether.parent.agents.sessions.paths import (
+    resolve_state_dir,
+    store_paths,
+    workspace_problem,
+)
 from tether.parent.agents.settings import (
     AgentSpec,
     activation_budget,
@@ -88,11 +102,12 @@ from tether.parent.agents.transcript import closing_results
 from tether.parent.process.limits import Limits
 from tether.parent.roles.builtins import resolve_agent
 from tether.parent.run.budget import Budget
-from tether.parent.run.events import StoreTrouble
+from tether.parent.run.events import EventCallback, StoreTrouble
 from tether.parent.run.evidence import recheck
 from tether.parent.run.handle import RunHandle
 from tether.parent.run.provider import Provider
-from tether.parent.run.spec import Continuation, EventCallback, ModelSpec, RunSpec, spec_of
+from tether.parent.run.spec import Continuation, ModelSpec, RunSpec, spec_of
+from tether.parent.trace.recorder import RunTrace
 from tether.protocol.messages import ChatMessage, Failure, RunResult
 
 if TYPE_CHECKING:
@@ -183,12 +198,16 @@ class Agents:
         self._lease = lease
         self._troubles: dict[str, dict[str, str]] = {}
         """Per agent, what the store failed to do that no caller heard: its next result says."""
+        self.state_dir = resolve_state_dir(state_dir)
+        """Where the session store is (the default resolved now)."""
         self._store: SessionStore | None = None
         self._store_lock = anyio.Lock()
         self._closing = anyio.Event()
         self._agents: dict[str, _Agent] = {}
         self._specs: dict[str, AgentSpec] = {}
         self._runs: dict[str, str] = {}
+        self._traces: dict[str, RunTrace] = {}
+        """The trace of each agent's first run here: its cold resumes append to it."""
         self._tending = 0
         self._quiet = anyio.Event()
         self._shutting = False
@@ -220,7 +239,7 @@ class Agents:
             return self._store
 
     async def _keep_store(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        store_of = SessionStore(self._state_dir, lease=self._lease, on_trouble=self._trouble)
+        store_of = SessionStore(self.state_dir, lease=self._lease, on_trouble=self._trouble)
         async with store_of as store:
             self._store = store
             task_status.started()
@@ -237,6 +256,17 @@ class Agents:
             handle.publish(StoreTrouble(agent_id, message, handle.run_id))  # its on_event too
         else:
             self._sup.publish(StoreTrouble(agent_id, message))
+
+    def guard(self, run: RunSpec) -> RunSpec:
+        """`run` as a run that uses the store: `ValueError` (bad usage, naming both paths) when
+        its workspace and the store's directory lie one inside the other; otherwise the run
+        with the store's paths denied to its sandbox (`ChildConfig.deny_paths`)."""
+        problem = workspace_problem(self.state_dir, run.workspace, default=self._state_dir is None)
+        if problem is not None:
+            raise ValueError(problem)
+        cfg = run.config or self._sup.config
+        denied = tuple(dict.fromkeys((*cfg.deny_paths, *store_paths(self.state_dir))))
+        return run.replace(config=dataclasses.replace(cfg, deny_paths=denied))
 
     # --- queries ------------------------------------------------------------------------------
 
@@ -296,6 +326,7 @@ class Agents:
             raise ValueError("a continuable agent's continuation is its keep_alive")
         definition = resolve_agent(run.agent)
         keep = parse_keep_alive(keep_alive)
+        run = self.guard(run)
         if token_total is not None and (isinstance(token_total, bool) or token_total < 1):
             raise ValueError(f"token_total must be a positive number of tokens, not {token_total}")
         if run.fork_from is not None:
@@ -350,6 +381,9 @@ class Agents:
                 with anyio.CancelScope(shield=True):
                     await self._release(activation, "failed")
             raise
+        if handle.trace is not None:
+            handle.trace.agent(summary.id)
+            self._traces[summary.id] = handle.trace
         entry = _Agent(summary.id, activation=activation, handle=handle, recorder=recorder)
         entry.slot.acquire_nowait()
         self._agents[entry.id] = entry
@@ -518,6 +552,7 @@ class Agents:
                 on_event=on_event,
                 budgets=budgets,
                 run_id=run_id,
+                agent_id=agent.id,
             )
         except BaseException:
             if fresh:
@@ -553,7 +588,7 @@ class Agents:
         )
         if isinstance(got, str):
             raise CannotResume(f"agent {agent_id} {got}")
-        return got
+        return dataclasses.replace(got, run=self.guard(got.run))
 
     async def _start(
         self,
@@ -567,13 +602,20 @@ class Agents:
         budgets: Sequence[Budget] = (),
         provider: str | Provider | None = None,
         run_id: str | None = None,
+        agent_id: str | None = None,
     ) -> RunHandle:
+        """`agent_id`: a cold resume's agent (its trace, when it has one here, is appended to)."""
         if self._shutting:
             raise RuntimeError("the supervisor is closing: no new child for an agent")
         definition = spec.definition
         if cap != definition.token_budget:
             definition = msgspec.structs.replace(definition, token_budget=cap)
         run = spec.run
+        if agent_id is not None:
+            run = run.replace(labels={**run.labels, "agentId": agent_id})
+            traced = self._traces.get(agent_id)
+            if traced is not None:
+                run = run.replace(trace=traced.spec.replace(file=traced.path))
         return await self._sup.start(
             run.replace(
                 prompt=prompt,

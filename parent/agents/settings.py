@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from tether.parent.agents.sessions import SpawnSettings
+from tether.parent.models import absolute_model, unconfigured_base_url
 from tether.parent.process.config import DEFAULT_COMMAND, ChildConfig
 from tether.parent.process.limits import Limits, parse_duration
 from tether.parent.run.spec import ModelSpec, NamedModel, RunSpec
@@ -71,12 +71,16 @@ def spec_from_stored(
             "was started with a model this process does not have; resume it with a model "
             "(model=..., or --model)"
         )
+    problem = stored_model_problem(definition, stored.model if model is None else None, model)
+    if problem is not None:
+        return problem
     config = ChildConfig(
         command=tuple(stored.command) or DEFAULT_COMMAND,
         pass_env=tuple(stored.pass_env),
         containment=stored.containment,
         launcher=stored.launcher,
         spawner=stored.spawner,
+        transport=stored.transport,
     )
     try:
         limits = Limits(**stored.limits)  # type: ignore[arg-type]
@@ -92,6 +96,27 @@ def spec_from_stored(
         description=stored.description,
     )
     return AgentSpec(run, stored.keep_alive, stored.token_total)
+
+
+def stored_model_problem(
+    definition: AgentDefinition, stored: str | None, given: ModelSpec
+) -> str | None:
+    """Why the model strings a cold resume would resolve from storage (the stored model, or
+    the definition's when there is none; the definition's compaction model) are not ones this
+    process would use on its own (`unconfigured_base_url`), for a sentence "agent X ..."; the
+    caller's `given` model is theirs and never checked."""
+    read: list[tuple[str, str | None]] = [("compaction model", definition.compaction_model)]
+    if given is None:
+        read.insert(0, ("model", stored if stored is not None else definition.model))
+    for what, name in read:
+        why = unconfigured_base_url(name) if name else None
+        if why is not None:
+            return (
+                f"has a stored {what} that {why}: a stored model string is data anyone who "
+                "could write the state directory may have changed, so it is not used; resume "
+                "it with the model you mean (model=..., or --model)"
+            )
+    return None
 
 
 def activation_budget(
@@ -126,7 +151,8 @@ def stored_settings(spec: AgentSpec, default: ChildConfig) -> SpawnSettings:
         for name in LIMIT_FIELDS
         if getattr(limits_of, name) is not None
     }
-    command = list(cfg.command)
+    # `command=` (the run's) wins over the config's, as when the run was planned.
+    command = list(run.command if run.command is not None else cfg.command)
     return SpawnSettings(
         model=model,
         limits=limits,
@@ -134,6 +160,7 @@ def stored_settings(spec: AgentSpec, default: ChildConfig) -> SpawnSettings:
         launcher=launcher,
         containment=cfg.containment,
         spawner=cfg.spawner,
+        transport=cfg.transport,
         pass_env=list(cfg.pass_env),
         keep_alive=spec.keep_alive,
         token_total=spec.token_total,
@@ -148,7 +175,4 @@ def model_string(model: ModelSpec) -> str | None:
     name = model.name if isinstance(model, NamedModel) else model
     if not isinstance(name, str):
         return None
-    scheme, _, path = name.partition(":")
-    if scheme == "scripted" and path:
-        return f"scripted:{Path(path).resolve()}"
-    return name
+    return absolute_model(name)

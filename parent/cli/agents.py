@@ -7,12 +7,14 @@ command line, over the same session database a supervisor uses.
 
 `send` continues the agent in a fresh child of this process (a cold resume; the child is
 disposed when the answer is in, since this process ends), with the model and settings stored
-with the agent, or `--model`. Exit status: 0 when it succeeded (or for `list` and `show`), 1
-when its answer came back unsuccessful, 2 for bad usage (not an agent id, no such agent, no
-model to resume it with), 3 when the agent is busy in another process (try again, or `--wait`),
-4 when the session store cannot be used (a full, read-only or damaged store, one written by a
-newer tether, or one owned by someone else or open to others: one line says which file and
-what to do).
+with the agent, or `--model`; an answer that asks (`needs_input`) is shown with its question
+and the command that answers it. Exit status: 0 when it succeeded or asks (or for `list` and
+`show`), 1 when its answer came back unsuccessful, 2 for bad usage (not an agent id, no such
+agent, no model to resume it with, a stored model it does not trust, a workspace that holds the
+state directory), 3 when the agent is busy in another process (try again, or `--wait`), 4 when
+the session store cannot be used (a full, read-only or damaged store, one written by a newer
+tether, or one owned by someone else or open to others: one line says which file and what to
+do).
 A child's words (labels, summaries, questions, reports, transcripts) are cleaned for the
 terminal; `--json` prints the records as they are stored, with camelCase keys like the wire
 protocol's. `list` and `show` never create a database.
@@ -248,6 +250,26 @@ def _camel_name(name: str) -> str:
 # --- send -------------------------------------------------------------------------------------
 
 
+def continue_command(
+    agent_id: str, *, state: str | None, model: str | None = None, message: str = "MESSAGE"
+) -> str:
+    """The `tether agents send` command line that continues `agent_id` from a shell, exactly as
+    it works there: with `--state` (absolute) when the store is not the default one, and with
+    `--model` when the agent's model names a base URL a cold resume would not trust from the
+    store (`unconfigured_base_url`); `model`: the model string the agent was started with."""
+    import os
+    import shlex
+
+    from tether.parent.models import unconfigured_base_url
+
+    words = ["tether", "agents", "send", agent_id, message]
+    if state is not None:
+        words += ["--state", os.path.abspath(state)]
+    if model is not None and unconfigured_base_url(model) is not None:
+        words += ["--model", model]
+    return shlex.join(words)
+
+
 def _send(args: argparse.Namespace) -> int:
     import anyio
 
@@ -274,6 +296,11 @@ def _send(args: argparse.Namespace) -> int:
         _print_json(result)
     else:
         print(render(result))
+        if result.status == "needs_input":
+            answer = continue_command(
+                args.agent_id.strip(), state=args.state, model=args.model, message="ANSWER"
+            )
+            print(f"answer it: {answer}")
     return 0 if result.success else 1
 
 

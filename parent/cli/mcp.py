@@ -1,9 +1,13 @@
 """`tether mcp [--agents FILE] [--model M] [--workspace DIR] [limits] [isolation]`: serve
 delegation to tether sub-agents over MCP on stdin/stdout until the client disconnects.
 
+The definitions file's `[[provider]]` tables are registered as `tether orchestrate` registers
+them, and `task` offers `agentType` when two or more providers can run a sub-agent here.
+
 Declaring the options imports nothing heavy and not the MCP SDK; only running the subcommand
 does. Bad usage (no SDK installed, a wrong definitions file, a model that cannot be built, a
-missing workspace, a bad limit) is refused with exit status 2 before anything is served or
+missing workspace, with `--continuable` a state directory inside the workspace or holding it,
+a bad limit) is refused with exit status 2 before anything is served or
 spawned. Otherwise the server runs until the client closes the connection (exit 0) or it gets
 SIGTERM or SIGINT (exit 128 + the signal); either way every child is disposed through the
 ladder before it exits. stdout carries MCP only; tether's own lines go to stderr.
@@ -18,7 +22,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
     from tether.parent.process.config import ChildConfig
     from tether.parent.process.limits import Limits
     from tether.parent.roles.definitions import Registry
+    from tether.parent.run.provider import Provider
     from tether.parent.run.spec import NamedModel
 
 log = logging.getLogger("tether.mcp")
@@ -46,7 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--agents",
         metavar="FILE",
-        help="a TOML definitions file ([[agent]] tables): the sub-agent types `task` offers; "
+        help="a TOML definitions file: its [[agent]] tables are the sub-agent types `task` "
+        "offers, its [[provider]] tables providers they may name; "
         "default: the built-in roles",
     )
     p.add_argument(
@@ -96,15 +102,19 @@ def main(args: argparse.Namespace) -> int:
     """Raises ValueError (bad usage, exit 2) before serving; see the module docstring."""
     if importlib.util.find_spec("mcp") is None:
         raise ValueError(f"tether mcp needs the MCP SDK, an optional extra: {INSTALL_HINT}")
-    from tether.parent.cli.options import config_from, limits_from
-    from tether.parent.delegation.files import load_registry
+    from tether.parent.cli.options import config_from, limits_from, trace_from
+    from tether.parent.delegation.files import load_registry, register_providers
     from tether.parent.delegation.verification import VerifierPolicy
+    from tether.parent.providers.builtin import builtin_providers
     from tether.parent.roles.builtins import builtin_registry
 
     registry = builtin_registry() if args.agents is None else load_registry(args.agents)
+    # The file's [[provider]] tables, checked now (bad usage before serving), registered again
+    # on the server's supervisor.
+    agent_types = offered(register_providers(builtin_providers(), args.agents, registry))
     check_continuable_arguments(args)
     if args.list_tools:
-        tools = listing(registry, continuable=args.continuable)
+        tools = listing(registry, continuable=args.continuable, agent_types=agent_types)
         sys.stdout.write(json.dumps(tools, indent=2, ensure_ascii=False) + "\n")
         return 0
     if args.max_concurrent < 1:
@@ -113,8 +123,13 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError("--token-budget must be at least 1")
     if not os.path.isdir(args.workspace):
         raise ValueError(f"--workspace {args.workspace!r} is not a directory")
+    if args.continuable:
+        from tether.parent.agents.sessions.paths import check_apart
+
+        check_apart(args.state, args.workspace)  # the store never inside the workspace
     policy = VerifierPolicy(min_files=args.verify_min_files, max_fix_cycles=args.max_fix_cycles)
     limits, config = limits_from(args), config_from(args)
+    args.trace = trace_from(args)
     default_model, models = _models(registry, args.model)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="tether mcp: %(message)s")
     return anyio.run(_serve, args, registry, default_model, models, limits, config, policy)
@@ -146,7 +161,9 @@ async def _serve(
     policy: VerifierPolicy,
 ) -> int:
     from tether.parent.agents.service import DEFAULT_KEEP_ALIVE
+    from tether.parent.cli.agents import continue_command
     from tether.parent.delegation.delegator import Delegator, Runner
+    from tether.parent.delegation.files import register_providers
     from tether.parent.delegation.ledger import Ledger
     from tether.parent.delegation.runner import SupervisorRunner
     from tether.parent.mcp_server.continuable import (
@@ -165,7 +182,8 @@ async def _serve(
         serving = anyio.CancelScope()
         await outer.start(_stop_on_signals, serving, signals)  # installed before any child
         with serving:
-            async with Supervisor(config, state_dir=args.state) as sup:
+            async with Supervisor(config, state_dir=args.state, trace=args.trace) as sup:
+                register_providers(sup.providers, args.agents)
                 runner: Runner
                 under = parent_run()
                 if args.continuable:
@@ -179,7 +197,8 @@ async def _serve(
                         config=config,
                         workspace=args.workspace,
                     )
-                    _say(f"continuable sub-agents, parent run {under}")
+                    hint = continue_command("ID", state=args.state, model=args.model)
+                    _say(f"continuable sub-agents, parent run {under}; continue one: {hint}")
                 else:
                     runner = SupervisorRunner(
                         sup,
@@ -197,6 +216,7 @@ async def _serve(
                     token_budget=args.token_budget,
                     verifier=policy,
                     ledger=ledger,
+                    agent_types=offered(sup.providers),
                     continuable=args.continuable,
                 )
                 extra: list[ServedTool] = []
@@ -217,8 +237,23 @@ async def _serve(
     return 128 + signals[0] if signals else 0
 
 
-def listing(registry: Registry, *, continuable: bool = False) -> dict[str, Any]:
-    """The `tools/list` answer a server with these definitions gives, as JSON."""
+def offered(providers: Iterable[Provider]) -> dict[str, str]:
+    """The providers an MCP client may pick per task call (`agentType`): as `tether
+    orchestrate` offers them, but never `fork` (the client's conversation is not the
+    server's, so there are no caller turns to start from)."""
+    from tether.parent.delegation.tool import offered_agent_types
+
+    return offered_agent_types(providers, caller_turns=False)
+
+
+def listing(
+    registry: Registry,
+    *,
+    continuable: bool = False,
+    agent_types: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The `tools/list` answer a server with these definitions (and `agent_types` to offer)
+    gives, as JSON."""
     from tether.parent.agents.tools import LIST_AGENTS_SPEC, SEND_MESSAGE_SPEC
     from tether.parent.delegation.delegator import Delegator
     from tether.parent.mcp_server.continuable import HINTS
@@ -230,7 +265,7 @@ def listing(registry: Registry, *, continuable: bool = False) -> dict[str, Any]:
     if continuable:
         for spec in (SEND_MESSAGE_SPEC, LIST_AGENTS_SPEC):
             extra.append(from_parent_tool(ParentTool(spec, _not_called), hints=HINTS[spec.name]))
-    tools = served_tools(Delegator(registry, _not_serving), extra)
+    tools = served_tools(Delegator(registry, _not_serving, agent_types=agent_types), extra)
     listed = ToolServer(tools, instructions="").listing()
     return {"tools": [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in listed]}
 

@@ -53,6 +53,32 @@ def add_isolation_options(p: argparse.ArgumentParser) -> None:
         "process (scrub, session, limits only), or auto: the strongest this host supports "
         "(see tether doctor)",
     )
+    p.add_argument(
+        "--allow-git-config",
+        action="store_true",
+        help="let a sandboxed child write the workspace's .git/config and .git/hooks, which "
+        "git runs from on your next git command (refused by default)",
+    )
+
+
+def add_trace_option(p: argparse.ArgumentParser) -> None:
+    """`--trace DIR` (`tether run`, `orchestrate`, `mcp`, `replay`); see `trace_from`."""
+    p.add_argument(
+        "--trace",
+        metavar="DIR",
+        help="write a trace of every run (each model call, its request and answer) to DIR, "
+        "one JSON Lines file per run; DIR must lie outside the workspace (docs/traces.md)",
+    )
+
+
+def trace_from(args: argparse.Namespace) -> str | None:
+    """The `--trace` directory, absolute (a relative one is read against our directory)."""
+    value: str | None = args.trace
+    if value is None:
+        return None
+    if not value:
+        raise UsageError("--trace needs a directory")
+    return os.path.abspath(value)
 
 
 def limits_from(args: argparse.Namespace) -> Limits:
@@ -72,7 +98,10 @@ def limits_from(args: argparse.Namespace) -> Limits:
 
 def config_from(args: argparse.Namespace) -> ChildConfig:
     return ChildConfig(
-        launcher=args.launcher, containment=args.containment, isolation=args.isolation
+        launcher=args.launcher,
+        containment=args.containment,
+        isolation=args.isolation,
+        allow_git_config=args.allow_git_config,
     )
 
 

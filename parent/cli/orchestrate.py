@@ -1,8 +1,9 @@
-"""`tether orchestrate PROMPT --model M [--agents FILE] [--workspace DIR] [--json] ...`: run an
+"""`tether orchestrate PROMPT --model M [--agents FILE] [--workspace DIR] [--trace DIR] ...`: run an
 orchestrator and its sub-agents, show them live on stderr, print the outcome on stdout.
 
 Stdout: the orchestrator's result, each task call's outcome (status, steps, artifacts,
-verification) and the usage ledger with totals; with `--json`, `Orchestration.to_dict()`.
+verification; with `--continuable`, the `tether agents send` command that continues its agent,
+which works as printed) and the usage ledger with totals; with `--json`, `Orchestration.to_dict()`.
 Stderr: a nested live view on a terminal, plain lines otherwise (`live.py`); nothing with
 `--quiet`. Exit status: 0 when the orchestrator succeeded, 1 when it did not, 2 for bad usage
 (nothing is spawned then); after SIGINT/SIGTERM, 128 + the signal (the first asks the
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -23,13 +25,13 @@ from tether.parent.run.terminal import clean
 
 if TYPE_CHECKING:
     from tether.parent.delegation.orchestrator import Orchestration, Running
+    from tether.parent.roles.definitions import Registry
     from tether.parent.run.handle import RunHandle
-    from tether.parent.supervisor import Supervisor
 
 
 def main(args: argparse.Namespace) -> int:
     """Raises ValueError (bad usage, exit 2) for a bad definitions file, model or limit."""
-    from tether.parent.cli.options import config_from, limits_from
+    from tether.parent.cli.options import config_from, limits_from, trace_from
     from tether.parent.cli.task_schema import check_continuable_arguments
     from tether.parent.delegation.files import load_registry
     from tether.parent.delegation.verification import VerifierPolicy
@@ -45,21 +47,29 @@ def main(args: argparse.Namespace) -> int:
     check_continuable_arguments(args)
     policy = VerifierPolicy(min_files=args.verify_min_files, max_fix_cycles=args.max_fix_cycles)
     args.interrupted, args.interrupted_once = None, False
+    args.trace = trace_from(args)
     got = anyio.run(_orchestrate, args, registry, limits_from(args), config_from(args), policy)
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(got.to_dict())).decode() + "\n")
     else:
-        print(render_orchestration(got))
+        # Each type's model, as the runner chose it: for the hint that continues its agents.
+        models = {d.type: d.model or args.model for d in registry}
+        print(render_orchestration(got, state=args.state, models=models))
     if args.interrupted is not None:
         return 128 + int(args.interrupted)
     return 0 if got.success else 1
 
 
 async def _orchestrate(
-    args: argparse.Namespace, registry: object, limits: object, config: object, policy: object
+    args: argparse.Namespace,
+    registry: Registry,
+    limits: object,
+    config: object,
+    policy: object,
 ) -> Orchestration:
     from tether.parent.cli.interrupt import cancel_on_signal
     from tether.parent.cli.live import LiveView
+    from tether.parent.delegation.files import register_providers
     from tether.parent.supervisor import Supervisor
 
     view = None if args.quiet else LiveView(sys.stderr)
@@ -75,9 +85,9 @@ async def _orchestrate(
             view.state.tokens = lambda: usage.input_tokens + usage.output_tokens
 
     refused: ValueError | None = None
-    async with Supervisor(config, state_dir=args.state) as sup:  # type: ignore[arg-type]
-        if args.agents is not None:
-            _add_providers(sup, args.agents, registry)
+    traced = Supervisor(config, state_dir=args.state, trace=args.trace)  # type: ignore[arg-type]
+    async with traced as sup:
+        register_providers(sup.providers, args.agents, registry)
         async with anyio.create_task_group() as tg:
 
             async def watch_signals() -> None:
@@ -115,27 +125,13 @@ async def _orchestrate(
         return got
 
 
-def _add_providers(sup: Supervisor, agents: str, registry: object) -> None:
-    """Register the file's `[[provider]]` tables; a definition naming a provider nobody
-    registered is bad usage, found before anything runs."""
-    from tether.parent.delegation.files import load_providers
-    from tether.parent.roles.definitions import Registry
-    from tether.parent.run.provider import split_spec
-
-    for named in load_providers(agents):
-        sup.providers.register(named, replace=True)
-    assert isinstance(registry, Registry)
-    for definition in registry:
-        name = split_spec(definition.provider)[0]
-        if name not in sup.providers:
-            raise ValueError(
-                f"{agents}: agent {definition.type!r} names provider {name!r}, which is "
-                f"neither built in nor a [[provider]] of the file ({sup.providers.listing()})"
-            )
-
-
-def render_orchestration(got: Orchestration) -> str:
-    """The readable outcome: the orchestrator's result, each task call, the usage ledger."""
+def render_orchestration(
+    got: Orchestration, *, state: str | None = None, models: Mapping[str, str | None] = {}
+) -> str:
+    """The readable outcome: the orchestrator's result, each task call (a continuable one
+    with the command that continues it: `state`, the state directory given; `models`, each
+    type's model string), the usage ledger."""
+    from tether.parent.cli.agents import continue_command
     from tether.parent.cli.output import render
 
     lines = ["orchestrator:", *("  " + ln for ln in render(got.result).splitlines())]
@@ -153,7 +149,9 @@ def render_orchestration(got: Orchestration) -> str:
         if o.question:
             lines.append(f"    asks: {o.question}")
         if o.subagent_id.startswith("ag_"):
-            lines.append(f"    continue: tether agents send {o.subagent_id} MESSAGE")
+            model = models.get(str(args.get("subagent_type", "")))
+            command = continue_command(o.subagent_id, state=state, model=model)
+            lines.append(f"    continue: {command}")
         for a in o.artifacts:
             lines.append(f"    artifact {a.path} ({a.fs_type}, {a.size} bytes)")
         if o.changed_files:

@@ -15,7 +15,12 @@ def render(result: RunResult) -> str:
 
 def _render(result: RunResult) -> str:
     lines = []
-    if result.success:
+    if result.success and result.status == "needs_input":
+        # A continuable agent stopped to ask: its question is the answer to read.
+        lines.append(f"needs_input: {result.question or result.summary or result.message}")
+        if result.summary and result.summary != result.question:
+            lines.append(f"summary: {result.summary}")
+    elif result.success:
         lines.append(f"completed: {result.summary or result.message}")
     else:
         f = result.failure
@@ -39,6 +44,11 @@ def _render(result: RunResult) -> str:
         lines.append(f"  artifact {line(a.path)} ({a.fs_type}, {a.size} bytes)")
     for s in result.skipped:
         lines.append(f"  skipped {line(s.path)}: {line(s.reason)}")
+    for c in result.sensitive_changes:
+        # A file the user's own tools run (git, direnv, npm, make, an editor) changed: say it,
+        # so nobody runs `git checkout` there unaware.
+        what = f"{c.fs_type}, executable" if c.executable else (c.fs_type or "gone")
+        lines.append(f"  CHANGED, run by your tools: {line(c.path)} ({c.change}, {what}; {c.runs})")
     if result.isolation is not None and result.isolation.warning:
         lines.append(f"  isolation {result.isolation.level}: {result.isolation.warning}")
     lines.append(

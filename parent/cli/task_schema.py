@@ -1,7 +1,10 @@
 """`tether task-schema [--agents FILE] [--format json-schema|openai|openai-responses|anthropic]`:
 print the task tool for the built-in roles, or for the definitions in FILE, in the format a
-model API takes. Exit 0 with the schema on stdout; 2 when FILE is unreadable or wrong (the
-message names the table and key) or defines no agent (then there is no task tool).
+model API takes; with the optional `agentType` argument when two or more providers can run a
+sub-agent here (the built-in ones and FILE's `[[provider]]` tables; as `tether orchestrate`
+offers it). Exit 0 with the schema on stdout; 2 when FILE is unreadable or wrong (the message
+names the table and key), defines no agent (then there is no task tool), or has an agent naming
+a provider nobody defines.
 
 `tether orchestrate`'s own options are declared here too (the run is in `cli/orchestrate.py`);
 building the parser imports nothing heavy."""
@@ -12,6 +15,8 @@ import argparse
 import json
 import sys
 
+from tether.parent.cli.options import add_trace_option
+
 FORMATS = ("json-schema", "openai", "openai-responses", "anthropic")
 """The names of `tool.FORMATS`, spelled out so that building `tether`'s parser imports nothing
 heavy (a test checks they agree)."""
@@ -21,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--agents",
         metavar="FILE",
-        help="a TOML definitions file ([[agent]] tables); default: the built-in roles",
+        help="a TOML definitions file ([[agent]] tables, and [[provider]] tables offered as "
+        "agentType); default: the built-in roles",
     )
     p.add_argument(
         "--format",
@@ -35,12 +41,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Raises ValueError (bad usage, exit 2) for a bad file or one without definitions."""
-    from tether.parent.delegation.files import load_registry
-    from tether.parent.delegation.tool import task_tool
+    from tether.parent.delegation.files import load_registry, register_providers
+    from tether.parent.delegation.tool import offered_agent_types, task_tool
+    from tether.parent.providers.builtin import builtin_providers
     from tether.parent.roles.builtins import builtin_registry
 
     registry = builtin_registry() if args.agents is None else load_registry(args.agents)
-    tool = task_tool(registry)
+    providers = register_providers(builtin_providers(), args.agents, registry)
+    tool = task_tool(registry, agent_types=offered_agent_types(providers))
     if tool is None:
         raise ValueError(f"{args.agents} defines no [[agent]] table, so there is no task tool")
     sys.stdout.write(json.dumps(tool.export(args.format), indent=2, ensure_ascii=False) + "\n")
@@ -93,6 +101,7 @@ def add_orchestrate_arguments(p: argparse.ArgumentParser) -> None:
         help="fix-and-reverify cycles after a FAIL verdict (default 2)",
     )
     p.add_argument("--ledger", metavar="FILE", help="also append the usage ledger to FILE (JSONL)")
+    add_trace_option(p)
     p.add_argument("--description", default="", help="short label for the orchestrator's run")
     p.add_argument(
         "--json", action="store_true", help="print the result, the task calls and the ledger"

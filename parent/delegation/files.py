@@ -47,7 +47,7 @@ from tether.parent.roles.definitions import (
 )
 
 if TYPE_CHECKING:
-    from tether.parent.run.provider import Provider
+    from tether.parent.run.provider import Provider, ProviderRegistry
 
 
 def _read(file: str) -> dict[str, Any]:
@@ -66,6 +66,31 @@ def load_providers(path: str | os.PathLike[str]) -> list[Provider]:
 
     file = os.fspath(path)
     return providers_from_document(_read(file), file=file)
+
+
+def register_providers(
+    providers: ProviderRegistry,
+    path: str | os.PathLike[str] | None,
+    definitions: Iterable[SubagentDefinition] = (),
+) -> ProviderRegistry:
+    """`providers` (a supervisor's, or a fresh `builtin_providers()`) with the `[[provider]]`
+    tables of the definitions file `path` registered (a table may replace a built-in one);
+    raises `ValueError` (bad usage, found before anything runs) when one of `definitions`
+    names a provider that is neither built in nor a table of the file."""
+    from tether.parent.run.provider import split_spec
+
+    if path is not None:
+        for named in load_providers(path):
+            providers.register(named, replace=True)
+    for definition in definitions:
+        name = split_spec(definition.provider)[0]
+        if name not in providers:
+            raise ValueError(
+                f"{path or 'the definitions'}: agent {definition.type!r} names provider "
+                f"{name!r}, which is neither built in nor a [[provider]] of the file "
+                f"({providers.listing()})"
+            )
+    return providers
 
 
 def load_definitions(

@@ -23,7 +23,8 @@ job passes the same stages, in this order:
    says so (`verification.py`), the verifier — always a one-shot run, never a session the
    orchestrator could message — and at most `max_fix_cycles` fixes, each a follow-up to the
    same continuable sub-agent when there is one (so its session holds the final state), else a
-   fresh run of its definition;
+   fresh run of its definition. A build-mode job that did not complete but changed a file the
+   user's own tools run (the diff's `sensitive`) gets one verifier run and no fix;
 6. every run (task, follow-up, verifier, fix) gets its ledger record — the model billed, the
    agent id, the run id, the tool call id — before its result is handed back, and its
    `subagent.started` (with the prompt and the run id) and `subagent.completed` events.
@@ -299,32 +300,22 @@ class Gate:
         before = await self._snapshot()
         ran = await self._run(call, job, sid=sid)
         change = await self._changes(before)
-        if task_status(ran.result) != "completed" or change is None:
+        if change is None or not self.policy.needs_verification(change):
             return self._output(call, ran, change)
-        if not self.policy.needs_verification(change):
-            return self._output(call, ran, change)
+        if task_status(ran.result) != "completed":
+            if not change.sensitive:
+                return self._output(call, ran, change)
+            # Unfinished, but what it left the user's tools will run: checked once, not fixed.
+            verification, _ = await self._verify(call, job.prompt, ran, change, 0)
+            return self._output(call, ran, change, verification)
         task = job.prompt
-        verifier = self._verifier()
         fix_cycles = 0
         last = ran
         while True:
-            prompt = verifier_prompt(
-                task=task, label=call.label, author_summary=last.result.summary, change=change
-            )
-            check = (await self._run(call, Job(verifier, True, prompt, "verifier"))).result
-            if task_status(check) != "completed":
-                verification = Verification(
-                    verdict="PARTIAL",
-                    fix_cycles=fix_cycles,
-                    findings=check.summary,
-                    note=f"the verifier did not finish ({task_status(check)}: {check.message})",
-                )
+            verification, check = await self._verify(call, task, last, change, fix_cycles)
+            if check is None or verification.verdict != "FAIL":
                 break
-            verdict: Verdict = parse_verdict(check.summary)
-            verification = Verification(
-                verdict=verdict, fix_cycles=fix_cycles, findings=check.summary
-            )
-            if verdict != "FAIL" or fix_cycles >= self.policy.max_fix_cycles:
+            if fix_cycles >= self.policy.max_fix_cycles:
                 break
             fix_cycles += 1
             fix = fix_prompt(task=task, findings=check.summary, change=change, cycle=fix_cycles)
@@ -346,6 +337,24 @@ class Gate:
                 )
                 break
         return self._output(call, last, change, verification)
+
+    async def _verify(
+        self, call: Call, task: str, last: _Ran, change: WorkspaceDiff, fix_cycles: int
+    ) -> tuple[Verification, RunResult | None]:
+        """One verifier run over `change`: its verification, and its result when it finished."""
+        prompt = verifier_prompt(
+            task=task, label=call.label, author_summary=last.result.summary, change=change
+        )
+        check = (await self._run(call, Job(self._verifier(), True, prompt, "verifier"))).result
+        if task_status(check) != "completed":
+            return Verification(
+                verdict="PARTIAL",
+                fix_cycles=fix_cycles,
+                findings=check.summary,
+                note=f"the verifier did not finish ({task_status(check)}: {check.message})",
+            ), None
+        verdict: Verdict = parse_verdict(check.summary)
+        return Verification(verdict=verdict, fix_cycles=fix_cycles, findings=check.summary), check
 
     # --- one sub-agent run --------------------------------------------------------------------
 
@@ -576,6 +585,10 @@ class Gate:
             message=message,
             failure=result.failure.kind if result.failure else None,
             changed_files=list(change.changed) if change is not None else [],
+            # A build job's own diff spans its fixes; any other job has what its run saw.
+            sensitive_changes=list(
+                change.sensitive if change is not None else result.sensitive_changes
+            ),
             verification=verification,
             subagent_id=facts.agent_id if facts.continuable and facts.agent_id else ran.sid,
             question=result.question if status == "needs_input" else None,

@@ -73,8 +73,10 @@ from tether.parent.roles.prompts import (
     ORCHESTRATOR_SYSTEM_PROMPT,
 )
 from tether.parent.run.broker import ParentTool
-from tether.parent.run.spec import EventCallback, NamedModel, RunSpec
+from tether.parent.run.events import EventCallback
+from tether.parent.run.spec import NamedModel, RunSpec
 from tether.parent.run.subagent_events import SubagentEvent, SubagentStatus
+from tether.parent.trace.spec import TraceOption, trace_spec
 from tether.protocol.messages import (
     AgentDefinition,
     ModelCompleteParams,
@@ -207,6 +209,7 @@ async def orchestrate(
     on_start: Callable[[Running], None] | None = None,
     continuable: bool = False,
     keep_alive: float | str = DEFAULT_KEEP_ALIVE,
+    trace: TraceOption = None,
     compaction_threshold: int | None = None,
     compaction_model: str | None = None,
 ) -> Orchestration:
@@ -239,6 +242,10 @@ async def orchestrate(
     own). Each task result keeps its compact form through compaction (`TaskOutput.compact`:
     summary, status, artifact paths, sizes and types), so every delivered file stays findable.
 
+    `trace`: trace the orchestrator and every sub-agent (a directory or a `TraceSpec`; default:
+    the supervisor's `trace=`). Each sub-agent's trace names the orchestrator's run as its
+    parent; the orchestrator's header holds what `tether replay` needs to start it again.
+
     Raises `ValueError` for bad usage before anything is spawned; never for what a child did.
     """
     registry = (
@@ -250,6 +257,7 @@ async def orchestrate(
     )
     book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
     orchestration_id = f"orch-{os.getpid()}-{secrets.token_hex(4)}"
+    traced = trace_spec(trace) or getattr(sup, "trace", None)
     runner = SupervisorRunner(
         sup,
         default_model=model,
@@ -260,6 +268,7 @@ async def orchestrate(
         providers=providers,
         keep_alive=keep_alive if continuable else None,
         parent_run=orchestration_id,
+        trace=traced,
     )
     # Resolved once: the orchestrator and every sub-agent without a model of its own share it,
     # with its string (what a continuable sub-agent stores for a cold resume, what is billed).
@@ -328,29 +337,46 @@ async def orchestrate(
         _add_usage(book, counted, now)
         counted = now
 
-    pool = delegator.budget.pool
-    handle = await sup.start(
-        RunSpec(
-            prompt=prompt,
-            agent=orchestrator_definition(
+    if traced is not None:
+        traced = traced.replace(
+            orchestration=_replayable(
+                registry,
                 read_only=read_only,
                 max_steps=max_steps,
-                compaction_threshold=compaction_threshold,
-                compaction_model=compaction_model,
-            ),
-            workspace=workspace,
-            model=provider,
-            limits=limits,
-            description=description,
-            config=config,
-            parent_tools=parent_tools,
-            on_event=on_event,
-            on_turn=on_turn,
-            run_id=orchestration_id,
-            # Its own turns count against the tree too: once spent, its next turn is refused.
-            budgets=(pool,) if pool is not None else (),
+                max_concurrent=max_concurrent,
+                token_budget=token_budget,
+                verifier=verifier,
+                continuable=continuable,
+                agent_types=list(offered),
+            )
         )
+    pool = delegator.budget.pool
+    run = RunSpec(
+        prompt=prompt,
+        agent=orchestrator_definition(
+            read_only=read_only,
+            max_steps=max_steps,
+            compaction_threshold=compaction_threshold,
+            compaction_model=compaction_model,
+        ),
+        workspace=workspace,
+        model=provider,
+        limits=limits,
+        description=description,
+        config=config,
+        parent_tools=parent_tools,
+        on_event=on_event,
+        on_turn=on_turn,
+        run_id=orchestration_id,
+        # Its own turns count against the tree too: once spent, its next turn is refused.
+        budgets=(pool,) if pool is not None else (),
+        trace=traced,
     )
+    if continuable:
+        # It reaches the store through its tools: its workspace is apart from the store, and
+        # its sandbox is denied the store's paths, as every agent's is.
+        run = agents_of(sup).guard(run)
+    handle = await sup.start(run)
     box.append(handle)
     runner.stops = handle.stops  # a stop of the orchestrator takes every sub-agent down with it
     if on_start is not None:
@@ -366,6 +392,36 @@ async def orchestrate(
     # the orchestrator is the broker's, exactly.
     _add_usage(book, counted, result.usage)
     return Orchestration(result=result, ledger=book, tasks=tasks)
+
+
+def _replayable(
+    registry: Registry,
+    *,
+    read_only: bool,
+    max_steps: int,
+    max_concurrent: int,
+    token_budget: int | None,
+    verifier: VerifierPolicy | None,
+    continuable: bool,
+    agent_types: list[str],
+) -> dict[str, Any]:
+    """How an orchestration was started, for its trace's header (`tether replay` reads it)."""
+    policy = verifier or VerifierPolicy()
+    return {
+        "definitions": msgspec.to_builtins(list(registry)),
+        "readOnly": read_only,
+        "maxSteps": max_steps,
+        "maxConcurrent": max_concurrent,
+        "tokenBudget": token_budget,
+        "verifier": {
+            "minFiles": policy.min_files,
+            "maxFixCycles": policy.max_fix_cycles,
+            "enabled": policy.enabled,
+            "definition": None if policy.verifier is None else msgspec.to_builtins(policy.verifier),
+        },
+        "continuable": continuable,
+        "agentTypes": agent_types,
+    }
 
 
 def _add_usage(book: Ledger, before: Usage, now: Usage) -> None:

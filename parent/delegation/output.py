@@ -15,7 +15,13 @@ from msgspec import Struct, field
 
 from tether.parent.run import evidence
 from tether.parent.run.status import TaskStatus
-from tether.protocol.messages import Artifact, FailureKind, SkippedPath, ToolCallResult
+from tether.protocol.messages import (
+    Artifact,
+    FailureKind,
+    SensitiveChange,
+    SkippedPath,
+    ToolCallResult,
+)
 
 Verdict = evidence.Verdict
 COMPACT_SUMMARY_CHARS = 2000
@@ -56,6 +62,9 @@ class TaskOutput(Struct, frozen=True, kw_only=True, rename="camel", omit_default
     problems: list[ArgumentProblem] = field(default_factory=list)
     changed_files: list[str] = field(default_factory=list)
     """Files the parent saw change in the workspace (build mode), relative to it."""
+    sensitive_changes: list[SensitiveChange] = field(default_factory=list)
+    """Files the user's own tools run (a git hook, `.git/config`, `.envrc`, ...) that the
+    parent saw change, with their content; a build-mode task with any is always verified."""
     verification: Verification | None = None
     subagent_id: str = ""
     question: str | None = None
@@ -76,8 +85,9 @@ class TaskOutput(Struct, frozen=True, kw_only=True, rename="camel", omit_default
     def compact(self) -> dict[str, Any]:
         """What survives compaction of the orchestrator's transcript: the summary (at most
         `COMPACT_SUMMARY_CHARS`), the status and each artifact's path, size and type, so every
-        delivered file can still be found and read; and the sub-agent's id and its question
-        when it has them, so it can still be continued."""
+        delivered file can still be found and read; the paths of the sensitive changes, so they
+        are not forgotten; and the sub-agent's id and its question when it has them, so it can
+        still be continued."""
         summary = self.summary
         if len(summary) > COMPACT_SUMMARY_CHARS:
             summary = summary[: COMPACT_SUMMARY_CHARS - 1] + "…"
@@ -88,6 +98,8 @@ class TaskOutput(Struct, frozen=True, kw_only=True, rename="camel", omit_default
                 {"path": a.path, "size": a.size, "fsType": a.fs_type} for a in self.artifacts
             ],
         }
+        if self.sensitive_changes:
+            out["sensitiveChanges"] = [c.path for c in self.sensitive_changes]
         if self.subagent_id:
             out["subagentId"] = self.subagent_id
         if self.question is not None:

@@ -15,12 +15,14 @@ one `RunRequest`:
    An unknown name, or bad usage of a provider, is a `spawn_failed` result the orchestrator's
    model reads, never an exception;
 3. continuable: with a `keep_alive`, a task's sub-agent of a provider that runs tether's
-   protocol (`spawn`, `fork`, `command`) starts as a continuable agent of `sup.agents` under
-   `parent_run` (a durable session; `RunFacts.agent_id` is its id, what `send_message` takes).
-   A `fork` sub-agent's session starts with the forked turns, so a cold resume carries them.
-   A provider that drives its own agent (`acp`, `inprocess`, one a user wrote) and a runner of
-   `providers=` run it once, and the facts say why it cannot be continued and which providers
-   can (what a refused follow-up tells the model);
+   protocol (`spawn`, `fork`, `command`, `inprocess`) starts as a continuable agent of
+   `sup.agents` under `parent_run` (a durable session; `RunFacts.agent_id` is its id, what
+   `send_message` takes). A `fork` sub-agent's session starts with the forked turns, so a
+   cold resume carries them. A provider that drives its own agent (`acp`, one a user wrote)
+   and a runner of `providers=` run it once, and the facts say why it cannot be continued and
+   which providers can (what a refused follow-up tells the model). Every run of such a delegation (a
+   verifier too) is guarded as an agent's is (`Agents.guard`: its workspace apart from the
+   store, the store's paths denied to its sandbox);
 4. the model: decided by the parent, never the child. A definition that names a model runs on
    it (`models=` maps names to provider objects first, else the string is resolved, once per
    runner); one that names none runs on the orchestrator's model (`default_model`). Either way
@@ -57,6 +59,7 @@ import anyio
 
 from tether.parent.agents.service import AgentBusy, AgentError, CannotResume, agents_of
 from tether.parent.delegation.gate import RunRequest
+from tether.parent.delegation.tool import offered_agent_types
 from tether.parent.models import ModelProvider
 from tether.parent.process.limits import Limits
 from tether.parent.run.events import ChildEvent, Event
@@ -70,6 +73,7 @@ if TYPE_CHECKING:
     from tether.parent.process.config import ChildConfig
     from tether.parent.run.budget import Budget
     from tether.parent.run.core import SupervisorCore
+    from tether.parent.trace.spec import TraceSpec
 
 SPAWN = "spawn"
 ProviderRunner = Callable[[RunRequest], Awaitable[RunResult]]
@@ -89,6 +93,7 @@ class SupervisorRunner:
         providers: Mapping[str, ProviderRunner] | None = None,
         keep_alive: float | str | None = None,
         parent_run: str | None = None,
+        trace: TraceSpec | None = None,
     ) -> None:
         """`default_model`: what a definition without a model runs on; `models`: provider
         objects by the name a definition gives; `limits` / `config`: each sub-agent child's
@@ -96,7 +101,8 @@ class SupervisorRunner:
 
         `keep_alive`: run each task's sub-agent as a continuable agent of `sup.agents` under
         `parent_run` (its child kept alive this long after each answer), where its provider
-        allows (see the module docstring)."""
+        allows (see the module docstring). `trace`: trace each sub-agent there (default: the
+        supervisor's `trace=`), its header naming `parent_run`."""
         self.sup = sup
         self.default_model = default_model
         self.models = dict(models or {})
@@ -106,6 +112,7 @@ class SupervisorRunner:
         self.providers: dict[str, ProviderRunner] = dict(providers or {})
         self.keep_alive = keep_alive
         self.parent_run = parent_run
+        self.trace = trace
         self._built: dict[str, ModelProvider] = {}
         self.stops: StopLine | None = None
         """The line a stop of the orchestration takes the sub-agents down with (`orchestrate`
@@ -160,19 +167,10 @@ class SupervisorRunner:
 
     def agent_types(self) -> dict[str, str]:
         """The providers a model may pick per task call (`agentType`): those of the
-        supervisor that run out of process and can run here, with what each is. The
-        `inprocess` provider is never offered to a model (it has no isolation)."""
-        out: dict[str, str] = {}
-        for provider in self.sup.providers:
-            if not provider.isolated:
-                continue
-            try:
-                if provider.problem(None) is not None:
-                    continue
-            except Exception:
-                continue
-            out[provider.name] = provider.summary or provider.name
-        return out
+        supervisor that run out of process and can run here, with what each is
+        (`offered_agent_types`). The `inprocess` provider is never offered to a model (it has
+        no isolation)."""
+        return offered_agent_types(self.sup.providers)
 
     def live_run(self, agent_id: str) -> str | None:
         """The run id of a continuable agent's live child (a warm follow-up goes to it)."""
@@ -204,6 +202,8 @@ class SupervisorRunner:
             run_id=request.run_id or None,
             budgets=(request.budget,) if request.budget is not None else (),
             labels={"toolCallId": request.tool_call_id, "subagentId": request.subagent_id},
+            trace=self.trace,
+            parent_run=self.parent_run,
         )
 
     async def spawn(self, request: RunRequest) -> RunResult:
@@ -212,6 +212,8 @@ class SupervisorRunner:
         if isinstance(spec, RunResult):
             return spec
         try:
+            if self.keeps_agents:  # a run of a delegation that keeps agents (a verifier)
+                spec = agents_of(self.sup).guard(spec)
             handle = await self.sup.start(spec)
         except ValueError as exc:
             return _failed(f"the sub-agent could not start: {exc}")

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 from msgspec import Struct
 
 from tether.parent.delegation.output import ArgumentProblem, TaskOutput, refused
 from tether.parent.roles.definitions import Registry, SubagentDefinition
+
+if TYPE_CHECKING:
+    from tether.parent.run.provider import Provider
 
 TOOL_NAME = "task"
 LABEL_MAX_CHARS = 80
@@ -53,7 +56,9 @@ discussed", "the file from before"), or does not say what to deliver.
 
 Read the result: only `status: "completed"` means the work is done; read the artifacts when \
 you need their content. A change touching several files is checked by a verifier, whose verdict \
-comes back in `verification`."""
+comes back in `verification`; so is any change to a file the user's own tools run (git hooks and \
+config, .envrc, package.json scripts, a Makefile, ...), listed in `sensitiveChanges`: tell the \
+user about those."""
 
 
 class TaskRequest(Struct, frozen=True, kw_only=True):
@@ -245,6 +250,28 @@ FORMATS = {
     "openai-responses": TaskTool.openai_responses,
     "anthropic": TaskTool.anthropic,
 }
+
+
+def offered_agent_types(
+    providers: Iterable[Provider], *, caller_turns: bool = True
+) -> dict[str, str]:
+    """The providers a model may pick per task call (`agentType`), each with what it is: those
+    that run out of the parent's process and can run here. `inprocess` never (it has no
+    isolation); with `caller_turns=False` (the caller's transcript is not the parent's: an MCP
+    client) none that starts from the caller's turns (`fork`). The task tool offers the
+    argument when two or more remain (`tether orchestrate`, `tether mcp`, `tether
+    task-schema`, `SupervisorRunner.agent_types`)."""
+    out: dict[str, str] = {}
+    for provider in providers:
+        if not provider.isolated or (provider.from_caller_turns and not caller_turns):
+            continue
+        try:
+            if provider.problem(None) is not None:
+                continue
+        except Exception:  # a user's provider must not break the listing
+            continue
+        out[provider.name] = provider.summary or provider.name
+    return out
 
 
 def task_tool(

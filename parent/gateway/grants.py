@@ -2,8 +2,18 @@
 
 A `Grant` is minted per child. Its token is the only credential the child gets (in place of an
 API key, in `ANTHROPIC_API_KEY`, `OPENAI_API_KEY` or a config file); it names the run, the
-provider that answers for it, an optional budget of tokens and a ledger of what the parent
-metered. The real key stays in the provider, in the parent.
+provider that answers for it, the budgets its calls draw from, the `Quota` of the gateway it
+may hold (connections, request bytes) and a ledger of what the parent metered. The real key
+stays in the provider, in the parent.
+
+Budgets are the run's own mechanism (`tether.parent.run.budget`): a call reserves its cost on
+every budget of the grant when it is admitted — one turn on a turn budget, the parent's upper
+estimate of its tokens on a token budget — and settles with what the provider reported when
+it is answered (or releases it when it fails). So calls sent together are held to a budget
+exactly as calls sent one by one are: no interleaving gets more through. A grant's budgets are
+its own token budget (`budget=`) and any it shares with others (`budgets=`: a run's, a
+delegation tree's). A grant whose provider is a run's broker (the `acp` provider) needs none:
+the broker reserves on the run's budgets itself.
 
 Tokens are looked up by their SHA-256 digest and then compared with `hmac.compare_digest`, so
 the time a lookup takes says nothing about how close a guess was. A revoked or unknown token
@@ -16,13 +26,17 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from tether.parent.gateway.http import Quota
 from tether.parent.models import ModelProvider
-from tether.protocol.messages import Usage
+from tether.parent.run.budget import Budget, estimate_tokens
+from tether.protocol.messages import ModelCompleteParams, Usage
 
 TOKEN_PREFIX = "tether-cap-"
+OWN_BUDGET = "this sub-agent's token budget"
+"""How a grant's own token budget is named when it refuses a call."""
 
 UsageCallback = Callable[["Grant", Usage], None]
 """Called once per metered model call with the grant and that call's usage (the ledger)."""
@@ -35,10 +49,14 @@ class Grant:
     run_id: str
     provider: ModelProvider
     token: str = field(repr=False)
-    budget: int | None = None
-    """The most input + output tokens the child may use; calls stop once it is spent."""
+    budgets: tuple[Budget, ...] = ()
+    """Every budget its calls draw from (see the module docstring)."""
+    own_budget: Budget | None = None
+    """Its own token budget (also in `budgets`), if it has one."""
     max_in_flight: int = 8
     """Concurrent calls past this are refused (429) rather than queued."""
+    quota: Quota = field(default_factory=Quota)
+    """What of the gateway it may hold at once: connections, bytes of requests."""
     on_usage: UsageCallback | None = None
     usage: Usage = field(default_factory=Usage)
     calls: int = 0
@@ -50,12 +68,22 @@ class Grant:
     revoked: bool = False
 
     @property
-    def spent(self) -> int:
-        return self.usage.input_tokens + self.usage.output_tokens
+    def budget(self) -> int | None:
+        """The total of its own token budget, if it has one."""
+        return None if self.own_budget is None else self.own_budget.total
 
     @property
     def exhausted(self) -> bool:
-        return self.budget is not None and self.spent >= self.budget
+        """A budget it draws from is spent: its calls are being refused."""
+        return any(b.spent for b in self.budgets)
+
+    def draws(self, params: ModelCompleteParams) -> list[tuple[Budget, int]]:
+        """What one call reserves: a turn on a turn budget, its estimated tokens on a token
+        budget."""
+        if not self.budgets:
+            return []
+        tokens = estimate_tokens(params, getattr(self.provider, "max_tokens", None))
+        return [(b, 1 if b.unit == "turns" else tokens) for b in self.budgets]
 
     def record(self, usage: Usage) -> None:
         """Meter one answered call."""
@@ -80,16 +108,22 @@ class GrantTable:
         provider: ModelProvider,
         *,
         budget: int | None = None,
+        budgets: Sequence[Budget] = (),
         max_in_flight: int = 8,
+        quota: Quota | None = None,
         on_usage: UsageCallback | None = None,
     ) -> Grant:
+        """A new grant; `budget`: its own token budget, `budgets`: budgets it shares."""
+        own = Budget(budget, "tokens", OWN_BUDGET) if budget is not None else None
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         grant = Grant(
             run_id=run_id,
             provider=provider,
             token=token,
-            budget=budget,
+            budgets=tuple(dict.fromkeys((*([own] if own else []), *budgets))),
+            own_budget=own,
             max_in_flight=max_in_flight,
+            quota=quota or Quota(),
             on_usage=on_usage,
         )
         self._by_digest[_digest(token)] = grant

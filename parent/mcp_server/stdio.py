@@ -9,13 +9,22 @@ read from it: stdout carries MCP and nothing else.
 fds are read and written without a thread where they are pipes or sockets
 (`tether.wire.streams`), so stopping the server (a SIGTERM, say) never waits for a client to
 send one more line, as a thread blocked in `read()` would. Lines are framed with the protocol's
-byte cap (`LineFramer`): an oversized line is discarded and reported to the SDK as a bad
-message, never buffered without bound.
+byte cap (`LineFramer`): an oversized line is discarded, never buffered without bound.
+
+A line the SDK cannot take is answered here, as JSON-RPC asks, since the SDK drops it unread
+(a client waiting for that request would wait forever): it is first read by tether's own
+decoder (`protocol.codec`, the rules of tether's wire: a line nested deeper than
+`DEFAULT_MAX_MESSAGE_DEPTH` is an invalid request, its id read from the part before the
+nesting), and a line that is not JSON, not a JSON-RPC message, too deep, oversized or framed
+with `Content-Length` gets a JSON-RPC error — with the request's id where it can be read, else
+`null` (a line too deep to read cannot be told from a notification). A notification or a
+response that decodes but that the SDK cannot take gets no answer, as JSON-RPC says.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -27,8 +36,12 @@ import mcp.types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from tether.protocol.framing import DEFAULT_MAX_MESSAGE_BYTES, LineFramer, Oversize
+from tether.protocol.codec import Invalid, Request, StreamFault, decode_frame
+from tether.protocol.errors import ErrorCode
+from tether.protocol.framing import DEFAULT_MAX_MESSAGE_BYTES, LineFramer, Oversize, WrongFraming
 from tether.wire.streams import FdReceiveStream, FdSendStream, restore_blocking
+
+log = logging.getLogger("tether.mcp")
 
 FLUSH_SECONDS = 2.0
 """How long the messages the server queued may take to reach the client once it is done."""
@@ -59,6 +72,20 @@ def claim_stdio() -> Wire:
     return Wire(read_fd, write_fd)
 
 
+class _Sink:
+    """The wire's write side, one whole line at a time: the server's messages and the answers
+    to lines it could not read share it."""
+
+    def __init__(self, stream: FdSendStream) -> None:
+        self.stream = stream
+        self._lock = anyio.Lock()
+
+    async def send(self, message: SessionMessage) -> None:
+        line = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+        async with self._lock:
+            await self.stream.send(line.encode() + b"\n")
+
+
 @asynccontextmanager
 async def stdio_streams(
     wire: Wire, *, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
@@ -66,13 +93,13 @@ async def stdio_streams(
     """The SDK's stream pair over `wire`; the wire's fds are closed when the block ends, after
     what the server wrote has been flushed (bounded by `FLUSH_SECONDS`)."""
     source = FdReceiveStream(wire.read_fd)
-    sink = FdSendStream(wire.write_fd)
+    sink = _Sink(FdSendStream(wire.write_fd))
     to_server, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, from_server = anyio.create_memory_object_stream[SessionMessage](0)
     flushed = anyio.Event()
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_read, source, to_server, max_bytes)
+            tg.start_soon(_read, source, to_server, sink, max_bytes)
             tg.start_soon(_write, from_server, sink, flushed)
             try:
                 yield read_stream, write_stream
@@ -84,12 +111,15 @@ async def stdio_streams(
     finally:
         restore_blocking(wire.read_fd, wire.write_fd)
         source.close()
-        sink.close()
+        sink.stream.close()
         read_stream.close()
 
 
 async def _read(
-    source: FdReceiveStream, out: MemoryObjectSendStream[SessionMessage | Exception], max_bytes: int
+    source: FdReceiveStream,
+    out: MemoryObjectSendStream[SessionMessage | Exception],
+    sink: _Sink,
+    max_bytes: int,
 ) -> None:
     framer = LineFramer(max_bytes)
     try:
@@ -100,35 +130,57 @@ async def _read(
                 except anyio.EndOfStream:
                     break
                 for item in framer.feed(data):
-                    await out.send(_decode(item))
+                    got = decode(item)
+                    if isinstance(got, types.JSONRPCError):
+                        log.debug("answered a message the server cannot read: %s", got.error)
+                        try:
+                            await sink.send(SessionMessage(got))
+                        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                            pass  # the client is gone; its stdin's end tells the server
+                    else:
+                        await out.send(got)
             if framer.eof():
                 await out.send(ValueError("the client's stdin ended inside a message"))
     except (anyio.BrokenResourceError, anyio.ClosedResourceError):
         pass  # the server stopped reading
 
 
-def _decode(item: object) -> SessionMessage | Exception:
-    if isinstance(item, bytes):
-        try:
-            return SessionMessage(types.jsonrpc_message_adapter.validate_json(item, by_name=False))
-        except ValueError as exc:
-            return exc
-    if isinstance(item, Oversize):
-        return ValueError(f"a message of more than {item.limit} bytes was discarded")
-    return ValueError(
-        "the client sent a Content-Length header: MCP over stdio is one JSON line per message"
+def decode(
+    item: bytes | Oversize | WrongFraming,
+) -> SessionMessage | types.JSONRPCError | Exception:
+    """One framed line as the SDK takes it; else the JSON-RPC error that answers it (see the
+    module docstring), or, for a notification or response the SDK cannot read, the reason (the
+    SDK logs it)."""
+    incoming = decode_frame(item)
+    if isinstance(incoming, Invalid):
+        return _refusal(incoming.code, incoming.message, incoming.id)
+    if isinstance(incoming, StreamFault):
+        return _refusal(ErrorCode.INVALID_REQUEST, f"Invalid request: {incoming.message}", None)
+    assert isinstance(item, bytes)
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(item, by_name=False))
+    except ValueError as exc:
+        if isinstance(incoming, Request):
+            return _refusal(
+                ErrorCode.INVALID_REQUEST, "Invalid request: not an MCP message", incoming.id
+            )
+        return exc
+
+
+def _refusal(code: int, message: str, rid: int | str | None) -> types.JSONRPCError:
+    return types.JSONRPCError(
+        jsonrpc="2.0", id=rid, error=types.ErrorData(code=int(code), message=message)
     )
 
 
 async def _write(
-    source: MemoryObjectReceiveStream[SessionMessage], sink: FdSendStream, flushed: anyio.Event
+    source: MemoryObjectReceiveStream[SessionMessage], sink: _Sink, flushed: anyio.Event
 ) -> None:
     try:
         async with source:
             async for message in source:
-                line = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                 try:
-                    await sink.send(line.encode() + b"\n")
+                    await sink.send(message)
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                     return  # the client is gone; its stdin's end tells the server
     finally:

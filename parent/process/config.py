@@ -55,6 +55,25 @@ class ChildConfig:
     dedicated default (`tether.contain.plan.DEFAULT_SANDBOX_ID`)."""
     read_paths: Sequence[str] = ()
     """More paths a sandboxed child may read (and execute), beyond what it is granted."""
+    transport: str = "process"
+    """How a run obtains its child (`tether.parent.run.transport`): `process` (a local process:
+    the launcher, containment, sandbox, limits, keeper and dispose ladder above) or `memory`
+    (tether's own child runtime as a task of the supervisor, over in-memory streams: no
+    process, no isolation, no resource limits — the run's clocks, budgets and the tools'
+    workspace confinement only; for tests and trusted work, the `inprocess` provider's). A
+    supervisor whose children all run in memory starts no process at all. `command` children
+    are processes whatever this says."""
+    deny_paths: Sequence[str] = ()
+    """Directories a sandboxed child must never reach, whatever else it is granted (the
+    session store's, for the runs of continuable agents). Under a root supervisor's private
+    mounts each is covered by an empty read-only mount; where the sandbox cannot cover one a
+    grant reaches (no private mounts, a launcher), the run is refused when it is planned."""
+    allow_git_config: bool = False
+    """Let a sandboxed child write the workspace's `.git/config` and `.git/hooks` (and its
+    submodules'), which the sandbox refuses by default: git runs what they name on the user's
+    next `git status` or `git checkout`, outside every sandbox. Ordinary git use (`init`,
+    `add`, `commit`, `branch`, `checkout`) needs no opt-in; `git config`, `git remote add`
+    and `git submodule add` do. Changes there are listed in `sensitiveChanges` either way."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +106,8 @@ def pool_key(
         workspace if level == "sandbox" else None,
         cfg.sandbox_user,
         tuple(cfg.read_paths),
+        tuple(cfg.deny_paths),
+        cfg.allow_git_config,
         tuple(cfg.command),
         tuple(cfg.pass_env),
         tuple(sorted(cfg.env.items())),

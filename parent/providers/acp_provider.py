@@ -11,29 +11,34 @@ file). For one run, `run()`:
    for this run (`Gateway.grant`), whose provider is the run's own broker (`BrokeredModel`):
    every model call the agent makes is a `model/complete` of this run as far as the parent is
    concerned — the run's resolved model answers, the definition's step and token budgets
-   apply, the parent counts the usage (and the delegation ledger and tree budget see it
-   through the run's turn hook), and a call past a budget is refused with 402 and ends the
-   run as `budget_exhausted`. The real key never leaves the parent: the agent's environment
-   gets the token in `ANTHROPIC_API_KEY` / `OPENAI_API_KEY` and the gateway's URL in
-   `ANTHROPIC_BASE_URL` / `OPENAI_BASE_URL` (explicit values: the scrub drops `*_KEY`).
+   apply (reserved per call, counting the calls in flight), the parent counts the usage (and
+   the delegation ledger and tree budget see it through the run's turn hook), and a call
+   past a budget is refused with 402 and ends the run as `budget_exhausted`. The grant's
+   quota bounds what the agent holds of the gateway: its requests are no larger than the
+   run's `max_message_bytes`, its connections and held bytes are its own (`http.py`). The
+   real key never leaves the parent: the agent's environment gets the token in
+   `ANTHROPIC_API_KEY` / `OPENAI_API_KEY` and the gateway's URL in `ANTHROPIC_BASE_URL` /
+   `OPENAI_BASE_URL` (explicit values: the scrub drops `*_KEY`).
 2. spawns the agent through the one spawn path (`SubagentRun.spawn`, `wire="raw"`): scrubbed
    environment, limits, cgroup, the run's isolation level. Under the sandbox, with a root
    supervisor, the agent gets a private network namespace whose only listener is the
    gateway's socket, made inside it by the trampoline and passed back over a socketpair
    (`tether.contain.netns`); the parent's gateway serves that socket for this run's token
-   alone (`listen_on(only=grant)`). Without root, the sandbox keeps the host's network but
-   lets the agent connect to the gateway's TCP port only (Landlock). Either way the seccomp
-   filter's gateway variant allows TCP sockets and no UNIX socket. A read-only (explore mode)
-   run gets a read-only workspace from the sandbox, since the agent's own tools write files
-   without asking the client. At the process level the agent reaches the gateway's loopback
-   listener and gets a private HOME (a temporary directory, removed afterwards), so it
-   neither reads nor writes the user's own configuration.
+   alone (`listen_on(only=grant)`). Otherwise the run gets a loopback listener of its own
+   (`listen_for(grant)`), served for its token alone; without root the sandbox keeps the
+   host's network but lets the agent connect to that TCP port only (Landlock). Either way
+   every connection the agent opens counts against its own grant from the accept, and the
+   seccomp filter's gateway variant allows TCP sockets and no UNIX socket. A read-only
+   (explore mode) run gets a read-only workspace from the sandbox, since the agent's own
+   tools write files without asking the client. At the process level the agent gets a
+   private HOME (a temporary directory, removed afterwards), so it neither reads nor writes
+   the user's own configuration.
 3. drives it with `AcpDriver` (handshake, prompt, permissions through the run's approval
    policy, files confined to the workspace, events, the wall and idle clocks, cancel by
    `session/cancel`), sharing the run's `Observed` record with the child.
 4. leaves the child's context, which walks the ladder without a `shutdown` rung: close stdin
    (agents are not required to exit on EOF), SIGTERM + SIGCONT to the tree, SIGKILL, sweep.
-   Then the token is revoked and the private socket closed (`Gateway.release`).
+   Then the token is revoked and the run's own socket closed (`Gateway.release`).
 
 The agent's system prompt is its own: a definition's instructions are not sent (a foreign
 agent has none of tether's tools); a fork's earlier turns go ahead of the task as a
@@ -174,25 +179,31 @@ class AcpProvider(Provider):
         from tether.parent.providers.acp import AcpDriver, AcpLimits, AcpTask
 
         gateway = await run.gateway()
-        grant = gateway.grant(run.run_id, BrokeredModel(run.broker))
+        cfg = run.config
+        # The run's own quota of the gateway: its requests are as large as its wire's.
+        grant = gateway.grant(
+            run.run_id, BrokeredModel(run.broker), max_request_bytes=cfg.max_message_bytes
+        )
+        if run.broker.trace is not None:
+            run.broker.trace.conceal(grant.token)  # the agent holds it: never in its trace
         ours: socket.socket | None = None
         theirs: socket.socket | None = None
         home: str | None = None
-        cfg = run.config
         try:
             level = run.isolation.level
             network: GatewayNetwork | None = None
-            base_url = gateway.base_url
-            if level == "sandbox":
-                if probe_host().root:
-                    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-                    low, high = NETNS_PORTS
-                    port = low + secrets.randbelow(high - low)
-                    network = GatewayNetwork(port, theirs.fileno())
-                    base_url = f"http://127.0.0.1:{port}"
-                else:
-                    assert gateway.address is not None
-                    network = GatewayNetwork(gateway.address[1])
+            if level == "sandbox" and probe_host().root:
+                ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                low, high = NETNS_PORTS
+                port = low + secrets.randbelow(high - low)
+                network = GatewayNetwork(port, theirs.fileno())
+            else:
+                # A listener of the run's own: its connections count against its grant from
+                # the accept, and the sandbox allows the agent that one port.
+                _, port = await gateway.listen_for(grant)
+                if level == "sandbox":
+                    network = GatewayNetwork(port)
+            base_url = f"http://127.0.0.1:{port}"
             env = {**cfg.env, **gateway.env_for(grant, base_url)}
             if level != "sandbox" and "HOME" not in cfg.env:
                 home = tempfile.mkdtemp(prefix="tether-acp-home-")

@@ -4,19 +4,29 @@ and what the parent brokered.
 The parent has the last word on every field it can know itself: the run id, the containment
 tier, the usage and model turns it brokered (counted by the broker, whatever the child claims),
 the artifacts (looked up again under the workspace, `evidence.check_artifacts`), a verifier's
-verdict (parsed from the final text, never copied from the child), and, for a failure, the
-dispose rung it reached and the stderr tail it kept, also when the child's own answer reports
-the failure. A child that never answered is classified from what was observed (`classify`).
+verdict (parsed from the final text, never copied from the child), the changes to files the
+user's own tools run (`sensitive_changes`, measured by the parent: `sensitive.py`), and, for a
+failure, the dispose rung it reached and the stderr tail it kept, also when the child's own
+answer reports the failure. A child that never answered is classified from what was observed
+(`classify`).
 """
 
 from __future__ import annotations
 
 import msgspec
 
-from tether.parent.process.classify import Observed, classify, failure_of
+from tether.parent.process.classify import Observed, classify, explaining_line, failure_of
 from tether.parent.run.broker import Brokered
 from tether.parent.run.evidence import check_artifacts, parse_verdict
-from tether.protocol.messages import AgentRunParams, Failure, FailureKind, Isolation, RunResult
+from tether.protocol.messages import (
+    AgentRunParams,
+    Failure,
+    FailureKind,
+    Isolation,
+    RunResult,
+    SensitiveChange,
+    TraceReport,
+)
 
 VERIFIER = "verifier"
 
@@ -33,10 +43,14 @@ def build_result(
     launcher: str | None = None,
     pid: int | None = None,
     duration_seconds: float | None = None,
+    sensitive_changes: list[SensitiveChange] | None = None,
+    trace: TraceReport | None = None,
 ) -> RunResult:
     """The result of one run. `prompts`: user turns the parent sent (the run's prompt, and any
     follow-up messages); `launcher`, `pid`, `duration_seconds`: what the parent saw of the
-    run's process."""
+    run's process; `sensitive_changes`: what the parent saw change among the files the user's
+    tools run (`sensitive.py`; whatever the child claimed there is dropped); `trace`: where the
+    parent traced it (whatever the child claimed)."""
     if answer is not None:
         result = _from_answer(answer, observed)
         artifacts, skipped = check_artifacts(params.workspace, answer.artifacts, answer.skipped)
@@ -59,6 +73,8 @@ def build_result(
         iteration_count=counted.turns,
         turn_count=prompts,
         verdict=verdict,
+        sensitive_changes=list(sensitive_changes or []),
+        trace=trace,
     )
     if observed.survivors:
         # The promise is "nothing left running"; when the kernel would not let us keep it (a
@@ -97,8 +113,7 @@ def _unanswered(observed: Observed) -> RunResult:
     assert got is not None and failure is not None  # unanswered always classifies
     kind, message = got
     if failure.stderr_tail and kind in ("exit_nonzero", "crashed", "spawn_failed"):
-        last = failure.stderr_tail.strip().splitlines()[-1:] or [""]
-        message = f"{message}: {last[0][:200]}"
+        message = f"{message}: {explaining_line(failure.stderr_tail)[:200]}"
     return RunResult(
         success=False,
         status="aborted" if kind == "cancelled" else "error",

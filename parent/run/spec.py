@@ -20,11 +20,11 @@ from tether.parent.process.config import ChildConfig
 from tether.parent.process.limits import Limits
 from tether.parent.run.broker import ApprovePolicy, Broker, ParentTool, TurnHook
 from tether.parent.run.budget import Budget
-from tether.parent.run.events import Event
+from tether.parent.run.events import EventCallback
 from tether.parent.run.provider import Provider
+from tether.parent.trace.spec import TraceOption
 from tether.protocol.messages import AgentDefinition, ChatMessage
 
-EventCallback = Callable[[Event], None]
 ReportHook = Callable[[str], Awaitable[None]]
 """Told of each `report` event's text, in order, before the child's later messages are read."""
 
@@ -104,6 +104,12 @@ class RunSpec:
     on_event: EventCallback | None = None
     on_turn: TurnHook | None = None
     """Told of every model turn the parent brokers for the run, before the child gets it."""
+    trace: TraceOption = None
+    """Trace the run: a directory (one JSON Lines file per run, named by its run id) or a
+    `TraceSpec`; `None`: the supervisor's `trace=`, if it has one (docs/traces.md)."""
+    parent_run: str | None = None
+    """The run that started this one (an orchestrator's, for its sub-agents), named in the
+    trace's header."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, str):

@@ -9,6 +9,7 @@ is answered. The latest user message is read as commands (several may be combine
     SLEEP <seconds>      wait that long before answering each turn of this activation
     STEPS <n>            take n turns: n - 1 calling list_dir, then complete
     HANG <n>             never answer the n-th turn after the message (a test kills the parent)
+    WRITE <path>         first write `planted` to that file (write_file), then go on
     anything else        complete at once
 
 `complete`'s summary is `seen: ` and every user message of the transcript joined by ` | `, so
@@ -84,7 +85,10 @@ class Commanded:
         since_user = _turns_since_user(params.messages)
         ask = re.search(r"ASK (.+?)(?: REPORT |$)", said)
         report = re.search(r"REPORT (.+?)(?: ASK |$)", said)
-        if steps and since_user + 1 < int(steps.group(1)):
+        write = re.search(r"WRITE (\S+)", said)
+        if write and since_user == 0:
+            calls.append(self._call("write_file", path=write.group(1), content="planted\n"))
+        elif steps and since_user + 1 < int(steps.group(1)):
             calls.append(self._call("list_dir", path="."))
         else:
             if report:

@@ -4,8 +4,12 @@ words cleaned for a terminal), what a script reads (`--json`), and the exit stat
 from __future__ import annotations
 
 import json
+import os
+import socket
+import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +22,13 @@ from tether.parent import Supervisor
 HOSTILE = "\x1b]0;pwned\x07done \x1b[31mred\x1b[0m \u202egnp.exe"
 
 
-def tether(*args: str) -> subprocess.CompletedProcess[str]:
+def tether(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tether.parent.cli", "agents", *args],
         capture_output=True,
         text=True,
         timeout=60,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -123,3 +128,131 @@ def test_send_to_an_agent_busy_in_another_process_exits_3(hosts: Any, state: Pat
     assert busy.returncode == 3, busy.stderr
     assert f"owner pid {host.proc.pid}" in busy.stderr
     assert host.finish() == 0
+
+
+# --- a cold resume trusts nothing the state directory says about where keys go -----------------
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1 that records whatever connects."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+
+    def heard(self) -> list[bytes]:
+        got = []
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return got
+            with conn:
+                conn.settimeout(1)
+                got.append(conn.recv(65536))
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    got = Listener()
+    yield got
+    got.sock.close()
+
+
+def rewrite_stored(state: Path, agent_id: str, **changes: Any) -> None:
+    """What a process that could write the state directory may do to an agent's session."""
+    db = sqlite3.connect(state / "sessions.sqlite3")
+    try:
+        for column, values in changes.items():
+            query = f"SELECT {column} FROM agents WHERE id = ?"
+            (stored,) = db.execute(query, (agent_id,)).fetchone()
+            data = {**json.loads(stored), **values}
+            db.execute(f"UPDATE agents SET {column} = ? WHERE id = ?", (json.dumps(data), agent_id))
+        db.commit()
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize(
+    "rewritten",
+    [
+        {"spawn": {"model": "openai:x@http://127.0.0.1:{port}/v1"}},
+        {"definition": {"compactionModel": "anthropic:y@http://127.0.0.1:{port}"}},
+    ],
+    ids=["model", "compaction-model"],
+)
+def test_send_refuses_a_stored_model_whose_base_url_this_process_was_never_given(
+    state: Path,
+    workspace: Path,
+    scripts: dict[str, Path],
+    listener: Listener,
+    rewritten: dict[str, dict[str, str]],
+) -> None:
+    agent_id = populate(state, workspace, f"scripted:{scripts['first']}")
+    url = f"http://127.0.0.1:{listener.port}"
+    rewrite_stored(
+        state,
+        agent_id,
+        **{
+            col: {k: v.format(port=listener.port) for k, v in d.items()}
+            for col, d in rewritten.items()
+        },
+    )
+    keys = {"OPENAI_API_KEY": "sk-canary-1", "ANTHROPIC_API_KEY": "sk-canary-2"}
+    sent = tether("send", agent_id, "hi", "--state", str(state), env=keys)
+    assert sent.returncode == 2, sent.stdout + sent.stderr
+    assert f"agent {agent_id} has a stored " in sent.stderr
+    assert f"names the base URL {url}" in sent.stderr and "would be sent there" in sent.stderr
+    assert listener.heard() == []
+    if "spawn" in rewritten:
+        # The user's own model wins over the stored one, and is theirs to choose.
+        given = tether(
+            "send", agent_id, "hi", "--state", str(state),
+            "--model", f"scripted:{scripts['again']}", env=keys,
+        )  # fmt: skip
+        assert given.returncode == 0, given.stderr
+        assert given.stdout.startswith("completed: resumed fine")
+    assert listener.heard() == []
+
+
+def test_send_refuses_an_agent_whose_workspace_now_holds_the_store(
+    tmp_path: Path, state: Path, workspace: Path, scripts: dict[str, Path]
+) -> None:
+    agent_id = populate(state, workspace, f"scripted:{scripts['first']}")
+    moved = workspace / "state"
+    state.rename(moved)
+    sent = tether("send", agent_id, "hi", "--state", str(moved))
+    assert sent.returncode == 2, sent.stderr
+    assert f"directory {moved} lies inside the workspace {workspace}" in sent.stderr
+    [summary] = json.loads(tether("list", "--state", str(moved), "--json").stdout)
+    assert summary["activations"] == 1  # nothing was started
+
+
+def test_send_shows_the_question_of_an_agent_that_asks_and_how_to_answer_it(
+    tmp_path: Path, state: Path, workspace: Path
+) -> None:
+    ask = {"name": "ask_orchestrator", "arguments": {"question": "Which \x1b[2Jfile first?"}}
+    done = {"name": "complete", "arguments": {"summary": "looked"}}
+    book = tmp_path / "book.json"
+    book.write_text(
+        json.dumps(
+            {
+                "scripts": [
+                    {"when": "PLEASE ASK", "turns": [{"text": "", "toolCalls": [ask]}]},
+                    {"turns": [{"text": "", "toolCalls": [done]}]},
+                ]
+            }
+        )
+    )
+    agent_id = populate(state, workspace, f"scripted:{book}")
+    sent = tether("send", agent_id, "PLEASE ASK before you go on", "--state", str(state))
+    assert sent.returncode == 0, sent.stderr
+    lines = sent.stdout.splitlines()
+    assert lines[0] == "needs_input: Which file first?"
+    assert f"answer it: tether agents send {agent_id} ANSWER --state {state}" in lines
+    as_json = tether("send", agent_id, "PLEASE ASK again", "--state", str(state), "--json")
+    result = json.loads(as_json.stdout)
+    assert (result["status"], result["question"]) == ("needs_input", "Which \x1b[2Jfile first?")

@@ -89,6 +89,10 @@ FIGURES = {
     "providers.fork",
     "providers.inprocess",
     "providers.acp",
+    "context.trace_untraced",
+    "tether.trace_run",
+    "context.trace_bytes_per_turn",
+    "context.trace_record_turn",
 }
 
 RAY_FIGURES = {
@@ -120,6 +124,7 @@ TARGETS = [
     "through the zygote",
     "crash",
     "acquire",
+    "traced",
 ]
 
 

@@ -16,8 +16,17 @@ run's events and summary:
   `{"hang": SECONDS}` waits and ignores `session/cancel`; after any other step a cancel that
   has arrived ends the turn `cancelled`;
 - `{"crash": CODE}` exits at once with CODE; `{"raw": TEXT}` writes TEXT to stdout as it is;
-  `{"post": {"url", "body", "headers"}}` POSTs JSON with urllib and says the status and body
-  (`$NAME` in the url and header values is the agent's environment variable NAME);
+  `{"post": {"url", "body", "headers", "expand"?}}` POSTs JSON with urllib and says the status
+  and body (`$NAME` in the url and header values, and with `"expand": true` in the body too,
+  is the agent's environment variable NAME);
+- `{"burst": {"count": N, "post": POST}}` sends N copies of a `post` step's request at once
+  and says `burst: {STATUS: COUNT, ...}` (JSON);
+- `{"flood": {"connections": N, "declare"?: BYTES, "send"?: BYTES, "token"?: bool,
+  "wait"?: SECONDS}}` opens N TCP connections to `$ANTHROPIC_BASE_URL`'s address and holds
+  them until the agent exits; with `declare`, each sends a `POST /v1/messages` head declaring
+  a body of that many bytes (with the agent's token when `token`) and `send` bytes of it,
+  and never the rest. Then it waits up to `wait` seconds (default 2) for what each got back
+  and says `flood: {"opened", "failed", "answers": {STATUS|closed|open: COUNT}}` (JSON);
 - `{"connect": [HOST, PORT]}` opens a TCP connection and says `connect HOST:PORT: ok` or the
   error; `{"unix_socket": true}` makes a UNIX stream socket and says `unix socket: ok` or
   the error; `{"environ": true}` says the agent's whole environment as JSON;
@@ -45,8 +54,12 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import acp
@@ -172,6 +185,10 @@ class ScriptAgent:
                 _write_raw(arg.encode())
             elif op == "post":
                 await self.say(sid, await asyncio.to_thread(_post, arg))
+            elif op == "burst":
+                await self.say(sid, "burst: " + await asyncio.to_thread(_burst, arg))
+            elif op == "flood":
+                await self.say(sid, "flood: " + await asyncio.to_thread(_flood, arg))
             elif op == "connect":
                 await self.say(sid, await asyncio.to_thread(_connect, arg[0], arg[1]))
             elif op == "unix_socket":
@@ -231,6 +248,65 @@ def _connect(host: str, port: int) -> str:
         return f"connect {host}:{port}: {errno.errorcode.get(exc.errno or 0, str(exc))}"
 
 
+_HELD: list[socket.socket] = []
+"""A flood's connections, held until the agent exits."""
+
+
+def _flood(arg: dict[str, Any]) -> str:
+    url = urllib.parse.urlsplit(os.environ["ANTHROPIC_BASE_URL"])
+    address = (url.hostname or "127.0.0.1", url.port or 80)
+    declare = arg.get("declare")
+    head = b""
+    if declare is not None:
+        token = os.environ["ANTHROPIC_API_KEY"] if arg.get("token") else "none"
+        head = (
+            f"POST /v1/messages HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n"
+            f"x-api-key: {token}\r\ncontent-length: {declare}\r\n\r\n"
+        ).encode()
+    body = b"x" * int(arg.get("send", 0))
+    opened: list[socket.socket] = []
+    failed = 0
+    for _ in range(int(arg["connections"])):
+        try:
+            sock = socket.create_connection(address, timeout=5)
+        except OSError:
+            failed += 1
+            continue
+        opened.append(sock)
+        if head:
+            try:
+                sock.sendall(head + body)
+            except OSError:
+                pass
+    _HELD.extend(opened)
+    answers: Counter[str] = Counter()
+    deadline = time.monotonic() + float(arg.get("wait", 2))
+    for sock in opened:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            got = sock.recv(64)
+        except TimeoutError:
+            answers["open"] += 1
+            continue
+        except OSError:
+            got = b""
+        answers[got.split(b" ")[1].decode() if got.startswith(b"HTTP/") else "closed"] += 1
+    return json.dumps({"opened": len(opened), "failed": failed, "answers": dict(answers)})
+
+
+def _burst(arg: dict[str, Any]) -> str:
+    count = int(arg["count"])
+
+    def one(_: int) -> str:
+        try:
+            return _post(arg["post"]).split(":")[0].removeprefix("status ")
+        except OSError:
+            return "failed"
+
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        return json.dumps(dict(Counter(pool.map(one, range(count)))))
+
+
 def _unix_socket() -> str:
     try:
         socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
@@ -239,11 +315,16 @@ def _unix_socket() -> str:
     return "unix socket: ok"
 
 
+def _body(arg: dict[str, Any]) -> str:
+    body = json.dumps(arg["body"])
+    return os.path.expandvars(body) if arg.get("expand") else body
+
+
 def _post(arg: dict[str, Any]) -> str:
     headers = {k: os.path.expandvars(v) for k, v in arg.get("headers", {}).items()}
     request = urllib.request.Request(
         os.path.expandvars(arg["url"]),
-        data=json.dumps(arg["body"]).encode(),
+        data=_body(arg).encode(),
         headers={"content-type": "application/json", **headers},
         method="POST",
     )

@@ -2,7 +2,8 @@
 (stopping at the first refusal), then answers the run with the prompt's `answer` as its
 RunResult, whatever it claims. The prompt is JSON: {"calls": N, "answer": {...}}; with
 `"together": true` all N requests are sent at once, and the answer's summary says how many
-were answered and how many refused ("K answered, R refused")."""
+were answered and how many refused ("K answered, R refused"). `"writes": {PATH: TEXT}` writes
+those files (relative to the workspace) before it answers."""
 
 import json
 import os
@@ -44,5 +45,10 @@ for n in range(1, plan.get("calls", 0) + 1):
         refused = msg["error"]
         _wire.log(f"refused at call {n}: {refused}")
         break
+for rel, text in plan.get("writes", {}).items():
+    path = os.path.join(run["params"]["workspace"], rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
 _wire.reply(run["id"], plan["answer"])
 _wire.serve_until_exit()

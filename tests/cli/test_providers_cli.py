@@ -142,3 +142,70 @@ def test_orchestrate_refuses_a_definition_naming_an_unknown_provider(tmp_path: P
     )  # fmt: skip
     assert got.returncode == 2
     assert "names provider 'nowhere'" in got.stderr
+
+
+def provider_file(tmp_path: Path, *agents: str) -> Path:
+    """A definitions file with the test ACP agent as `[[provider]]` "here", and `agents`."""
+    path = tmp_path / "agents.toml"
+    path.write_text(
+        f"""
+[[provider]]
+name = "here"
+kind = "acp"
+command = ["{sys.executable}", "{AGENT}"]
+summary = "the test agent"
+"""
+        + "".join(agents)
+    )
+    return path
+
+
+FOREIGN = '\n[[agent]]\ntype = "foreign"\ndescription = "An ACP agent."\nprovider = "here"\n'
+EXPLORER = '\n[[agent]]\ntype = "explorer"\n'
+
+
+def agent_type_enum(schema: dict[str, object]) -> list[str] | None:
+    props = schema["properties"]
+    assert isinstance(props, dict)
+    return props["agentType"]["enum"] if "agentType" in props else None
+
+
+def test_task_schema_offers_agent_type_as_orchestrate_does_with_the_files_providers(
+    tmp_path: Path,
+) -> None:
+    import anyio
+
+    from tether.parent import Supervisor
+    from tether.parent.delegation.runner import SupervisorRunner
+
+    async def orchestrates() -> list[str]:
+        async with Supervisor() as sup:
+            return list(SupervisorRunner(sup).agent_types())
+
+    default = json.loads(tether("task-schema").stdout)
+    assert agent_type_enum(default) == anyio.run(orchestrates) == ["spawn", "fork"]
+    got = tether("task-schema", "--agents", str(provider_file(tmp_path, FOREIGN)))
+    assert got.returncode == 0, got.stderr
+    schema = json.loads(got.stdout)
+    assert agent_type_enum(schema) == ["spawn", "fork", "here"]
+    assert "- here: the test agent" in schema["properties"]["agentType"]["description"]
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text(FOREIGN.replace('"here"', '"nowhere"'))
+    refused = tether("task-schema", "--agents", str(unknown))
+    assert refused.returncode == 2 and "names provider 'nowhere'" in refused.stderr
+
+
+def test_mcp_offers_agent_type_only_with_a_second_provider_and_never_fork(tmp_path: Path) -> None:
+    def task_schema(*args: str) -> dict[str, object]:
+        got = tether("mcp", "--list-tools", *args)
+        assert got.returncode == 0, got.stderr
+        [task] = [t for t in json.loads(got.stdout)["tools"] if t["name"] == "task"]
+        return dict(task["inputSchema"])
+
+    assert agent_type_enum(task_schema()) is None  # spawn alone: nothing to choose
+    with_file = task_schema("--agents", str(provider_file(tmp_path, EXPLORER, FOREIGN)))
+    assert agent_type_enum(with_file) == ["spawn", "here"]
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text(FOREIGN.replace('"here"', '"nowhere"'))
+    refused = tether("mcp", "--agents", str(unknown), "--model", "scripted:/dev/null")
+    assert refused.returncode == 2 and "names provider 'nowhere'" in refused.stderr

@@ -8,7 +8,9 @@ import re
 from pathlib import Path
 
 import msgspec
+import pytest
 
+from tether.parent.cli.main import main as tether_main
 from tether.parent.delegation import TaskOutput, TaskRequest, builtin_registry, task_tool
 from tether.parent.delegation.ledger import OrchestratorUsage, UsageRecord
 
@@ -29,14 +31,15 @@ def tool_() -> object:
     return tool
 
 
-def test_the_schema_in_the_doc_is_what_task_schema_prints() -> None:
+def test_the_schema_in_the_doc_is_what_task_schema_prints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     got = re.search(
         r"<!-- task-schema:begin -->\n```json\n(.*?)```\n<!-- task-schema:end -->", DOC, re.DOTALL
     )
     assert got is not None
-    tool = task_tool(builtin_registry())
-    assert tool is not None
-    expected = json.dumps(tool.json_schema(), indent=2, ensure_ascii=False) + "\n"
+    assert tether_main(["task-schema"]) == 0
+    expected = capsys.readouterr().out
     assert got.group(1) == expected, (
         "docs/delegation.md is out of date: replace the task-schema block with the output of "
         "`tether task-schema`"

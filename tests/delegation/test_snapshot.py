@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -130,3 +131,40 @@ def test_a_10k_file_tree_snapshots_within_a_bounded_time(tmp_path: Path) -> None
     # Measured about 0.05-0.09 s on a loaded 2-core machine; the bound only catches a walk that
     # became quadratic or started reading files.
     assert snap.seconds < 2.0, snap.seconds
+
+
+def test_the_diff_lists_sensitive_changes_the_walk_leaves_out_nested_repositories_included(
+    tmp_path: Path,
+) -> None:
+    """`.git` stays out of the walk, but what git runs from it is in the diff's `sensitive`,
+    for the workspace's repository and for one nested deeper."""
+    for repo in (tmp_path, tmp_path / "vendor" / "lib"):
+        repo.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    tree(tmp_path, {"src/a.py": "a"})
+    before = take_snapshot(tmp_path)
+    tree(
+        tmp_path,
+        {
+            "src/a.py": "a, changed",
+            ".git/hooks/post-checkout": "#!/bin/sh\n",
+            "vendor/lib/.git/hooks/pre-commit": "#!/bin/sh\n",
+            ".git/index": "bookkeeping",
+            "Makefile": "all:\n",
+        },
+    )
+    got = diff(before, take_snapshot(tmp_path))
+    assert got.added == ("Makefile",) and got.modified == ("src/a.py",)
+    assert [c.path for c in got.sensitive] == [
+        ".git/hooks/post-checkout",
+        "Makefile",
+        "vendor/lib/.git/hooks/pre-commit",
+    ]
+    assert got.changed == (
+        ".git/hooks/post-checkout",
+        "Makefile",
+        "src/a.py",
+        "vendor/lib/.git/hooks/pre-commit",
+    )
+    assert "A .git/hooks/post-checkout" in got.describe().splitlines()
+    assert len(got) == 2  # the count the policy's `min_files` reads is the walk's

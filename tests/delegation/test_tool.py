@@ -217,9 +217,15 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 
 @pytest.mark.parametrize("fmt", ["json-schema", "openai", "openai-responses", "anthropic"])
 def test_task_schema_prints_each_format(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from tether.parent.delegation.tool import offered_agent_types
+    from tether.parent.providers.builtin import builtin_providers
+
     code, out, _ = run_cli(["--format", fmt], capsys)
     assert code == 0
-    assert json.loads(out) == tool().export(fmt)
+    # With the agentType the built-in providers offer (spawn and fork), as an orchestrator's.
+    offered = task_tool(builtin_registry(), agent_types=offered_agent_types(builtin_providers()))
+    assert offered is not None
+    assert json.loads(out) == offered.export(fmt)
 
 
 def test_task_schema_reads_a_definitions_file(

@@ -17,28 +17,16 @@ import pytest
 
 from tether.parent.gateway import Gateway, GatewayLimits, Grant, HttpLimits
 from tether.parent.models.openai import OpenAIModel
-from tether.parent.models.scripted import ScriptedCall, ScriptedModel, ScriptedTurn
-from tether.protocol.messages import ModelCompleteParams, ModelCompleteResult, Usage
+from tether.parent.models.scripted import ScriptedCall, ScriptedTurn
+from tether.protocol.messages import Usage
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "models"))
+from gateway_kit import TEXT, Recording, exchange, until
 from model_server import ModelServer, Reply
 
 pytestmark = pytest.mark.anyio
 
 
-class Recording:
-    """A provider that remembers what it was asked, answering from a script."""
-
-    def __init__(self, *turns: ScriptedTurn) -> None:
-        self.inner = ScriptedModel(list(turns))
-        self.asked: list[ModelCompleteParams] = []
-
-    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
-        self.asked.append(params)
-        return await self.inner.complete(params)
-
-
-TEXT = ScriptedTurn(text="Hello from tether.", usage=Usage(input_tokens=11, output_tokens=4))
 TOOL = ScriptedTurn(
     text="Reading.",
     tool_calls=[ScriptedCall(name="Read", arguments={"file_path": "/w/a.txt"}, id="toolu_1")],
@@ -49,8 +37,9 @@ TOOL = ScriptedTurn(
 @pytest.fixture
 async def gateway() -> AsyncIterator[Gateway]:
     limits = GatewayLimits(
-        http=HttpLimits(request_timeout=1.0, idle_timeout=5.0, max_body_bytes=64 * 1024),
+        http=HttpLimits(header_timeout=1.0, body_timeout=1.0, idle_timeout=5.0),
         keepalive_every=0.05,
+        request_bytes=64 * 1024,
     )
     async with Gateway(limits) as gw:
         yield gw
@@ -327,7 +316,7 @@ async def test_calls_stop_with_a_clear_error_once_the_budget_is_spent(gateway: G
         assert refused.status_code == 402
         assert refused.headers["x-should-retry"] == "false"
     assert third.json()["error"]["type"] == "billing_error"
-    assert "budget is spent (30 of 20 tokens)" in third.json()["error"]["message"]
+    assert "budget is spent (30 of 20 tokens used)" in third.json()["error"]["message"]
     assert fourth.json()["error"]["code"] == "insufficient_quota"
     assert grant.calls == 2 and grant.refused == 2
 
@@ -397,33 +386,35 @@ async def _raw_exchange(gw: Gateway, payload: bytes, *, wait: float) -> tuple[by
     (bounded by `wait`)."""
     assert gw.address is not None
     started = time.monotonic()
-    got = b""
-    async with await anyio.connect_tcp(*gw.address) as stream:
-        await stream.send(payload)
-        with anyio.move_on_after(wait):
-            try:
-                while True:
-                    got += await stream.receive()
-            except (anyio.EndOfStream, anyio.BrokenResourceError):
-                pass
-    return got, time.monotonic() - started
+    done = await exchange(gw.address, payload, wait=wait)
+    return done.got, time.monotonic() - started
 
 
-async def test_a_client_that_stalls_mid_request_is_dropped_within_the_request_timeout(
+async def test_a_client_that_stalls_mid_request_is_dropped_within_its_deadline(
     gateway: Gateway,
 ) -> None:
-    head = b'POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{"mess'
+    grant = gateway.grant("run-stall", Recording(TEXT))
+    head = (
+        b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n"
+        b"x-api-key: " + grant.token.encode() + b'\r\n\r\n{"mess'
+    )
     got, took = await _raw_exchange(gateway, head, wait=10)
-    assert got.startswith(b"HTTP/1.1 408 ")
+    assert got.startswith(b"HTTP/1.1 408 ") and b"the request body did not arrive" in got
     assert took < 5
     got, took = await _raw_exchange(gateway, b"POST /v1/messages HTTP/1.1\r\nhost:", wait=10)
-    assert got.startswith(b"HTTP/1.1 408 ") and took < 5
+    assert got.startswith(b"HTTP/1.1 408 ") and b"the request head did not arrive" in got
+    assert took < 5
+    assert gateway.server.held_bytes == 0
 
 
 async def test_oversized_bodies_and_too_many_headers_are_refused(gateway: Gateway) -> None:
-    big = b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 10000000\r\n\r\n"
-    got, _ = await _raw_exchange(gateway, big, wait=5)
-    assert got.startswith(b"HTTP/1.1 413 ")
+    grant = gateway.grant("run-big", Recording(TEXT))
+    big = b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 10000000\r\n"
+    got, _ = await _raw_exchange(gateway, big + b"\r\n", wait=5)
+    assert got.startswith(b"HTTP/1.1 401 ")  # no token: refused before its size matters
+    token = b"x-api-key: " + grant.token.encode() + b"\r\n"
+    got, _ = await _raw_exchange(gateway, big + token + b"\r\n", wait=5)
+    assert got.startswith(b"HTTP/1.1 413 ") and b"at most 65536 bytes" in got
     many = (
         b"POST /v1/messages HTTP/1.1\r\nhost: x\r\n"
         + b"".join(b"x-h%d: v\r\n" % i for i in range(150))
@@ -433,6 +424,7 @@ async def test_oversized_bodies_and_too_many_headers_are_refused(gateway: Gatewa
     assert got.startswith(b"HTTP/1.1 431 ")
     got, _ = await _raw_exchange(gateway, b"NONSENSE\r\n\r\n", wait=5)
     assert got.startswith(b"HTTP/1.1 400 ")
+    assert grant.calls == 0
 
 
 async def test_a_handed_socket_bound_to_one_grant_refuses_other_tokens(gateway: Gateway) -> None:
@@ -489,8 +481,9 @@ async def test_the_real_key_stays_with_the_provider(gateway: Gateway) -> None:
 async def test_closing_the_gateway_lets_a_call_in_progress_finish() -> None:
     slow = ScriptedTurn(text="done", delay=0.3, usage=Usage(input_tokens=1, output_tokens=1))
     got: list[int] = []
+    provider = Recording(slow)
     async with Gateway() as gw:
-        grant: Grant = gw.grant("run-close", Recording(slow))
+        grant: Grant = gw.grant("run-close", provider)
 
         async def call() -> None:
             async with client(gw) as c:
@@ -501,7 +494,7 @@ async def test_closing_the_gateway_lets_a_call_in_progress_finish() -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(call)
-            await anyio.sleep(0.1)
+            await until(lambda: provider.asked)  # the call is in progress (a sleep may not do)
             await gw._server.close()
     assert got == [200]
 

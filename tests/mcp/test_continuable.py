@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -127,3 +132,42 @@ def test_state_and_keep_alive_need_continuable_and_a_keep_alive_must_read_as_one
     assert "--keep-alive applies only with --continuable" in capsys.readouterr().err
     assert cli.main([*base, "--continuable", "--keep-alive", "soon"]) == 2
     assert "soon" in capsys.readouterr().err
+
+
+def test_a_continuable_server_whose_store_would_lie_in_its_workspace_is_refused_before_serving(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = f"scripted:{model_script(tmp_path / 'model.json')}"
+    base = ["mcp", "--continuable", "--model", model, "--workspace", str(tmp_path)]
+    assert cli.main([*base, "--state", str(tmp_path / "state")]) == 2
+    err = capsys.readouterr().err
+    assert f"directory {tmp_path / 'state'} lies inside the workspace {tmp_path}" in err
+    # The default store under HOME, when the workspace is HOME.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    assert cli.main(base) == 2
+    assert f"{tmp_path / '.local/state/tether'} (the default" in capsys.readouterr().err
+    assert not (tmp_path / "state").exists() and not (tmp_path / ".local").exists()
+
+
+async def test_the_command_the_server_prints_continues_its_agents_after_it_is_gone(
+    tmp_path: Path,
+) -> None:
+    async with serve(tmp_path, *args(tmp_path)) as server:
+        done = await server.session.call_tool("task", task_args())
+    out = msgspec.convert(done.structured_content, TaskOutput)
+    assert out.subagent_id.startswith("ag_")
+    [hint] = re.findall(r"continue one: (.*)$", server.log(), re.MULTILINE)
+    argv = [
+        {"ID": out.subagent_id, "MESSAGE": "Anything else?"}.get(w, w) for w in shlex.split(hint)
+    ]
+    assert argv[:3] == ["tether", "agents", "send"]
+    assert argv[5:] == ["--state", str(tmp_path / "state")]
+    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+    run = functools.partial(
+        subprocess.run, argv, capture_output=True, text=True, timeout=90, check=False,
+        cwd=tmp_path, env={**os.environ, "PATH": path},
+    )  # fmt: skip
+    sent = await anyio.to_thread.run_sync(run)
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.startswith("completed: found the notes")

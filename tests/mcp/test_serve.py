@@ -3,9 +3,11 @@ sub-agents real tether children on scripted models (or a local OpenAI-compatible
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import sys
 from pathlib import Path
 
 import anyio
@@ -306,3 +308,37 @@ async def test_sigterm_mid_run_disposes_of_every_child_and_stops_the_server(
     assert "SIGTERM: stopping; disposing of every child" in log
     assert "stopped; 1 sub-agent run(s), every child disposed" in log
     assert marked(server.pid) == []
+
+
+ACP_AGENT = Path(__file__).resolve().parents[1] / "children" / "acp_agent.py"
+
+
+async def test_a_definition_naming_a_provider_table_of_the_file_runs_on_it(
+    tmp_path: Path,
+) -> None:
+    agents = tmp_path / "agents.toml"
+    agents.write_text(
+        f"""
+[[provider]]
+name = "here"
+kind = "acp"
+command = ["{sys.executable}", "{ACP_AGENT}"]
+summary = "the test agent"
+
+[[agent]]
+type = "foreign"
+description = "An ACP agent."
+provider = "here"
+readOnly = true
+"""
+    )
+    steps = json.dumps([{"say": "from the table"}])
+    args = {"subagent_type": "foreign", "description": "ask it", "prompt": steps}
+    async with serve(tmp_path, *base_args(tmp_path, "--agents", str(agents))) as server:
+        [task] = (await server.session.list_tools()).tools
+        result = await server.session.call_tool("task", args)
+    # spawn and the file's provider can run here: the client may choose (fork it cannot).
+    assert task.input_schema["properties"]["agentType"]["enum"] == ["spawn", "here"]
+    assert not result.is_error, result.content
+    out = msgspec.convert(result.structured_content, TaskOutput)
+    assert (out.status, out.summary) == ("completed", "from the table")

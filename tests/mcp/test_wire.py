@@ -14,8 +14,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import mcp.types as types
 import pytest
 from harness import SLOW, WAIT, alive, command, marked, model_script, sub_agents, tree, workspace
+from hypothesis import given
+from hypothesis import strategies as st
+from mcp.shared.message import SessionMessage
+
+from tether.parent.mcp_server.stdio import decode
+from tether.protocol.codec import ErrorResponse, Notification, Response, decode_frame
 
 PROTOCOL = "2025-11-25"
 
@@ -33,8 +40,11 @@ class RawClient:
         self._buf = b""
 
     def send(self, message: dict[str, Any]) -> None:
+        self.send_raw(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+
+    def send_raw(self, data: bytes) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+        self.proc.stdin.write(data)
         self.proc.stdin.flush()
 
     def read(self, seconds: float = WAIT) -> dict[str, Any] | None:
@@ -194,3 +204,64 @@ def test_while_serving_stray_output_goes_to_stderr_and_the_wire_keeps_stdout(
     )
     assert proc.stdout == b'{"jsonrpc": "2.0"}\nfrom the client\n'
     assert proc.stderr.splitlines() == [b"stray print", b"stray write", b"stray command", b"''"]
+
+
+def nested(rid: int | None, depth: int) -> bytes:
+    """A `tools/list` request (a notification when `rid` is None) whose params nest `depth`
+    levels of arrays."""
+    head = b'{"jsonrpc":"2.0",' + (b'"id":%d,' % rid if rid is not None else b"")
+    return head + b'"method":"tools/list","params":{"x":' + b"[" * depth + b"]" * depth + b"}}\n"
+
+
+def test_a_request_the_server_cannot_read_is_answered_and_the_server_serves_on(
+    tmp_path: Path,
+) -> None:
+    client = serve_raw(tmp_path)
+    try:
+        client.handshake()
+        for rid, depth in ((7, 250), (8, 5000)):
+            client.send_raw(nested(rid, depth))
+            answer = client.until(lambda m: "id" in m)
+            assert answer["id"] == rid, answer
+            assert answer["error"]["code"] == -32600
+            assert "nested deeper than the limit of 128 levels" in answer["error"]["message"]
+        # Too deep to tell a notification from a request: answered, with no id to name.
+        client.send_raw(nested(None, 5000))
+        answer = client.until(lambda m: "id" in m)
+        assert (answer["id"], answer["error"]["code"]) == (None, -32600)
+        client.send_raw(b"this is not json\n")
+        answer = client.until(lambda m: "id" in m)
+        assert (answer["id"], answer["error"]["code"]) == (None, -32700)
+        client.send_raw(b'{"jsonrpc":"2.0","id":"s-9","method":7}\n')
+        answer = client.until(lambda m: "id" in m)
+        assert (answer["id"], answer["error"]["code"]) == ("s-9", -32600)
+        client.send({"id": 9, "method": "tools/list"})
+        listed = client.until(lambda m: "id" in m)
+        assert listed["id"] == 9 and "tools" in listed["result"]  # nothing else came first
+        assert client.proc.stdin is not None
+        client.proc.stdin.close()
+        client.rest()
+        assert client.proc.wait(WAIT) == 0
+    finally:
+        client.kill()
+    for line in client.lines:
+        assert json.loads(line)["jsonrpc"] == "2.0", line
+
+
+@given(st.binary(max_size=300) | st.from_regex(rb'\{"jsonrpc":"2\.0","id":[0-9]{1,5},.{0,80}'))
+def test_reading_a_line_never_raises_and_every_unreadable_request_gets_an_answer(
+    line: bytes,
+) -> None:
+    line = line.replace(b"\n", b" ")
+    got = decode(line)
+    assert isinstance(got, SessionMessage | types.JSONRPCError | Exception)
+    if isinstance(got, Exception):  # left unanswered: only what is no request
+        assert isinstance(decode_frame(line), Notification | Response | ErrorResponse)
+
+
+@given(st.integers(0, 2**31), st.integers(129, 3000))
+def test_a_request_too_deep_is_answered_with_its_own_id(rid: int, depth: int) -> None:
+    got = decode(nested(rid, depth).rstrip(b"\n"))
+    assert isinstance(got, types.JSONRPCError)
+    assert (got.id, got.error.code) == (rid, -32600)
+    assert isinstance(decode(nested(rid, 120).rstrip(b"\n")), SessionMessage)

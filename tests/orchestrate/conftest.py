@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-_HERE = str(Path(__file__).parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
+_HERE = Path(__file__).parent
+for folder in (_HERE, _HERE.parent / "models"):  # and `model_server` from tests/models
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from book import ORCHESTRATOR, call, complete, script, task, turn
 
@@ -277,21 +280,107 @@ def test_sigint_prints_the_orchestrations_stop_receipt_in_one_line(tmp_path: Pat
     assert receipt.endswith("(1 in flight abandoned), 0 tokens billed after it")
 
 
-def test_a_continuable_orchestration_leaves_sub_agents_tether_agents_can_continue(
+def printed_commands(stdout: str) -> list[list[str]]:
+    """The `continue:` commands `tether orchestrate` printed, as argv."""
+    return [shlex.split(c) for c in re.findall(r"^    continue: (.*)$", stdout, re.MULTILINE)]
+
+
+def as_printed(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> Any:
+    """Run a printed `tether ...` command as a shell would: `tether` from PATH (this
+    interpreter's), in another directory."""
+    assert argv[0] == "tether"
+    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=90, cwd=cwd, check=False,
+        env={**os.environ, **(env or {}), "PATH": path},
+    )  # fmt: skip
+
+
+def test_a_continuable_orchestration_prints_for_each_sub_agent_a_command_that_continues_it(
     tmp_path: Path,
 ) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    model = book(ws)  # the book in the workspace, the store outside it
     state = tmp_path / "state"
     got = tether(
-        "orchestrate", "Survey.", "--model", f"scripted:{book(tmp_path)}",
-        "--workspace", str(tmp_path), "--continuable", "--state", str(state),
+        "orchestrate", "Survey.", "--model", f"scripted:{model}",
+        "--workspace", str(ws), "--continuable", "--state", str(state),
         "--keep-alive", "2s", "--quiet",
     )  # fmt: skip
     assert got.returncode == 0, got.stderr
-    ids = re.findall(r"continue: tether agents send (ag_[0-9a-f]+) MESSAGE", got.stdout)
-    assert len(ids) == 2
+    commands = printed_commands(got.stdout)
+    assert len(commands) == 2
+    ids = [argv[3] for argv in commands]
     listed = tether("agents", "list", "--state", str(state), "--json")
     assert listed.returncode == 0, listed.stderr
     assert sorted(a["id"] for a in json.loads(listed.stdout)) == sorted(ids)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    argv = [word if word != "MESSAGE" else "Anything else?" for word in commands[0]]
+    assert argv == ["tether", "agents", "send", ids[0], "Anything else?", "--state", str(state)]
+    sent = as_printed(argv, elsewhere)
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.startswith("completed: found it")
+
+
+def openai_turn(*calls: tuple[str, dict[str, Any]]) -> Any:
+    from model_server import Reply
+
+    message = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": f"call_{i}", "type": "function",
+             "function": {"name": name, "arguments": json.dumps(arguments)}}
+            for i, (name, arguments) in enumerate(calls)
+        ],
+    }  # fmt: skip
+    return Reply(
+        body={
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 1},
+        }
+    )
+
+
+def test_the_printed_command_names_a_model_whose_base_url_the_store_is_not_trusted_with(
+    tmp_path: Path,
+) -> None:
+    from model_server import ModelServer
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.md").write_text("TODO\n")
+    server = ModelServer()
+    try:
+        server.script(
+            openai_turn(("task", {"subagent_type": "explorer", "description": "look",
+                                  "prompt": "Find A."})),
+            openai_turn(("complete", {"summary": "found it", "paths": ["notes.md"]})),
+            openai_turn(("complete", {"summary": "done", "paths": []})),
+            openai_turn(("complete", {"summary": "found it again", "paths": ["notes.md"]})),
+        )  # fmt: skip
+        model = f"openai:m@{server.url}/v1"
+        state = tmp_path / "state"
+        got = tether(
+            "orchestrate", "Survey.", "--model", model, "--workspace", str(ws),
+            "--continuable", "--state", str(state), "--keep-alive", "1s", "--quiet",
+        )  # fmt: skip
+        assert got.returncode == 0, got.stderr
+        [argv] = printed_commands(got.stdout)
+        assert argv[5:] == ["--state", str(state), "--model", model]
+        argv[4] = "Again?"
+        sent = as_printed(argv, tmp_path)
+        assert sent.returncode == 0, sent.stderr
+        assert sent.stdout.startswith("completed: found it again")
+        # Without --model, the stored URL is not trusted: bad usage, nothing is sent.
+        before = len(server.received)
+        refused = as_printed(argv[:5] + argv[5:7], tmp_path)
+        assert refused.returncode == 2 and f"names the base URL {server.url}/v1" in refused.stderr
+        assert len(server.received) == before
+    finally:
+        server.close()
 
 
 def test_continuation_flags_without_continuable_are_bad_usage(tmp_path: Path) -> None:
@@ -302,3 +391,17 @@ def test_continuation_flags_without_continuable_are_bad_usage(tmp_path: Path) ->
         "orchestrate", "x", "--model", "scripted:x", "--continuable", "--keep-alive", "soon"
     )
     assert got.returncode == 2 and "keep" in got.stderr.lower()
+
+
+def test_a_continuable_orchestration_whose_store_lies_in_its_workspace_is_refused(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    got = tether(
+        "orchestrate", "Survey.", "--model", f"scripted:{book(tmp_path)}",
+        "--workspace", str(tmp_path), "--continuable", "--state", str(state), "--json",
+    )  # fmt: skip
+    assert got.returncode == 2, got.stdout + got.stderr
+    assert f"directory {state} lies inside the workspace {tmp_path}" in got.stderr
+    assert got.stdout == "" and "child pid" not in got.stderr  # nothing ran
+    assert not state.exists()

@@ -12,7 +12,17 @@ from pathlib import Path
 
 import anyio
 import pytest
-from sandbox_targets import CHILDREN, HERE, PY, WHY_NOT, config, needs_root, needs_sandbox
+from git_payloads import repository
+from sandbox_targets import (
+    CHILDREN,
+    HERE,
+    PY,
+    WHY_NOT,
+    config,
+    needs_root,
+    needs_sandbox,
+    run_bash,
+)
 
 from tether.parent.supervisor import Supervisor
 
@@ -91,3 +101,25 @@ async def test_the_sandbox_inside_bwrap_adds_landlock_seccomp_and_no_new_privs(
     # Without the sandbox, bwrap alone lets the child make a UDP socket (there is no network
     # to send it to) and create directories in its own tmpfs root.
     assert alone["udp"].startswith("ok") and alone["mkdir_root"].startswith("ok")
+
+
+@needs_bwrap
+@needs_sandbox
+async def test_under_bwrap_git_is_not_guarded_and_what_is_planted_there_is_listed(
+    tmp_path: Path,
+) -> None:
+    """bwrap's root is not one the inner sandbox can make a user namespace in, so the `.git`
+    guard is not applied under it (docs/containment.md); the parent's watch still lists a
+    planted hook with its content."""
+    ws = repository(tmp_path)
+    command = "printf '#!/bin/sh\\ntouch x\\n' > .git/hooks/post-checkout && echo planted"
+    async with Supervisor(config(launcher="bwrap", isolation="sandbox")) as sup:
+        with anyio.fail_after(120):
+            result, out = await run_bash(sup, ws, command)
+    assert "planted" in out, out
+    (hook,) = result.sensitive_changes
+    assert (hook.path, hook.change, hook.content) == (
+        ".git/hooks/post-checkout",
+        "added",
+        "#!/bin/sh\ntouch x\n",
+    )

@@ -115,3 +115,30 @@ def test_an_unknown_level_and_a_sandbox_for_a_remote_launcher_are_bad_usage() ->
         choose_level("sandbox", remote_launcher="ssh")
     remote = choose_level("auto", remote_launcher="docker")
     assert remote.level == "process" and remote.warning and "docker" in remote.warning
+
+
+def test_a_host_whose_sandbox_cannot_guard_git_still_sandboxes_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A supervisor without root where user namespaces are forbidden (an AppArmor or sysctl
+    policy) cannot mount over `.git`: the sandbox goes on without the guard, its plans carry
+    none, and `tether doctor` says writes there are only listed and verified."""
+    from tether.parent.cli import doctor
+    from tether.parent.process import isolation
+
+    def trial(abi: int, root: bool, *, local_sockets: bool, git: bool) -> isolation._Trial:
+        return isolation._Trial("unshare: Operation not permitted" if git else None)
+
+    monkeypatch.setattr(isolation, "_probed", {})
+    monkeypatch.setattr(isolation, "_trial", trial)
+    got = probe_host()
+    assert got.why_not is None and got.best == "sandbox"
+    assert got.git_unguarded == "unshare: Operation not permitted"
+    (tmp_path / ".git" / "hooks").mkdir(parents=True)
+    setup = isolation.plan_for("sandbox", command=["/bin/true"], workspace=str(tmp_path))
+    if setup.cleanup is not None:
+        setup.cleanup()
+    assert setup.plan.git_guard == []
+    text = doctor.render(doctor.report())
+    assert ".git/config and .git/hooks: NOT refused here" in text
+    assert "why: unshare: Operation not permitted" in text

@@ -5,6 +5,9 @@ project's interpreter lives under /root, mode 0700) and PYTHONPATH pointing at t
   driving bash is refused every attack but the one docs/containment.md names: metadata of
   the user's own files outside the workspace (this test pins that the gap is what the doc
   says, no more);
+- the non-root sandbox refuses writes to a repository's `.git/hooks` and `.git/config` in a
+  user namespace of its own (the user's git, run as uid 1000 afterwards, runs no payload),
+  unless the run opts in, and every attack above is still refused from that namespace;
 - the process level's non-dumpable promise, with a real same-uid attacker: another uid-1000
   process cannot read the environment or descriptors of the supervisor, keeper or child
   runtime, while it can read an ordinary uid-1000 process's. (The zygote, which makes
@@ -27,6 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from git_payloads import git_payloads, repository, users_git
 from sandbox_targets import ATTACKS, HERE, REFUSED, make_targets, not_refused
 
 import tether.contain
@@ -95,12 +99,17 @@ def _host(config: dict[str, object], **popen: object) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.parametrize("repo", [False, True], ids=["plain", "in-its-own-user-namespace"])
 def test_the_non_root_sandbox_refuses_every_attack_but_metadata_of_the_users_own_files(
-    user_dir: Path, monkeypatch: pytest.MonkeyPatch
+    user_dir: Path, monkeypatch: pytest.MonkeyPatch, repo: bool
 ) -> None:
+    """`repo`: the workspace holds a repository, so the child runs in the user namespace its
+    git guard needs (every capability it had there dropped): nothing more gets through."""
     targets_gen = make_targets(user_dir, monkeypatch)
     targets = next(targets_gen)
     try:
+        if repo:
+            subprocess.run(["git", "init", "-q", str(targets.workspace)], check=True)
         for path in (targets.workspace, targets.outside):
             for p in [path, *path.rglob("*")]:
                 os.lchown(p, USER, USER)
@@ -128,11 +137,60 @@ def test_the_non_root_sandbox_refuses_every_attack_but_metadata_of_the_users_own
         assert report["write_outside"].startswith("refused")
         assert result["isolation"]["level"] == "sandbox" and result["summary"] == "done"
         assert targets.heard() == []
-        # The child's private temp dir (HOME, TMPDIR) is removed when it is disposed.
-        assert set(Path("/tmp").glob("tether-sandbox-*")) <= before
+        # The child's private temp dir (HOME, TMPDIR) is removed when it is disposed (named
+        # by the child: another test's supervisor may have one of its own meanwhile).
+        private = Path((targets.workspace / "tmpdir.txt").read_text().strip()).parent
+        assert private.name.startswith("tether-sandbox-") and private not in before
+        assert not private.exists()
     finally:
         with contextlib.suppress(StopIteration):
             next(targets_gen)
+
+
+def _bash(
+    ws: Path, command: str, *, allow_git_config: bool = False, launcher: str = "local"
+) -> dict[str, object]:
+    config = {
+        "launcher": launcher,
+        "mode": "bash",
+        "workspace": str(ws),
+        "isolation": "sandbox",
+        "read_paths": PROJECT,
+        "command": command,
+        "allow_git_config": allow_git_config,
+    }
+    host = _host(config, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = host.communicate(timeout=120)
+    assert host.returncode == 0, err
+    got: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    return got
+
+
+@pytest.mark.parametrize("launcher", ["local", "pidns"])
+@pytest.mark.parametrize("opt_in", [False, True], ids=["guarded", "allow_git_config"])
+def test_a_non_root_sandbox_refuses_git_hooks_and_config_unless_the_run_opts_in(
+    user_dir: Path, opt_in: bool, launcher: str
+) -> None:
+    """Also under `pidns`, whose own user namespace the guard's is made in."""
+    ws = repository(user_dir, owner=USER)
+    marks = user_dir / "marks"
+    payloads = git_payloads(marks, tamper=not opt_in)
+    got = _bash(ws, payloads, allow_git_config=opt_in, launcher=launcher)
+    assert got["unguarded"] is None  # this host lets a user make a user namespace
+    out = str(got["output"])
+    result = got["result"]
+    assert isinstance(result, dict) and result["success"], result
+    changed = sorted(c["path"] for c in result["sensitiveChanges"])
+    users_git(ws, AS_USER)  # the user's own git, as the user
+    if opt_in:
+        assert "planted-hook" in out and "planted-fsmonitor" in out, out
+        assert changed == [".git/config", ".git/hooks/post-checkout"]
+        assert sorted(os.listdir(marks)) == ["fsmonitor", "hook", "pager"]
+        return
+    for said in ("planted-", "moved-git", "moved-hooks", "removed-config"):
+        assert said not in out, out
+    assert ".git/hooks/post-checkout: Read-only file system" in out, out
+    assert changed == [] and sorted(os.listdir(marks)) == []
 
 
 def test_a_same_user_process_cannot_read_the_supervisor_keeper_or_child(
@@ -238,3 +296,45 @@ def test_a_non_root_sandboxed_acp_agent_may_connect_to_the_gateway_port_only(
     assert any("status 200" in t and "gateway answers" in t for t in texts), texts
     assert f"connect 127.0.0.1:{port}: EACCES" in texts
     assert "unix socket: EACCES" in texts
+
+
+@pytest.mark.parametrize("layout", ["shared_memory", "beside_the_childs_code"])
+def test_a_non_root_sandbox_refuses_a_session_store_it_could_not_keep_a_hostile_child_out_of(
+    user_dir: Path, layout: str
+) -> None:
+    """Without private mounts the sandbox cannot carve the store out of a grant: a store in
+    /dev/shm (which the child may write) or beside the child's code (which it may read) is
+    refused before the hostile child starts; it would have read or rewritten its session."""
+    code = user_dir / "code"
+    ws = user_dir / "ws"
+    for d in (code, ws):
+        d.mkdir()
+    for name in ("store_rewriter.py", "_wire.py"):
+        shutil.copy(HERE.parent / "children" / name, code / name)
+    state = code / ".state"
+    if layout == "shared_memory":
+        state = Path(tempfile.mkdtemp(prefix="tether-test-state-", dir="/dev/shm"))
+        os.chown(state, USER, USER)
+    model = "openai:x@http://127.0.0.1:9/v1"
+    (ws / "targets.json").write_text(json.dumps({"state": str(state), "model": model}))
+    for p in [code, ws, *code.iterdir(), *ws.iterdir()]:
+        os.chown(p, USER, USER)
+    config = {
+        "mode": "store",
+        "workspace": str(ws),
+        "code": str(code),
+        "state": str(state),
+        "isolation": "sandbox",
+        "read_paths": PROJECT,
+    }
+    try:
+        host = _host(config, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = host.communicate(timeout=120)
+        assert host.returncode == 0, err
+        got = json.loads(out.strip().splitlines()[-1])
+        assert "refused" in got, (got, (ws / "report.json").read_text())
+        assert f"{state} must be kept from sandboxed children" in got["refused"]
+        assert not (ws / "report.json").exists()
+    finally:
+        if layout == "shared_memory":
+            shutil.rmtree(state, ignore_errors=True)

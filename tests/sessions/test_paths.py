@@ -1,4 +1,5 @@
-"""The state directory: where it is by default, and that what the store creates is private."""
+"""The state directory: where it is by default, that what the store creates is private, and
+that it never shares a place with a workspace."""
 
 from __future__ import annotations
 
@@ -8,9 +9,16 @@ from pathlib import Path
 
 import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tether.parent.agents.sessions import DB_NAME, SessionStore, StoreUnavailable, default_state_dir
-from tether.parent.agents.sessions.paths import prepare_database
+from tether.parent.agents.sessions.paths import (
+    check_apart,
+    prepare_database,
+    store_paths,
+    workspace_problem,
+)
 
 
 def _mode(path: Path) -> int:
@@ -153,3 +161,46 @@ def test_a_state_path_that_is_a_file_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(StoreUnavailable, match="not a directory"):
         anyio.run(open_)
+
+
+# --- the state directory never shares a place with a workspace --------------------------------
+
+SEGMENT = st.sampled_from(["a", "b", "ab", "a.b", "state", "ws"])
+
+
+@given(st.lists(SEGMENT, max_size=4), st.lists(SEGMENT, max_size=4))
+def test_a_store_and_a_workspace_are_refused_exactly_when_one_lies_inside_the_other(
+    state: list[str], ws: list[str]
+) -> None:
+    root = "/nonexistent-tether-root"
+    state_dir = os.path.join(root, *state)
+    workspace = os.path.join(root, *ws)
+    nested = state[: len(ws)] == ws or ws[: len(state)] == state
+    problem = workspace_problem(state_dir, workspace)
+    assert (problem is not None) == nested
+    if problem is not None:
+        assert state_dir in problem and workspace in problem
+
+
+def test_the_default_store_under_home_is_refused_for_a_workspace_that_is_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    with pytest.raises(ValueError) as refused:
+        check_apart(None, tmp_path)
+    default = tmp_path / ".local/state/tether"
+    assert str(refused.value).startswith(
+        f"the session store's directory {default} (the default: $XDG_STATE_HOME/tether, else "
+        f"~/.local/state/tether) lies inside the workspace {tmp_path}: "
+    )
+    assert check_apart(tmp_path / "elsewhere", tmp_path / "ws") == tmp_path / "elsewhere"
+
+
+def test_paths_are_compared_resolved_so_a_symlink_does_not_hide_the_store(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "state").mkdir(parents=True)
+    (tmp_path / "door").symlink_to(ws / "state")
+    problem = workspace_problem(tmp_path / "door", ws)
+    assert problem is not None and f"{ws / 'state'} lies inside the workspace {ws}" in problem
+    assert store_paths(tmp_path / "door") == (str(tmp_path / "door"), str(ws / "state"))

@@ -10,6 +10,13 @@ may already have been read). SQLite's `-wal`/`-shm` files take the database file
 we find wider are tightened. The database path is never opened outside SQLite (see
 `_check_file`). Whatever the OS refuses (a full or read-only file system) is raised as the
 store's exception (`diagnose.os_failure`).
+
+The state never shares a place with a workspace (`workspace_problem`): a sub-agent writes its
+workspace, and a store it could write is a session it could rewrite — its model (where the
+user's key goes on the next resume), its transcript, another agent's. Whoever starts a run that
+uses the store refuses a workspace that lies inside the state directory or holds it, the
+default under HOME included; the sandbox is also denied every path of the store
+(`store_paths`), whatever else it is granted.
 """
 
 from __future__ import annotations
@@ -36,6 +43,63 @@ def default_state_dir(env: Mapping[str, str] | None = None, home: Path | None = 
 
 def resolve_state_dir(state_dir: str | os.PathLike[str] | None) -> Path:
     return default_state_dir() if state_dir is None else Path(state_dir)
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+DEFAULT_NOTE = " (the default: $XDG_STATE_HOME/tether, else ~/.local/state/tether)"
+
+
+def workspace_problem(
+    state_dir: str | os.PathLike[str],
+    workspace: str | os.PathLike[str],
+    *,
+    default: bool = False,
+) -> str | None:
+    """Why the store in `state_dir` cannot serve a run whose workspace is `workspace` (one lies
+    inside the other, compared as resolved paths), or `None` when they are apart. `default`:
+    the state directory is the default one (said in the message, with how to move it)."""
+    state = os.path.realpath(state_dir)
+    ws = os.path.realpath(workspace)
+    which = DEFAULT_NOTE if default else ""
+    fix = (
+        "keep them apart: a state directory outside the workspace (--state DIR, state_dir=, "
+        "or XDG_STATE_HOME) or a workspace that does not hold it"
+    )
+    if _within(state, ws):
+        where = "is" if state == ws else "lies inside"
+        return (
+            f"the session store's directory {state}{which} {where} the workspace {ws}: a "
+            "sub-agent working there could rewrite its stored session (its model, where the "
+            f"next resume sends your API key; its transcript); {fix}"
+        )
+    if _within(ws, state):
+        return (
+            f"the workspace {ws} lies inside the session store's directory {state}{which}: a "
+            f"sub-agent working there could rewrite the stored sessions; {fix}"
+        )
+    return None
+
+
+def check_apart(
+    state_dir: str | os.PathLike[str] | None, workspace: str | os.PathLike[str]
+) -> Path:
+    """The state directory `state_dir` means (`None`: the default); raises `ValueError` (bad
+    usage) when it and `workspace` overlap (see `workspace_problem`)."""
+    path = resolve_state_dir(state_dir)
+    problem = workspace_problem(path, workspace, default=state_dir is None)
+    if problem is not None:
+        raise ValueError(problem)
+    return path
+
+
+def store_paths(state_dir: str | os.PathLike[str]) -> tuple[str, ...]:
+    """Every path the store is reached by: its directory as given (made absolute) and
+    resolved; the database and SQLite's files beside it lie inside."""
+    given = os.path.abspath(state_dir)
+    return tuple(dict.fromkeys((given, os.path.realpath(given))))
 
 
 def ensure_private_dir(path: Path) -> None:
