@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from tether.parent.delegation.output import TaskOutput
     from tether.parent.delegation.verification import VerifierPolicy
     from tether.parent.models import ModelProvider, resolve_model
+    from tether.parent.models.replay import TraceModel
     from tether.parent.models.scripted import ScriptedModel
     from tether.parent.placement.rayplacement import RayPlacement
     from tether.parent.process.config import ChildConfig, PoolSpec
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from tether.parent.run.handle import RunHandle
     from tether.parent.run.spec import Continuation, NamedModel, RunSpec
     from tether.parent.supervisor import Supervisor
+    from tether.parent.trace.reader import read_trace
+    from tether.parent.trace.spec import TraceSpec
     from tether.protocol.messages import AgentDefinition, ApplyOutcome, ChangeSet, RunResult
 
 _LAZY = {
@@ -84,6 +87,10 @@ _LAZY = {
     "ChangeSet": "tether.protocol.messages",
     "ApplyOutcome": "tether.protocol.messages",
     "LayerLimits": "tether.parent.process.layers",
+    # traces and their replay
+    "TraceSpec": "tether.parent.trace.spec",
+    "read_trace": "tether.parent.trace.reader",
+    "TraceModel": "tether.parent.models.replay",
     # scale-out (the `ray` extra)
     "RayPlacement": "tether.parent.placement.rayplacement",
 }
@@ -134,8 +141,11 @@ __all__ = [
     "SubagentDefinition",
     "Supervisor",
     "TaskOutput",
+    "TraceModel",
+    "TraceSpec",
     "VerifierPolicy",
     "__version__",
+    "read_trace",
     "resolve_model",
     "role",
 ]

@@ -302,25 +302,28 @@ class ConfinedRoot:
             return None
         return parts[n:]
 
-    def _walk(self, path: str, *, make_parents: bool, follow_last: bool) -> Landing:
-        root = self.root
+    def _names(self, path: str) -> list[str]:
+        """The names `path` asks the walk to take from the root, or why it cannot."""
         if "\0" in path:
-            raise Refused(Why.NUL, path, root)
+            raise Refused(Why.NUL, path, self.root)
         try:
             size = len(os.fsencode(path))
         except UnicodeEncodeError:
-            raise Refused(Why.UNENCODABLE, path, root) from None
+            raise Refused(Why.UNENCODABLE, path, self.root) from None
         if size >= PATH_MAX:
-            raise Refused(Why.TOO_LONG, path, root)
-        if path.startswith("/"):
-            below = self._below(path)
-            if below is None:
-                raise Refused(Why.ABSOLUTE_OUTSIDE, path, root)
-            todo = below[::-1]
-        else:
-            todo = _components(path)[::-1]
+            raise Refused(Why.TOO_LONG, path, self.root)
+        if not path.startswith("/"):
+            return _components(path)
+        below = self._below(path)
+        if below is None:
+            raise Refused(Why.ABSOLUTE_OUTSIDE, path, self.root)
+        return below
+
+    def _walk(self, path: str, *, make_parents: bool, follow_last: bool) -> Landing:
+        root = self.root
         # `todo`: the names still to walk, the next one last. `fds`: the root and the
         # directories below it the walk is in; `names`: theirs (one fewer).
+        todo = self._names(path)[::-1]
         fds = [os.open(root, _WALK_FLAGS)]
         names: list[str] = []
         links = 0
@@ -358,27 +361,7 @@ class ConfinedRoot:
                     links += 1
                     if links > MAX_SYMLINKS:
                         raise Refused(Why.LOOP, path, root, name=comp, via_link=True)
-                    target = os.readlink(comp, dir_fd=here)
-                    if target.startswith("/"):
-                        inside = self._below(target)
-                        if inside is None:
-                            where = os.path.join(root, *names, comp)
-                            raise Refused(
-                                Why.LINK_OUTSIDE,
-                                path,
-                                root,
-                                where=where,
-                                name=comp,
-                                target=target,
-                                via_link=True,
-                            )
-                        for opened in fds[1:]:
-                            os.close(opened)
-                        del fds[1:]
-                        names.clear()
-                        todo.extend(reversed(inside))
-                    else:
-                        todo.extend(reversed(_components(target)))
+                    todo.extend(reversed(self._link(path, fds, names, comp)))
                     continue
                 if not todo:
                     return self._land(path, fds, names, comp, st)
@@ -391,6 +374,30 @@ class ConfinedRoot:
             for opened in fds:
                 os.close(opened)
             raise
+
+    def _link(self, path: str, fds: list[int], names: list[str], name: str) -> list[str]:
+        """The names the symlink `name` (in the directory the walk is in) stands for. An
+        absolute target takes the walk back to the root first, if it spells the root."""
+        target = os.readlink(name, dir_fd=fds[-1])
+        if not target.startswith("/"):
+            return _components(target)
+        inside = self._below(target)
+        if inside is None:
+            where = os.path.join(self.root, *names, name)
+            raise Refused(
+                Why.LINK_OUTSIDE,
+                path,
+                self.root,
+                where=where,
+                name=name,
+                target=target,
+                via_link=True,
+            )
+        for fd in fds[1:]:
+            os.close(fd)
+        del fds[1:]
+        names.clear()
+        return inside
 
     def _not_opened(
         self,

@@ -109,6 +109,7 @@ _FIELDS = (
     "network",
     "workspace_read_only",
     "protect",
+    "local_sockets",
     "git_guard",
     "hide",
     "layer",
@@ -141,6 +142,7 @@ class Plan:
         network: dict[str, Any] | None = None,
         workspace_read_only: bool = False,
         protect: Sequence[str] = (),
+        local_sockets: bool = False,
         git_guard: Sequence[str] = (),
         hide: Sequence[str] = (),
         layer: str | None = None,
@@ -180,6 +182,12 @@ class Plan:
         """Directories inside the workspace mounted read-only over it (private mounts only):
         the interpreter's import path and tether's own code, which the supervisor imports and
         every new child's trampoline runs outside the sandbox."""
+        self.local_sockets = local_sockets
+        """The child may `connect` to UNIX sockets: those the run binds itself (in the
+        workspace, its private temp dirs) are reachable, and no other is — the private mounts
+        are sealed (`mounts.py`), or Landlock handles socket resolution (ABI 9), and abstract
+        sockets are scoped to the domain (ABI 6). `False`: `connect` is refused outright
+        (`seccomp.py`). `sequence.py` checks the plan can keep that promise."""
         self.git_guard = list(git_guard)
         """`.git` entries of the workspace (relative paths: `.git`, `.git/modules/NAME`) whose
         writes the sandbox refuses (`mounts.guard_git`): a git directory becomes a mount of its

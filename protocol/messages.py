@@ -444,6 +444,49 @@ class Isolation(Wire, frozen=True):
     had none."""
 
 
+class StopReceipt(Wire, frozen=True):
+    """What the parent measured when it stopped a run — and, for an orchestrator, the whole
+    tree of sub-agents it started (filled in by the parent, never by a child)."""
+
+    reason: str
+    """Why it was stopped (`interrupted`, `cancelled by the parent`, ...)."""
+    asked_at: float
+    """When the stop was asked (Unix seconds)."""
+    gone_at: float
+    """When everything was gone: the final sweep found nothing of any stopped child's tree
+    alive (Unix seconds; if it found something, when it looked)."""
+    seconds: float
+    """From the ask to everything gone, on the monotonic clock."""
+    rung: Rung
+    """The furthest rung the dispose ladder reached over every stopped child."""
+    runs: int
+    """Runs the stop took down: the run itself and, for an orchestrator, every sub-agent run of
+    its tree not yet over when the stop was asked (or started after it)."""
+    processes_left: int
+    """Processes of any stopped child's tree alive after the final sweep (a fresh snapshot of
+    /proc: each child's session, process group, tree marker and cgroup). Should be 0."""
+    turns_after_stop: int
+    """Model turns admitted after the stop was asked: the parent's brokers refuse every request
+    from that instant. Should be 0."""
+    turns_abandoned: int
+    """Model turns in flight when the stop was asked: cancelled there, their answers never
+    delivered and their tokens not billed."""
+    tokens_after_stop: int
+    """Tokens billed (counted into the runs' usage) after the stop was asked. Should be 0."""
+
+
+class TraceReport(Wire, frozen=True):
+    """Where the parent traced a run (filled in by the parent; docs/traces.md)."""
+
+    path: str
+    """The run's trace file (JSON Lines)."""
+    bytes: int = 0
+    """The file's size when the result was built."""
+    stopped: str | None = None
+    """Why tracing of the run stopped before its end (its size limit, a disk that fell
+    behind, a file that could not be written); `null` when it did not."""
+
+
 class RunResult(Wire, frozen=True):
     success: bool
     status: RunStatus
@@ -486,3 +529,8 @@ class RunResult(Wire, frozen=True):
     """What became of the change set (a layered run)."""
     attempts: Attempts | None = None
     """With several attempts at the task: each one's result, and which was taken."""
+    trace: TraceReport | None = None
+    """The run's trace, when the parent traced it (filled in by the parent)."""
+    stop: StopReceipt | None = None
+    """When the run was stopped (cancelled, aborted, its supervisor closing): what the parent
+    measured of the stop (filled in by the parent)."""

@@ -22,7 +22,7 @@ from typing import TextIO
 
 import anyio
 
-from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted
+from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted, StoreTrouble
 from tether.parent.run.subagent_events import (
     SubagentCompleted,
     SubagentProgress,
@@ -83,6 +83,8 @@ class TreeState:
             event, SubagentQueued | SubagentStarted | SubagentProgress | SubagentCompleted
         ):
             return self._subagent(event, t)
+        if isinstance(event, StoreTrouble):
+            return [f"agent {event.agent_id}: the session store: {_one_line(event.message, 400)}"]
         o = self.orchestrator
         if o.id and event.run_id != o.id:
             return []  # a sub-agent's own run: its progress comes as subagent.progress

@@ -81,6 +81,26 @@ def add_workspace_options(p: argparse.ArgumentParser, *, default_apply: str) -> 
     )
 
 
+def add_trace_option(p: argparse.ArgumentParser) -> None:
+    """`--trace DIR` (`tether run`, `orchestrate`, `mcp`, `replay`); see `trace_from`."""
+    p.add_argument(
+        "--trace",
+        metavar="DIR",
+        help="write a trace of every run (each model call, its request and answer) to DIR, "
+        "one JSON Lines file per run; DIR must lie outside the workspace (docs/traces.md)",
+    )
+
+
+def trace_from(args: argparse.Namespace) -> str | None:
+    """The `--trace` directory, absolute (a relative one is read against our directory)."""
+    value: str | None = args.trace
+    if value is None:
+        return None
+    if not value:
+        raise UsageError("--trace needs a directory")
+    return os.path.abspath(value)
+
+
 def limits_from(args: argparse.Namespace) -> Limits:
     """The limit flags as `Limits`; an error names the flag (`--timeout: ...`)."""
     return limits_from_flags(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tether.parent.cli.progress import line
+from tether.parent.run.stop import describe
 from tether.parent.run.terminal import clean
 from tether.protocol.messages import RunResult
 
@@ -77,4 +78,6 @@ def _render(result: RunResult) -> str:
         f"{result.duration_seconds:.2f}s" if result.duration_seconds is not None else "",
     ]
     lines.append(", ".join(bit for bit in ran if bit))
+    if result.stop is not None:
+        lines.append(describe(result.stop))
     return "\n".join(lines)

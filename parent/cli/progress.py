@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted
+from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted, StoreTrouble
 from tether.parent.run.terminal import clean
 
 PREVIEW = 120
@@ -43,6 +43,8 @@ def describe(ev: Event) -> str | None:
         return f"tether: run {ev.run_id} {how}{took}"
     if isinstance(ev, ChildEvent):
         return _child_event(ev.kind, ev.data)
+    if isinstance(ev, StoreTrouble):
+        return f"tether: agent {ev.agent_id}: the session store: {line(ev.message)}"
     return None  # a delegation's sub-agent events: `tether orchestrate` shows those
 
 

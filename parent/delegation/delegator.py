@@ -51,6 +51,7 @@ from tether.parent.roles.builtins import BUILTIN_ROLES
 from tether.parent.roles.definitions import Registry, SubagentDefinition
 from tether.parent.run.broker import ParentTool
 from tether.parent.run.spec import Chooser
+from tether.parent.run.stop import StopLine
 from tether.parent.run.subagent_events import SubagentStatus
 from tether.protocol.messages import (
     APPLY_POLICIES,
@@ -166,9 +167,12 @@ class Delegator:
         tool_call_id: str,
         history: Sequence[ChatMessage] = (),
         on_event: EventCallback | None = None,
+        stops: StopLine | None = None,
     ) -> TaskOutput:
         """Carry out one task call. `history` is the orchestrator's transcript (used only with
-        `forkContext: true`). Never raises for the model's or a sub-agent's doing."""
+        `forkContext: true`); `stops`: the line its runs are added to, so a stop of the call
+        takes them down (`tether.parent.run.stop`; default: the runner's). Never raises for the
+        model's or a sub-agent's doing."""
         if self.tool is None:
             return refused("invalid_arguments", "No sub-agent types are defined.")
         got = self.tool.validate(arguments)
@@ -198,7 +202,7 @@ class Delegator:
                 "Invalid arguments: attempts: this delegation has no workspace to layer.",
                 [ArgumentProblem(argument="attempts", problem="needs a workspace")],
             )
-        call = Call(got.description, tool_call_id, on_event)
+        call = Call(got.description, tool_call_id, on_event, stops)
         job = Job(definition, read_only, got.prompt, "task", fork, attempts=got.attempts)
         return await self.gate.deliver(call, job)
 

@@ -69,6 +69,7 @@ from tether.parent.run.budget import Budget
 from tether.parent.run.evidence import parse_verdict, recheck
 from tether.parent.run.spec import Chooser
 from tether.parent.run.status import task_status
+from tether.parent.run.stop import StopLine
 from tether.parent.run.subagent_events import (
     Role,
     SubagentCompleted,
@@ -150,6 +151,9 @@ class RunRequest:
     apply: the run's own policy is `never`)."""
     layer: str | None = None
     """Run it in this kept layer (a layered job's verifier, read-only, or its fix)."""
+    stops: StopLine | None = None
+    """The line a stop of the call takes its runs down with (a tool call served over MCP);
+    `None`: the runner's own (an orchestration's)."""
 
     def bind_agent(self, agent_id: str) -> None:
         """A runner that started the sub-agent as a continuable agent names its id here."""
@@ -189,6 +193,8 @@ class Call:
     label: str
     tool_call_id: str
     on_event: EventCallback | None = None
+    stops: StopLine | None = None
+    """Where its runs go, for a stop of the call (`RunRequest.stops`)."""
     steps: int = 0
     artifacts: dict[str, Artifact] = field(default_factory=dict)
 
@@ -712,6 +718,7 @@ class Gate:
             facts=facts,
             workspace_mode="layered" if job.layered or job.layer is not None else "shared",
             layer=job.layer,
+            stops=call.stops,
         )
 
     def _finish(

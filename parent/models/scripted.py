@@ -29,15 +29,14 @@ a script with `"once": true` is taken by one run only (a later run looks further
 from __future__ import annotations
 
 import itertools
-import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
 
+from tether.parent.models.files import read_bounded
 from tether.protocol import ErrorCode, RemoteError
 from tether.protocol.messages import (
     ChatMessage,
@@ -109,27 +108,7 @@ class ScriptedModel:
         device (opened without blocking, checked before any read). Blocking file I/O: callers
         on an event loop run it in a worker thread."""
         p = Path(path)
-        try:
-            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as exc:
-            raise ValueError(f"cannot read model script {str(p)!r}: {exc.strerror}") from exc
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise ValueError(f"model script {str(p)!r} is not a regular file")
-            if st.st_size > MAX_SCRIPT_BYTES:
-                raise ValueError(
-                    f"model script {str(p)!r} is {st.st_size} bytes; the limit is "
-                    f"{MAX_SCRIPT_BYTES}"
-                )
-            with os.fdopen(os.dup(fd), "rb") as f:
-                data = f.read(MAX_SCRIPT_BYTES + 1)
-        except OSError as exc:
-            raise ValueError(f"cannot read model script {str(p)!r}: {exc.strerror}") from exc
-        finally:
-            os.close(fd)
-        if len(data) > MAX_SCRIPT_BYTES:
-            raise ValueError(f"model script {str(p)!r} passed {MAX_SCRIPT_BYTES} bytes")
+        data = read_bounded(p, MAX_SCRIPT_BYTES, "model script")
         return cls.from_json(data, name=f"scripted:{p}")
 
     @classmethod

@@ -56,6 +56,14 @@ class ChildConfig:
     dedicated default (`tether.contain.plan.DEFAULT_SANDBOX_ID`)."""
     read_paths: Sequence[str] = ()
     """More paths a sandboxed child may read (and execute), beyond what it is granted."""
+    transport: str = "process"
+    """How a run obtains its child (`tether.parent.run.transport`): `process` (a local process:
+    the launcher, containment, sandbox, limits, keeper and dispose ladder above) or `memory`
+    (tether's own child runtime as a task of the supervisor, over in-memory streams: no
+    process, no isolation, no resource limits — the run's clocks, budgets and the tools'
+    workspace confinement only; for tests and trusted work, the `inprocess` provider's). A
+    supervisor whose children all run in memory starts no process at all. `command` children
+    are processes whatever this says."""
     deny_paths: Sequence[str] = ()
     """Directories a sandboxed child must never reach, whatever else it is granted (the
     session store's, for the runs of continuable agents). Under a root supervisor's private

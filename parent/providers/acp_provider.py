@@ -184,6 +184,8 @@ class AcpProvider(Provider):
         grant = gateway.grant(
             run.run_id, BrokeredModel(run.broker), max_request_bytes=cfg.max_message_bytes
         )
+        if run.broker.trace is not None:
+            run.broker.trace.conceal(grant.token)  # the agent holds it: never in its trace
         ours: socket.socket | None = None
         theirs: socket.socket | None = None
         home: str | None = None

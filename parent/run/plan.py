@@ -12,14 +12,18 @@ way a run starts (see `spec.py`). It does, in order:
 3. the workspace (an existing directory, made absolute) and the child config (the caller's or
    the supervisor's, with the command);
 4. the provider's `prepare` (its argument, a fork's transcript — the caller's completed turns
-   as the parent's broker recorded them), the containment tier, the launcher, the spawner, and
-   the isolation level the provider gives (a sandbox needs a workspace it can protect, and
-   must be able to keep the child out of every path the config denies);
+   as the parent's broker recorded them), the transport that will obtain the child (the
+   config's `transport`: a local process or tether's runtime in memory, which refuses what it
+   cannot carry), the containment tier, the launcher, the spawner, and the isolation level the
+   transport and the provider give (a sandbox needs a workspace it can protect, and must be
+   able to keep the child out of every path the config denies);
 5. the models, resolved in the parent (`broker.resolve_models`: the caller's model wins over
    the definition's; model strings from the wire are never resolved);
 6. the request as the child will read it (`agent/run` parameters; too large for one message is
    bad usage), whether the provider can keep a run for follow-ups, whether the agent needs a
-   model it has none of, and the idle limit against tether's heartbeats (a warning).
+   model it has none of, and the idle limit against tether's heartbeats (a warning);
+7. the trace: the spec's `trace=`, else the supervisor's, checked to lie outside the workspace
+   (`trace/spec.py`).
 
 Nothing here changes state: it reads the host's facts (probed once per process), the files a
 request names, and model scripts (off the event loop). `check_agent` and `check_config` are the
@@ -41,9 +45,10 @@ from tether.parent.process.config import ChildConfig
 from tether.parent.process.host import Host, host
 from tether.parent.process.isolation import (
     Choice,
-    choose_level,
     deny_problem,
     probe_host,
+    sandbox_uid,
+    unreadable_problem,
     workspace_problem,
 )
 from tether.parent.process.launchers import resolve_launcher
@@ -53,6 +58,7 @@ from tether.parent.roles.builtins import resolve_agent
 from tether.parent.run.broker import ApprovePolicy, ParentTool, RunModels, TurnHook, resolve_models
 from tether.parent.run.budget import Budget
 from tether.parent.run.checks import check_model, warn_idle
+from tether.parent.run.events import EventCallback
 from tether.parent.run.provider import (
     Provider,
     ProviderBody,
@@ -60,7 +66,14 @@ from tether.parent.run.provider import (
     RunBody,
     SubagentRequest,
 )
-from tether.parent.run.spec import Continuation, EventCallback, NamedModel, RunSpec
+from tether.parent.run.spec import Continuation, NamedModel, RunSpec
+from tether.parent.run.transport import (
+    PROCESS,
+    ChildTransport,
+    builtin_transports,
+    transport_named,
+)
+from tether.parent.trace.spec import TraceOption, TraceSpec, check_trace
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
 from tether.protocol.messages import (
     APPLY_POLICIES,
@@ -76,10 +89,13 @@ _run_ids = itertools.count(1)
 
 @dataclass(frozen=True)
 class PlanContext:
-    """What a plan depends on besides the spec: the supervisor's providers and default config."""
+    """What a plan depends on besides the spec: the supervisor's providers, default config,
+    transports, default trace and kept layers."""
 
     providers: ProviderRegistry
     config: ChildConfig
+    transports: Mapping[str, ChildTransport] = field(default_factory=builtin_transports)
+    trace: TraceOption = None
     layers: Mapping[str, layers.Layer] = field(default_factory=dict)
     """The supervisor's kept layers, by directory (`RunSpec.layer` names one)."""
 
@@ -100,6 +116,8 @@ class RunPlan:
     """The name of the provider that carries the run."""
     body: RunBody | None
     """A provider's own way of running it (`None`: a tether child of `config`)."""
+    transport: ChildTransport
+    """How the run obtains its tether child (`config.transport`; unused with a `body`)."""
     continuation: Continuation | None = None
     approve: ApprovePolicy | None = None
     on_event: EventCallback | None = None
@@ -107,6 +125,12 @@ class RunPlan:
     on_turn: TurnHook | None = None
     budgets: Sequence[Budget] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    trace: TraceSpec | None = None
+    """Where the run is traced (its directory checked: outside the workspace)."""
+    parent_run: str | None = None
+    agent: str = ""
+    """The agent as the caller named it: a role, a custom agent's `module:callable` (file
+    paths absolute), or the definition's type."""
     layer: layers.LayerPlan | None = None
     """A layered run's layer, to be made before the spawn (`None`: shared, or `kept`)."""
     kept: layers.Layer | None = None
@@ -208,25 +232,39 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         )
     )
     cfg = request.config
+    # A provider that drives its own agent starts any process it needs itself, locally.
+    transport = transport_named(ctx.transports, PROCESS if chosen.drives_itself else cfg.transport)
+    transport.check(cfg)
     tier = host(cfg.containment)
     launcher = resolve_launcher(cfg.launcher)  # an unknown launcher is bad usage
     check_spawner(cfg)
     remote = launcher.name if launcher.provides.eof_teardown_only else None
-    choice = chosen.isolation(choose_level(cfg.isolation, remote_launcher=remote), cfg)
+    choice = chosen.isolation(transport.isolation(cfg, remote), cfg)
     if choice.level == "sandbox":
         protects = probe_host().root and launcher.name == "local"
-        problem = workspace_problem(str(ws), protects_code=protects) or deny_problem(
-            cfg.deny_paths,
-            command=cfg.command,
-            workspace=str(ws),
-            read_paths=cfg.read_paths,
-            can_cover=protects,
+        problem = (
+            workspace_problem(str(ws), protects_code=protects)
+            or deny_problem(
+                cfg.deny_paths,
+                command=cfg.command,
+                workspace=str(ws),
+                read_paths=cfg.read_paths,
+                can_cover=protects,
+            )
+            or unreadable_problem(
+                cfg.command, cfg.read_paths, as_uid=sandbox_uid(cfg.sandbox_user, launcher)
+            )
         )
         if problem is not None:
             raise ValueError(problem)
     layer_plan = None
     read_only_layer = False
     if mode == "layered":
+        if transport.name != PROCESS:
+            raise ValueError(
+                f"a layered workspace needs a child process; transport {transport.name!r} "
+                "cannot give one (use workspace_mode='shared' there)"
+            )
         if remote is not None:
             raise ValueError(
                 f"a layered workspace is made on this host; the {remote!r} launcher runs the "
@@ -276,7 +314,7 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     check_request_size(params)
     if spec.continuation is not None and chosen.drives_itself:
         raise ValueError(
-            f"{once(chosen)}; only a tether child process keeps a run for follow-ups: use "
+            f"{once(chosen)}; only a tether child keeps a run for follow-ups: use "
             f"{follow_up_providers(ctx.providers)}"
         )
     if not chosen.drives_itself or not chosen.isolated:
@@ -284,6 +322,7 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         check_model(cfg.command, request.agent, models.main is not None)
     limits = spec.limits or Limits()
     warn_idle(cfg.command, limits)
+    trace = check_trace(spec.trace if spec.trace is not None else ctx.trace, str(ws))
     return RunPlan(
         spec=spec,
         run_id=request.run_id,
@@ -295,6 +334,7 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         models=models,
         provider=chosen.name,
         body=ProviderBody(chosen, request) if chosen.drives_itself else None,
+        transport=transport,
         continuation=spec.continuation,
         approve=spec.approve,
         on_event=spec.on_event,
@@ -302,6 +342,9 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         on_turn=spec.on_turn,
         budgets=spec.budgets,
         labels=spec.labels,
+        trace=trace,
+        parent_run=spec.parent_run,
+        agent=impl or (spec.agent if isinstance(spec.agent, str) else definition.type),
         layer=layer_plan,
         kept=kept,
         apply=policy,
@@ -348,8 +391,8 @@ def once(provider: Provider) -> str:
 
 def follow_up_providers(providers: ProviderRegistry) -> str:
     """The providers of `providers` whose runs can be continued, by name: those that run a
-    tether child (every one that does not drive its own run: `spawn`, `fork`, `command`, and a
-    registered one that only prepares the request)."""
+    tether child (every one that does not drive its own run: `spawn`, `fork`, `command`,
+    `inprocess`, and a registered one that only prepares the request)."""
     names = [p.name for p in providers if not p.drives_itself]
     listed = ", ".join(names) if names else "none here"
     if "command" in names:

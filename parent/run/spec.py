@@ -20,11 +20,11 @@ from tether.parent.process.config import ChildConfig
 from tether.parent.process.limits import Limits
 from tether.parent.run.broker import ApprovePolicy, Broker, ParentTool, TurnHook
 from tether.parent.run.budget import Budget
-from tether.parent.run.events import Event
+from tether.parent.run.events import EventCallback
 from tether.parent.run.provider import Provider
+from tether.parent.trace.spec import TraceOption
 from tether.protocol.messages import AgentDefinition, ChatMessage, RunResult
 
-EventCallback = Callable[[Event], None]
 ReportHook = Callable[[str], Awaitable[None]]
 """Told of each `report` event's text, in order, before the child's later messages are read."""
 
@@ -125,6 +125,12 @@ class RunSpec:
     choose: Chooser | None = None
     """With `attempts`: picks the attempt to take from their results (its index, or `None`);
     default: the first that succeeded, in the order they finished."""
+    trace: TraceOption = None
+    """Trace the run: a directory (one JSON Lines file per run, named by its run id) or a
+    `TraceSpec`; `None`: the supervisor's `trace=`, if it has one (docs/traces.md)."""
+    parent_run: str | None = None
+    """The run that started this one (an orchestrator's, for its sub-agents), named in the
+    trace's header."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, str):

@@ -76,6 +76,9 @@ FIGURES = {
     "tether.agent_spawn",
     "tether.cold_resume",
     "tether.cold_resume_long",
+    "tether.wake_first_turn",
+    "context.wake",
+    "tether.wake_after_restart",
     "context.continue_ping",
     "context.follow_up_unstored",
     "context.fresh_run",
@@ -86,6 +89,10 @@ FIGURES = {
     "providers.fork",
     "providers.inprocess",
     "providers.acp",
+    "context.trace_untraced",
+    "tether.trace_run",
+    "context.trace_bytes_per_turn",
+    "context.trace_record_turn",
 }
 
 RAY_FIGURES = {
@@ -117,6 +124,7 @@ TARGETS = [
     "through the zygote",
     "crash",
     "acquire",
+    "traced",
 ]
 
 

@@ -51,6 +51,8 @@ def test_the_wheel_holds_parent_child_protocol_their_data_and_the_tether_script(
         "tether/parent/process/_pidns.py",
         "tether/parent/placement/nodehost.py",
         "tether/parent/models/scripted.py",
+        "tether/parent/run/transport/memory.py",
+        "tether/parent/trace/schema.json",
         "tether/parent/py.typed",
     ):
         assert required in names, required

@@ -126,9 +126,11 @@ def test_a_host_whose_sandbox_cannot_guard_git_still_sandboxes_and_says_so(
     from tether.parent.cli import doctor
     from tether.parent.process import isolation, layers
 
-    def trial(abi: int, root: bool, *, git: bool, layer: bool = False) -> str | None:
+    def trial(
+        abi: int, root: bool, *, local_sockets: bool, git: bool, layer: bool = False
+    ) -> isolation._Trial:
         # No user namespace: neither the git guard nor a layer's overlay can be made in one.
-        return "unshare: Operation not permitted" if git or layer else None
+        return isolation._Trial("unshare: Operation not permitted" if git or layer else None)
 
     monkeypatch.setattr(isolation, "_probed", {})
     monkeypatch.setattr(isolation, "_trial", trial)
