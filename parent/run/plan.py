@@ -260,18 +260,18 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     layer_plan = None
     read_only_layer = False
     if mode == "layered":
-        if transport.name != PROCESS:
-            raise ValueError(
-                f"a layered workspace needs a child process; transport {transport.name!r} "
-                "cannot give one (use workspace_mode='shared' there)"
-            )
         if remote is not None:
             raise ValueError(
                 f"a layered workspace is made on this host; the {remote!r} launcher runs the "
                 "child elsewhere: use workspace_mode='shared' there"
             )
+        # An overlay is mounted in a sandboxed child process's own mount namespace; anything
+        # else (a child in memory, a provider that drives its own child) works in a copy.
         overlay_ok = (
-            choice.level == "sandbox" and launcher.name == "local" and not chosen.drives_itself
+            choice.level == "sandbox"
+            and launcher.name == "local"
+            and not chosen.drives_itself
+            and transport.name == PROCESS
         )
         if kept is None:
             owner = None

@@ -312,8 +312,8 @@ async def test_a_change_applied_to_the_workspace_meanwhile_does_not_show_through
 async def test_a_provider_that_drives_its_own_child_gets_a_copy_of_the_workspace(
     workspace: Path,
 ) -> None:
-    """The in-process runtime has no mount namespace to make an overlay in: its layer is a
-    copy, its workspace the copy, and the workspace itself is left alone."""
+    """The in-process runtime (a child in memory) has no mount namespace to make an overlay
+    in: its layer is a copy, its workspace the copy, and the workspace itself is left alone."""
     async with Supervisor() as sup:
         result = await sup.run(
             "x",

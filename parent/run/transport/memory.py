@@ -90,9 +90,8 @@ class InMemory:
     async def open(self, request: ChildRequest, host: ProcessHost) -> AsyncIterator[ObtainedChild]:
         cfg = request.config
         if request.layer is not None:
-            raise SpawnError(
-                "a child in memory cannot see a layered workspace (run it as a process)"
-            )
+            # The plan gives a child in memory a copied layer, never an overlay to mount.
+            raise SpawnError("a child in memory cannot mount an overlay")
         observed = Observed(limits=request.limits)
         serve = _runtime(cfg, observed)
         # No grace of the helper's own: the child's dispose has waited the EOF grace already.
