@@ -30,12 +30,15 @@ if TYPE_CHECKING:
     from tether.parent.delegation.ledger import Ledger
     from tether.parent.delegation.orchestrator import Orchestration
     from tether.parent.delegation.output import TaskOutput
+    from tether.parent.delegation.verification import VerifierPolicy
     from tether.parent.egress.policy import Credential, NetworkPolicy
     from tether.parent.egress.seat import EgressOptions
     from tether.parent.models import ModelProvider, resolve_model
+    from tether.parent.models.replay import TraceModel
     from tether.parent.models.scripted import ScriptedModel
     from tether.parent.placement.rayplacement import RayPlacement
     from tether.parent.process.config import ChildConfig, PoolSpec
+    from tether.parent.process.layers import LayerLimits
     from tether.parent.process.limits import DisposePolicy, Limits
     from tether.parent.roles.builtins import role
     from tether.parent.roles.definitions import Registry, SubagentDefinition
@@ -43,7 +46,9 @@ if TYPE_CHECKING:
     from tether.parent.run.handle import RunHandle
     from tether.parent.run.spec import Continuation, NamedModel, RunSpec
     from tether.parent.supervisor import Supervisor
-    from tether.protocol.messages import AgentDefinition, RunResult
+    from tether.parent.trace.reader import read_trace
+    from tether.parent.trace.spec import TraceSpec
+    from tether.protocol.messages import AgentDefinition, ApplyOutcome, ChangeSet, RunResult
 
 _LAZY = {
     # running sub-agents
@@ -83,6 +88,15 @@ _LAZY = {
     "Orchestration": "tether.parent.delegation.orchestrator",
     "TaskOutput": "tether.parent.delegation.output",
     "Ledger": "tether.parent.delegation.ledger",
+    "VerifierPolicy": "tether.parent.delegation.verification",
+    # layered workspaces
+    "ChangeSet": "tether.protocol.messages",
+    "ApplyOutcome": "tether.protocol.messages",
+    "LayerLimits": "tether.parent.process.layers",
+    # traces and their replay
+    "TraceSpec": "tether.parent.trace.spec",
+    "read_trace": "tether.parent.trace.reader",
+    "TraceModel": "tether.parent.models.replay",
     # scale-out (the `ray` extra)
     "RayPlacement": "tether.parent.placement.rayplacement",
 }
@@ -107,7 +121,9 @@ __all__ = [
     "AgentBusy",
     "AgentDefinition",
     "AgentHandle",
+    "ApplyOutcome",
     "CannotResume",
+    "ChangeSet",
     "ChildConfig",
     "ChildEvent",
     "Continuation",
@@ -115,6 +131,7 @@ __all__ = [
     "DisposePolicy",
     "EgressOptions",
     "Event",
+    "LayerLimits",
     "Ledger",
     "Limits",
     "ModelProvider",
@@ -133,7 +150,11 @@ __all__ = [
     "SubagentDefinition",
     "Supervisor",
     "TaskOutput",
+    "TraceModel",
+    "TraceSpec",
+    "VerifierPolicy",
     "__version__",
+    "read_trace",
     "resolve_model",
     "role",
 ]

@@ -57,43 +57,35 @@ async def _bare_in_memory_run(workspace: str) -> None:
         InitializeParams,
         PeerInfo,
     )
-    from tether.wire import Endpoint, memory_pipe
+    from tether.wire import Endpoint
     from tether.wire.child_session import ChildSession
+    from tether.wire.in_memory import serve_in_memory
 
-    to_child_w, to_child_r = memory_pipe()
-    to_parent_w, to_parent_r = memory_pipe()
     broker = Broker("bare", RunModels(main=ScriptedModel.from_json(ONE_TURN)), None, lambda e: None)
-    endpoint = Endpoint(
-        Connection("parent"),
-        to_parent_r,
-        to_child_w,
-        on_request=broker.on_request,
-        on_notification=broker.on_notification,
-        strict=True,
-    )
-    session = ChildSession(endpoint)
-    done = anyio.Event()
-
-    async def child() -> None:
-        await serve_streams(to_child_r, to_parent_w)
-        await to_parent_w.aclose()
-        done.set()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(child)
-        tg.start_soon(endpoint.run)
-        await session.initialize(
-            InitializeParams(protocol_version=PROTOCOL_VERSION, client_info=PeerInfo(name="b"))
+    async with serve_in_memory(serve_streams) as peer:
+        endpoint = Endpoint(
+            Connection("parent"),
+            peer.receive,
+            peer.send,
+            on_request=broker.on_request,
+            on_notification=broker.on_notification,
+            strict=True,
         )
-        got = await session.run(
-            AgentRunParams(
-                run_id="bare", prompt="bench", workspace=workspace, agent=AgentDefinition()
+        session = ChildSession(endpoint)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(endpoint.run)
+            await session.initialize(
+                InitializeParams(protocol_version=PROTOCOL_VERSION, client_info=PeerInfo(name="b"))
             )
-        )
-        assert got.success, got.message
-        await to_child_w.aclose()
-        await done.wait()
-        tg.cancel_scope.cancel()
+            got = await session.run(
+                AgentRunParams(
+                    run_id="bare", prompt="bench", workspace=workspace, agent=AgentDefinition()
+                )
+            )
+            assert got.success, got.message
+            await peer.close_input()
+            await peer.stopped.wait()
+            tg.cancel_scope.cancel()
 
 
 async def providers_group(res: Results, rounds: int, workspace: str) -> None:

@@ -216,6 +216,11 @@ TARGETS = [
         ),
     ),
     Target(
+        "trace",
+        f"a representative run traced ≤ 1.05{X} the same run untraced",
+        _relative("tether.trace_run", "context.trace_untraced", 1.05, True),
+    ),
+    Target(
         "fleet_ready",
         "256 live children through the zygote: all ready ≤ 5 s",
         _absolute("tether.fleet_ready", 5.0, True),

@@ -59,7 +59,13 @@ def load_agent_factory(spec: str) -> AgentFactory:
 
 def _load_file(path: Path) -> Any:
     path = path.resolve()
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except OSError as exc:  # a directory on the way this process may not enter
+        raise AgentSpecError(
+            f"the agent file {str(path)!r} cannot be read: {exc.strerror or exc}"
+        ) from None
+    if not is_file:
         raise AgentSpecError(f"the agent file {str(path)!r} does not exist")
     name = f"tether_user_agent_{path.stem}"
     loader_spec = importlib.util.spec_from_file_location(name, path)

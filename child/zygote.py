@@ -98,7 +98,13 @@ import tether.contain.seccomp  # the sandbox of every forked child
 from tether.child import entry, fdguard
 from tether.contain.plan import Plan
 from tether.contain.privileges import set_dumpable
-from tether.contain.sequence import arm_death_signal, contain, join_cgroups, workspace_idmap
+from tether.contain.sequence import (
+    arm_death_signal,
+    contain,
+    join_cgroups,
+    local_sockets,
+    workspace_idmap,
+)
 
 SETUP_FAILED = 126
 MAX_MESSAGE = 1 << 20
@@ -116,6 +122,7 @@ MAX_USERNS = 8
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _userns: dict[tuple[int, int, int, int], int] = {}
+_sealer: list[int] = []
 
 
 @functools.cache
@@ -191,21 +198,53 @@ def _userns_for(request: dict[str, Any]) -> int | None:
     return fd
 
 
+def _sealer_for(request: dict[str, Any]) -> int | None:
+    """An fd of `mounts.unmapped_userns()`'s namespace when the request's sandbox seals its
+    private mounts; made here once and kept, as `_userns_for` keeps its own (`None`: not
+    needed, or it could not be made and the child makes its own)."""
+    try:
+        plan = Plan.from_json(request.get("plan"))
+    except (AttributeError, TypeError, ValueError, KeyError):
+        return None
+    if not (plan.private_mounts and local_sockets(plan)):
+        return None
+    if not _sealer:
+        try:
+            _sealer.append(tether.contain.mounts.unmapped_userns())
+        except OSError:
+            return None
+    return _sealer[0]
+
+
+def _extra_fds(request: dict[str, Any]) -> tuple[list[int], list[str]]:
+    """The user namespaces a request's child gets beside its stdio, and their roles (what
+    the child reads from `extraFds`)."""
+    extra: list[int] = []
+    roles: list[str] = []
+    for role, fd in (("userns", _userns_for(request)), ("sealer", _sealer_for(request))):
+        if fd is not None:
+            extra.append(fd)
+            roles.append(role)
+    return extra, roles
+
+
 def _become_child(
     request: dict[str, Any], fds: list[int], zygote: int, joined: str | None = None
 ) -> None:
     """Set up the forked child and run the child runtime in it; never returns. `fds`: its
-    stdin, stdout and stderr, and the user namespace of `_userns_for` when there is one.
+    stdin, stdout and stderr, then the user namespaces the request's `extraFds` names
+    (`_extra_fds`).
     `joined`: the standby cgroup this process is in already (a standby's); when the request
     claims it, the supervisor has made it this child's, and there is nothing to join."""
     try:
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
-        userns = None
-        if len(fds) > 3:
-            userns = 3
-            os.dup2(fds[3], userns)
-        os.closerange(4 if userns is not None else 3, os.sysconf("SC_OPEN_MAX"))
+        # The namespaces the zygote made ahead, each at 3 + its place in `extraFds`.
+        roles = list(request.get("extraFds") or (["userns"] if len(fds) > 3 else []))
+        extra = {role: 3 + i for i, role in enumerate(roles[: len(fds) - 3])}
+        for target in extra.values():
+            os.dup2(fds[target], target)
+        os.closerange(3 + len(extra), os.sysconf("SC_OPEN_MAX"))
         _replace_environment(request["env"])
         os.chdir(request.get("cwd") or "/")
         here = joined is not None and request.get("claims") == joined
@@ -216,7 +255,8 @@ def _become_child(
             rlimits=request.get("rlimits", {}),
             for_exec=False,
             plan=Plan.from_json(request.get("plan")),
-            userns=userns,  # closed by contain
+            userns=extra.get("userns"),  # both closed by contain
+            sealer=extra.get("sealer"),
         )
         argv = list(request.get("argv", []))
         sys.argv = ["tether.child", *argv]
@@ -318,13 +358,13 @@ def _stand_by(sock: socket.socket, zygote: int, cgroup: dict[str, Any] | None) -
         _rehearse()
         _get_set()
         sock.send(PARKED)
-        data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 4)
+        data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 5)
         if not data:
             os._exit(0)  # the zygote let it go
         request = json.loads(data)
     except BaseException:
         os._exit(SETUP_FAILED)
-    if len(fds) not in (3, 4):
+    if len(fds) not in (3, 4, 5):
         os._exit(SETUP_FAILED)
     _become_child(request, fds, zygote, cgroup["id"] if cgroup is not None else None)
 
@@ -415,12 +455,13 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
                     poller.unregister(standby.sock)
                     _lose(standby)
                     standby = None
-                userns = _userns_for(request)
-                given = fds if userns is None else [*fds, userns]
+                extra, roles = _extra_fds(request)
+                given = [*fds, *extra]
+                request["extraFds"] = roles
                 handed = None
                 if standby is not None and standby.parked:
                     poller.unregister(standby.sock)
-                    handed = _hand_over(standby, data, given)
+                    handed = _hand_over(standby, json.dumps(request).encode(), given)
                     lost = 0 if handed is not None else lost + 1  # gone: fork as if none
                     standby = None
                 if handed is not None:

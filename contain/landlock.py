@@ -13,11 +13,14 @@ version, pinned here up to `MAX_ABI`:
     ABI 5 (6.10)        + IOCTL_DEV: ioctl on device files
     ABI 6 (6.12)        scoping: abstract UNIX sockets and signals stay inside the domain
     ABI 7 (6.15)        audit logging flags (nothing new to handle)
+    ABI 8 (7.0)         restrict every thread at once (a flag; nothing new to handle)
+    ABI 9 (7.1)         + RESOLVE_UNIX: connect/sendto to pathname UNIX sockets, allowed
+                        beneath a rule's path or to a socket bound in the same domain
 
 A newer kernel speaks every older ABI, so a domain built for `min(kernel, MAX_ABI)` is always
-accepted. What Landlock does not cover at any ABI tether uses (UDP, raw and pathname UNIX
-sockets, chmod/chown/utime/setxattr, ptrace within the domain) is left to seccomp and the uid
-change; see docs/containment.md.
+accepted. What Landlock does not cover at any ABI tether uses (UDP and raw sockets, pathname
+UNIX sockets before ABI 9, chmod/chown/utime/setxattr, ptrace within the domain) is left to
+seccomp, the sealed private mounts and the uid change; see docs/containment.md.
 
 Only the standard library (see `_sys.py`).
 """
@@ -31,7 +34,11 @@ from collections.abc import Iterable
 
 from tether.contain._sys import syscall
 
-MAX_ABI = 7
+MAX_ABI = 9
+SCOPE_ABI = 6
+"""The first ABI that keeps abstract UNIX sockets and signals inside the domain."""
+RESOLVE_UNIX_ABI = 9
+"""The first ABI that handles connecting to pathname UNIX sockets."""
 
 EXECUTE = 1 << 0
 WRITE_FILE = 1 << 1
@@ -49,6 +56,7 @@ MAKE_SYM = 1 << 12
 REFER = 1 << 13
 TRUNCATE = 1 << 14
 IOCTL_DEV = 1 << 15
+RESOLVE_UNIX = 1 << 16
 
 FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
 """The only rights a rule on a file (not a directory) may carry."""
@@ -72,6 +80,8 @@ def fs_rights(abi: int) -> int:
         rights |= TRUNCATE
     if abi >= 5:
         rights |= IOCTL_DEV
+    if abi >= RESOLVE_UNIX_ABI:
+        rights |= RESOLVE_UNIX
     return rights
 
 
@@ -80,13 +90,14 @@ def net_rights(abi: int) -> int:
 
 
 def scopes(abi: int) -> int:
-    return SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
+    return SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= SCOPE_ABI else 0
 
 
 READ = EXECUTE | READ_FILE | READ_DIR
 """Read and execute: system paths, the interpreter, the import path."""
 WRITE = fs_rights(MAX_ABI) & ~(MAKE_CHAR | MAKE_BLOCK)
-"""Everything but device nodes: the workspace and the private temp dirs."""
+"""Everything but device nodes: the workspace and the private temp dirs (where, from ABI 9,
+connecting to a socket is allowed too; nowhere else is)."""
 DEVICE = READ_FILE | WRITE_FILE | TRUNCATE | IOCTL_DEV
 """/dev/null and friends: `> /dev/null` opens with O_TRUNC; isatty() is an ioctl."""
 

@@ -33,8 +33,27 @@ Run as root in the trampoline (or the zygote's forked child), before the uid cha
 7. Directories the child must never reach (`hide`: a session store's) get an empty read-only
    tmpfs of mode 000 over them, after everything else, so no clone or grant shows them again.
 
-`layout()` decides steps 2, 4 and 5 from the grants and a traversal test; it is pure, so the rules
-are tested without mounting anything.
+Sealed (`seal=True`, a plan with `local_sockets`): the child may `connect` to UNIX sockets, so
+no socket bound outside the run may be reachable by path. Between steps 2 and 3 the view is
+rebuilt from detached clones of every host mount, each *idmapped through a user namespace
+that maps no owner a file has* (`unmapped_userns`): the kernel refuses a write-class permission
+check on an inode whose owner the mount does not map (EACCES), and `connect` to a pathname
+socket is such a check, so no host socket can be connected whatever its mode — while reads
+keep the mode bits the sandbox uid had anyway (it owns nothing outside the workspace, and
+is in no group). The clone of `/` becomes the root (`pivot_root`, the host's tree detached),
+the others are attached at their paths; a mount that cannot be idmapped is kept only when it
+can hold no live socket (a pseudo filesystem, `SOCKET_FREE`, or a read-only superblock,
+where nothing can bind); any other stays unmapped, and the view counts as not sealed
+(`Applied.unsealed` says why: the child then gets no `connect`). /dev becomes a
+private tmpfs holding only the plan's device files and the /proc/self/fd links (the host's
+/dev holds /dev/log and other sockets, and devtmpfs cannot be idmapped). The rebuilt tree is
+private: a mount the host makes later never shows up inside. Sockets the run binds itself are
+in the workspace (idmapped to the sandbox uid, step 2) or the private tmpfs dirs (step 4), so
+they stay reachable; abstract sockets are Landlock's (scoped to the domain from ABI 6).
+
+`layout()` decides steps 2, 4 and 5 from the grants and a traversal test, and `seal_plan()`
+which host mounts are cloned and how; both are pure, so the rules are tested without mounting
+anything.
 
 Only the standard library (see `_sys.py`).
 """
@@ -68,8 +87,40 @@ MOUNT_ATTR_RDONLY = 0x1
 MOUNT_ATTR_NOSUID = 0x2
 MOUNT_ATTR_NODEV = 0x4
 MOUNT_ATTR_IDMAP = 0x100000
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
 
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+UNMAPPED_ID = 4_294_967_294
+"""The one id the sealing user namespace maps (to itself): the highest valid uid, which no
+file of a real system has, so every owner is unmapped on a sealed clone."""
+SOCKET_FREE = frozenset(
+    {
+        "proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "bpf", "tracefs", "debugfs",
+        "securityfs", "pstore", "configfs", "fusectl", "binfmt_misc", "nsfs", "efivarfs",
+        "selinuxfs", "autofs", "rpc_pipefs",
+    }
+)  # fmt: skip
+"""Filesystems that cannot be idmapped and need not be: the kernel's own, which make no
+socket files (nothing can `bind` a path there)."""
+DEV_LINKS = (
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+)
+"""The symlinks of a private /dev (bash's process substitution uses /dev/fd)."""
+
+
+SEAL_FAILED = "cannot seal the sandbox's view of the host"
+
+
+class SealError(OSError):
+    """The sealed view cannot be built at all (no root mount to clone): the sandbox does not
+    start."""
+
+    def __str__(self) -> str:
+        return f"{SEAL_FAILED}: {self.strerror or super().__str__()}"
 
 
 def _under(path: str, root: str) -> bool:
@@ -98,9 +149,15 @@ def layout(
     private_tmp: Iterable[str] = PRIVATE_TMP,
 ) -> Layout:
     """Which tmpfs covers and which clones make `reads` and `workspace` visible at their own
-    paths to a process for which `traversable(dir)` says whether it may search `dir`."""
+    paths to a process for which `traversable(dir)` says whether it may search `dir`.
+
+    A granted directory the process cannot search itself (a 0700 directory holding an agent
+    file, a 0700 home) is never cloned back as it is, which would show it still closed: it is
+    rebuilt like a closed ancestor, and only the grants inside it come back (the agent file
+    the command names, the workspace beside it), never the rest of it."""
     covers: dict[str, int] = {d: 0o1777 for d in private_tmp}
     grants = sorted({os.path.normpath(p) for p in reads}, key=lambda p: (p.count("/"), p))
+    closed = {g for g in grants if g != workspace and not traversable(g)}
     everything = [*grants, *([workspace] if workspace else [])]
     for path in everything:
         if any(_under(path, c) for c in covers):
@@ -113,10 +170,15 @@ def layout(
             if not traversable(ancestor):
                 covers[ancestor] = 0o755
                 break
+    for path in closed:
+        if not any(_under(path, c) for c in covers):
+            covers[path] = 0o755
     ordered = sorted(covers, key=lambda c: (c.count("/"), c))
     outer = [c for c in ordered if not any(c != o and _under(c, o) for o in ordered)]
     restore: list[str] = []
     for path in grants:
+        if path in closed:
+            continue  # rebuilt: only the grants inside it come back
         if workspace and _under(path, workspace):
             continue  # visible through the workspace mount
         if any(_under(path, r) for r in restore):
@@ -142,6 +204,75 @@ def can_traverse(path: str, uid: int, gids: Iterable[int]) -> bool:
     return bool(st.st_mode & stat.S_IXOTH)
 
 
+class MountEntry:
+    """One line of /proc/self/mountinfo: where, what filesystem, and whether its superblock
+    is read-only (no socket can be bound on it, through any mount)."""
+
+    __slots__ = ("fstype", "path", "read_only")
+
+    def __init__(self, path: str, fstype: str, read_only: bool) -> None:
+        self.path = path
+        self.fstype = fstype
+        self.read_only = read_only
+
+    def __repr__(self) -> str:
+        return f"MountEntry({self.path!r}, {self.fstype!r}, {self.read_only!r})"
+
+
+def _unescape(field: str) -> str:
+    """mountinfo escapes space, tab, newline and backslash as `\\ooo`."""
+    if "\\" not in field:
+        return field
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_mountinfo(text: str) -> list[MountEntry]:
+    """The mounts of a mountinfo text, in its order (a later mount at a path is on top)."""
+    entries = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 5 or len(tail) < 3:
+            continue
+        entries.append(MountEntry(_unescape(fields[4]), tail[0], "ro" in tail[2].split(",")))
+    return entries
+
+
+def seal_plan(
+    entries: Iterable[MountEntry], needed: Iterable[str] | None = None
+) -> tuple[MountEntry | None, list[MountEntry]]:
+    """What a sealed view clones: the mount on top at `/`, and every other mount on top at its
+    path, outermost first, except /dev and what lies beneath it (a private /dev replaces it);
+    with `needed` (the paths the child is granted), only mounts that hold one of them or lie
+    inside one: Landlock grants nothing in any other, so its mount point shows the empty
+    directory beneath instead (and costs no clone at each spawn)."""
+    top: dict[str, MountEntry] = {}
+    for entry in entries:
+        top.pop(entry.path, None)  # re-inserted last: the order of the mount on top
+        top[entry.path] = entry
+    root = top.pop("/", None)
+    rest = [e for e in top.values() if not _under(e.path, "/dev")]
+    if needed is not None:
+        wanted = list(needed)
+        rest = [e for e in rest if any(_under(n, e.path) or _under(e.path, n) for n in wanted)]
+    order = {e.path: i for i, e in enumerate(rest)}
+    return root, sorted(rest, key=lambda e: (e.path.count("/"), order[e.path]))
+
+
+def unmapped_userns() -> int:
+    """An fd of a user namespace that maps only `UNMAPPED_ID`: idmapped through it, a mount
+    shows every real owner as unmapped (see the module docstring)."""
+    return idmap_userns(UNMAPPED_ID, UNMAPPED_ID, UNMAPPED_ID, UNMAPPED_ID)
+
+
 class _MountAttr(ctypes.Structure):
     _fields_ = (
         ("attr_set", ctypes.c_uint64),
@@ -151,14 +282,20 @@ class _MountAttr(ctypes.Structure):
     )
 
 
-def open_tree_clone(path: str, dir_fd: int = -100, *, follow: bool = True) -> int:
-    """A detached recursive clone of the mount tree at `path` (relative to `dir_fd`, the
-    current directory by default); `follow=False`: a final symbolic link is not followed."""
+def open_tree_clone(
+    path: str, dir_fd: int = -100, *, follow: bool = True, recursive: bool = True
+) -> int:
+    """A detached clone of the mount tree at `path` (relative to `dir_fd`, the current
+    directory by default), recursive unless `recursive=False`; `follow=False`: a final
+    symbolic link is not followed."""
     return syscall(
         "open_tree",
         dir_fd,
         os.fsencode(path),
-        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | (0 if follow else AT_SYMLINK_NOFOLLOW),
+        OPEN_TREE_CLONE
+        | OPEN_TREE_CLOEXEC
+        | (AT_RECURSIVE if recursive else 0)
+        | (0 if follow else AT_SYMLINK_NOFOLLOW),
     )
 
 
@@ -174,6 +311,107 @@ def set_attr(fd: int, attr_set: int, userns_fd: int = 0, path: str = "") -> None
         ctypes.addressof(attr),
         ctypes.sizeof(attr),
     )
+
+
+def _sealed_clone(entry: MountEntry, userns: int, unsealed: list[str]) -> int | None:
+    """A detached, read-only clone of the mount on top at `entry.path`, idmapped through
+    `userns` (or left unmapped when its filesystem cannot be and holds no socket; when it
+    could hold one, left unmapped all the same, and why is added to `unsealed`); `None` when
+    nothing is reachable there."""
+    try:
+        fd = open_tree_clone(entry.path, recursive=False)
+    except OSError:
+        return None  # not reachable from here (under a mount stacked over its parent)
+    try:
+        try:
+            set_attr(fd, MOUNT_ATTR_IDMAP, userns)
+        except OSError as exc:
+            if entry.fstype not in SOCKET_FREE and not entry.read_only:
+                unsealed.append(
+                    f"the mount at {entry.path} ({entry.fstype}) cannot be idmapped "
+                    f"({exc.strerror}), so a socket bound there would stay reachable"
+                )
+        set_attr(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _containing(entries: list[MountEntry], path: str) -> MountEntry:
+    """The mount `path` lies on (the deepest mount point above it)."""
+    return max((e for e in entries if _under(path, e.path)), key=lambda e: e.path.count("/"))
+
+
+def _seal(
+    userns: int,
+    devices: Iterable[str],
+    restore: Iterable[str],
+    needed: Iterable[str] | None,
+    unsealed: list[str],
+) -> list[tuple[str, int]]:
+    """Rebuild this (private, new) mount namespace's view from sealed clones of every host
+    mount, with a private /dev (see the module docstring); returns sealed clones of the
+    `restore` paths (and of mounts beneath them) for the caller to attach over its covers, in
+    order, and adds to `unsealed` why a mount had to stay unmapped. Everything is cloned from
+    the host's tree first: once sealed, not even root may enter a directory whose owner the
+    view does not map. Raises `OSError`."""
+    with open("/proc/self/mountinfo") as f:
+        table = parse_mountinfo(f.read())
+    root_entry, entries = seal_plan(table, needed)
+    if root_entry is None:
+        raise SealError("/proc/self/mountinfo names no mount at /")
+    every = [root_entry, *seal_plan(table)[1]]
+    clones: list[tuple[str, int]] = []
+    kept: list[tuple[str, int]] = []
+    try:
+        root = _sealed_clone(root_entry, userns, unsealed)
+        if root is None:
+            raise SealError("/ cannot be cloned")
+        for entry in entries:
+            fd = _sealed_clone(entry, userns, unsealed)
+            if fd is not None:
+                clones.append((entry.path, fd))
+        dev = [(d, open_tree_clone(d, recursive=False)) for d in devices if os.path.exists(d)]
+        for path in restore:
+            if not os.path.lexists(path):
+                continue
+            on = _containing(every, path)
+            fd = _sealed_clone(MountEntry(path, on.fstype, on.read_only), userns, unsealed)
+            if fd is not None:
+                kept.append((path, fd))
+            for inner in entries:
+                if inner.path != path and _under(inner.path, path):
+                    fd = _sealed_clone(inner, userns, unsealed)
+                    if fd is not None:
+                        kept.append((inner.path, fd))
+        move_to(root, "/")
+        os.fchdir(root)
+        os.close(root)
+        syscall("pivot_root", b".", b".")
+        check(libc.umount2(b".", MNT_DETACH), "umount2 the host's root")
+        os.chdir("/")
+        for path, fd in clones:
+            if os.path.lexists(path):  # not under a directory the view closes
+                move_to(fd, path)
+        if os.path.isdir("/dev"):
+            mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755")
+            for path, fd in dev:
+                _make_mount_point(path, False)
+                move_to(fd, path)
+            for name, target in DEV_LINKS:
+                os.symlink(target, f"/dev/{name}")
+            os.mkdir("/dev/shm", 0o755)  # a mount point: step 4 covers it with the run's own
+        clones += dev
+        mount("none", "/", None, MS_REC | MS_PRIVATE)
+        return kept
+    except BaseException:
+        for _, fd in kept:
+            os.close(fd)
+        raise
+    finally:
+        for _, fd in clones:
+            os.close(fd)
 
 
 def move_to(fd: int, path: str, dir_fd: int = -100) -> None:
@@ -193,6 +431,10 @@ def mount(source: str, target: str, fstype: str | None, flags: int, data: str = 
         ),
         f"mount {target}",
     )
+
+
+def umount(target: str, flags: int = 0) -> None:
+    check(libc.umount2(os.fsencode(target), ctypes.c_int(flags)), f"umount {target}")
 
 
 def unshare(flags: int) -> None:
@@ -251,6 +493,9 @@ class Applied:
     def __init__(self) -> None:
         self.covers: list[str] = []
         self.restored: list[str] = []
+        self.unsealed: list[str] = []
+        """Why the view is not sealed (a mount that could hold a socket and cannot be
+        idmapped); empty when it is, or when no seal was asked for."""
         self.hidden: list[str] = []
 
 
@@ -261,7 +506,12 @@ def private_namespace(
     userns: int | None = None,
     workspace_read_only: bool = False,
     protect: Iterable[str] = (),
+    seal: bool = False,
+    sealer: int | None = None,
+    devices: Iterable[str] = (),
+    needed: Iterable[str] | None = None,
     hide: Iterable[str] = (),
+    layer: str | None = None,
 ) -> Applied:
     """Enter a private mount namespace laid out as `plan` (see the module docstring).
     `idmap` is (owner uid, sandbox uid, owner gid, sandbox gid) for the workspace, or `None`
@@ -269,19 +519,23 @@ def private_namespace(
     ahead (the zygote keeps one per mapping; the caller still owns the fd), else one is made
     here; `workspace_read_only` mounts the workspace read-only too (a write grant on a private
     /tmp would otherwise reach a workspace under it); `protect`: directories inside the
-    workspace mounted read-only over it; `hide`: directories covered last by an empty
-    read-only mount (those the child's view still has). Raises `OSError`."""
-    made = None
+    workspace mounted read-only over it; `seal`: no socket outside the workspace and the private
+    temp dirs stays reachable (`sealer`: an fd of `unmapped_userns()` made ahead, else one is
+    made here; `devices`: what the private /dev holds; `needed`: every path the child is
+    granted, whose mounts alone are cloned, `None`: every mount); `hide`: directories covered
+    last by an empty read-only mount (those the child's view still has); `layer`: a layered
+    workspace's layer directory, the workspace then an overlay of it (`layer.over_clone`).
+    Raises `OSError`."""
+    made = made_sealer = None
     if idmap is not None and plan.workspace and userns is None:
         userns = made = idmap_userns(*idmap)
     elif idmap is None or not plan.workspace:
         userns = None
     try:
+        if seal and sealer is None:
+            sealer = made_sealer = unmapped_userns()
         unshare(CLONE_NEWNS)
         mount("none", "/", None, MS_REC | MS_SLAVE)
-        clones = {path: open_tree_clone(path) for path in plan.restore if os.path.exists(path)}
-        for fd in clones.values():
-            set_attr(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
         guards = {
             path: open_tree_clone(path)
             for path in protect
@@ -290,9 +544,14 @@ def private_namespace(
         }
         for fd in guards.values():
             set_attr(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
-        ws_fd = None
+        ws_fd = layer_fd = None
+        if plan.workspace and layer:
+            layer_fd = open_tree_clone(layer)  # before /tmp, where it may lie, is covered
+            set_attr(layer_fd, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
         if plan.workspace:
-            ws_fd = open_tree_clone(plan.workspace)
+            # A layer's frozen base, when it has one, is what the child sees under its writes.
+            frozen = f"{layer}/base" if layer else None
+            ws_fd = open_tree_clone(frozen if frozen and os.path.isdir(frozen) else plan.workspace)
             set_attr(
                 ws_fd,
                 MOUNT_ATTR_NOSUID
@@ -301,21 +560,31 @@ def private_namespace(
                 | (MOUNT_ATTR_RDONLY if workspace_read_only else 0),
                 userns or 0,
             )
-        set_attr(-100, MOUNT_ATTR_RDONLY, path="/")
         done = Applied()
+        if seal and sealer is not None:
+            clones = _seal(sealer, devices, plan.restore, needed, done.unsealed)
+        else:
+            clones = [(p, open_tree_clone(p)) for p in plan.restore if os.path.exists(p)]
+            for _, fd in clones:
+                set_attr(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+        set_attr(-100, MOUNT_ATTR_RDONLY, path="/")
         for cover, mode in plan.covers:
             if not os.path.isdir(cover):
                 continue
             mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode:o}")
             done.covers.append(cover)
-        for path, fd in clones.items():
+        for path, fd in clones:
             _make_mount_point(path, stat.S_ISDIR(os.fstat(fd).st_mode))
             move_to(fd, path)
             os.close(fd)
             done.restored.append(path)
         if ws_fd is not None and plan.workspace:
             _make_mount_point(plan.workspace, True)
-            move_to(ws_fd, plan.workspace)
+            if layer_fd is None:
+                move_to(ws_fd, plan.workspace)
+            else:
+                overlay_from_clones(ws_fd, layer_fd, plan.workspace, read_only=workspace_read_only)
+                os.close(layer_fd)
             os.close(ws_fd)
         # Over the workspace, outermost first, so an inner one is not hidden by an outer one.
         for path in sorted(guards, key=lambda p: (p.count("/"), p)):
@@ -330,8 +599,9 @@ def private_namespace(
                 done.hidden.append(path)
         return done
     finally:
-        if made is not None:
-            os.close(made)
+        for owned in (made, made_sealer):
+            if owned is not None:
+                os.close(owned)
 
 
 # --- the git directories -----------------------------------------------------------------------
@@ -487,3 +757,55 @@ def user_namespace(uid: int, gid: int) -> None:
     with open("/proc/self/gid_map", "w") as f:
         f.write(f"{gid} {gid} 1\n")
     mount("none", "/", None, MS_REC | MS_SLAVE)
+
+
+# --- a layered workspace (see `layer.py`) -----------------------------------------------------
+
+OVERLAY_OPTIONS = "redirect_dir=nofollow,metacopy=off,index=off,xino=off"
+LAYER_STAGE = "/tmp/.tether-layer"
+"""Where a root supervisor's child attaches the layers while it mounts the overlay (its
+private /tmp)."""
+
+
+def overlay_options(lower: str, layer: str, *, read_only: bool, userxattr: bool) -> str:
+    """The overlay's mount options for `lower` (the workspace) and the layer directory
+    `layer` (its `upper` and `work`); read-only: the layer's `upper` as a second lower layer."""
+    if read_only:
+        opts = f"lowerdir={layer}/upper:{lower}"
+    else:
+        opts = f"lowerdir={lower},upperdir={layer}/upper,workdir={layer}/work"
+    opts += f",{OVERLAY_OPTIONS}"
+    if userxattr:
+        opts += ",userxattr"
+    return opts
+
+
+def mount_overlay(target: str, opts: str, *, read_only: bool) -> None:
+    flags = MS_NOSUID | MS_NODEV | (MS_RDONLY if read_only else 0)
+    mount("overlay", target, "overlay", flags, opts)
+
+
+def overlay_from_clones(ws_fd: int, layer_fd: int, workspace: str, *, read_only: bool) -> None:
+    """As root in the private mount namespace: the overlay at `workspace` (an existing mount
+    point) from the detached clones `ws_fd` (the workspace, idmapped) and `layer_fd` (the layer
+    directory), attached under `LAYER_STAGE` while it is mounted and detached again, so nothing
+    in the child's view leads to the real workspace or the layer directory. The caller closes
+    the fds. Raises `OSError`."""
+    lower, layer = f"{LAYER_STAGE}/lower", f"{LAYER_STAGE}/layer"
+    os.makedirs(lower, mode=0o700)
+    os.makedirs(layer, mode=0o700)
+    try:
+        move_to(ws_fd, lower)
+        move_to(layer_fd, layer)
+        try:
+            opts = overlay_options(lower, layer, read_only=read_only, userxattr=False)
+            mount_overlay(workspace, opts, read_only=read_only)
+        finally:
+            for staged in (lower, layer):
+                umount(staged, MNT_DETACH)
+    finally:
+        for staged in (lower, layer, LAYER_STAGE):
+            try:
+                os.rmdir(staged)
+            except OSError:
+                pass

@@ -109,8 +109,10 @@ _FIELDS = (
     "network",
     "workspace_read_only",
     "protect",
+    "local_sockets",
     "git_guard",
     "hide",
+    "layer",
 )
 
 
@@ -140,8 +142,10 @@ class Plan:
         network: dict[str, Any] | None = None,
         workspace_read_only: bool = False,
         protect: Sequence[str] = (),
+        local_sockets: bool = False,
         git_guard: Sequence[str] = (),
         hide: Sequence[str] = (),
+        layer: str | None = None,
     ) -> None:
         self.level = level
         self.abi = abi
@@ -179,6 +183,12 @@ class Plan:
         """Directories inside the workspace mounted read-only over it (private mounts only):
         the interpreter's import path and tether's own code, which the supervisor imports and
         every new child's trampoline runs outside the sandbox."""
+        self.local_sockets = local_sockets
+        """The child may `connect` to UNIX sockets: those the run binds itself (in the
+        workspace, its private temp dirs) are reachable, and no other is — the private mounts
+        are sealed (`mounts.py`), or Landlock handles socket resolution (ABI 9), and abstract
+        sockets are scoped to the domain (ABI 6). `False`: `connect` is refused outright
+        (`seccomp.py`). `sequence.py` checks the plan can keep that promise."""
         self.git_guard = list(git_guard)
         """`.git` entries of the workspace (relative paths: `.git`, `.git/modules/NAME`) whose
         writes the sandbox refuses (`mounts.guard_git`): a git directory becomes a mount of its
@@ -189,6 +199,11 @@ class Plan:
         self.hide = list(hide)
         """Directories covered by an empty, read-only mount (private mounts only): the
         session store's, which no grant may reach, whatever the layout."""
+        self.layer = layer
+        """A layered workspace: the parent's layer directory (`upper/`, `work/`), mounted as
+        an overlay over the workspace (`tether.contain.layer`): as root in the private mount
+        namespace, without root in a user namespace of the child's own. With
+        `workspace_read_only`, a read-only view of the layer."""
 
     @property
     def sandboxed(self) -> bool:

@@ -10,7 +10,10 @@ allow list of every system call a program may make — tools must keep working).
   packet sockets (EAFNOSUPPORT), and no UNIX datagram socket, which could `sendmsg` to any
   socket path without connecting (EACCES);
 - `connect`: Landlock before ABI 9 does not cover pathname UNIX sockets (a D-Bus or docker
-  socket outside the workspace), so no connect at all (EACCES);
+  socket outside the workspace), so no connect at all (EACCES) — unless the plan has
+  `local_sockets` (`unix_connect=True`): then `socket` can still only make AF_UNIX stream and
+  seqpacket sockets, so `connect` can only reach a UNIX socket, and the sealed private mounts
+  (or Landlock ABI 9) and Landlock's abstract-socket scope leave only the run's own reachable;
 - with `inet=True` (a foreign agent that must reach the model gateway, `sandbox_program`):
   `socket` makes TCP sockets only (AF_INET/AF_INET6 stream) and no UNIX socket at all
   (EACCES), so `connect` can be allowed: it can then only reach a TCP address, and the run's
@@ -174,12 +177,16 @@ def _jeq(value: int, jt: int | str = 0, jf: int | str = 0) -> Insn:
     return Insn(BPF_JMP | BPF_JEQ | BPF_K, value, jt, jf)
 
 
-def sandbox_program(arch: str = MACHINE, *, inet: bool = False) -> Program:
+def sandbox_program(
+    arch: str = MACHINE, *, inet: bool = False, unix_connect: bool = False
+) -> Program:
     """The filter for `arch` (`x86_64` or `aarch64`) as a labelled program; `inet`: the
-    variant for a child that may connect to the model gateway over TCP (see the module
-    docstring)."""
+    variant for a child that may connect to the model gateway over TCP; `unix_connect`: one
+    that may connect to the UNIX sockets its mounts and Landlock leave reachable (see the
+    module docstring)."""
     nrs = numbers(arch)
-    deny = [(name, err) for name, err in DENY if not (inet and name == "connect")]
+    allow_connect = inet or unix_connect
+    deny = [(name, err) for name, err in DENY if not (allow_connect and name == "connect")]
     prog: list[Insn | str] = [
         _load(OFFSET_ARCH),
         _jeq(AUDIT_ARCH[arch], 1, 0),
@@ -248,10 +255,15 @@ def available() -> bool:
     return MACHINE in AUDIT_ARCH
 
 
-def install(program: Program | None = None, *, inet: bool = False) -> None:
-    """Install the filter (`program`, default: `sandbox_program(inet=inet)`) on the calling
-    thread (needs no_new_privs); inherited by every child, kept across exec, never removable."""
-    code = assemble(program if program is not None else sandbox_program(inet=inet))
+def install(
+    program: Program | None = None, *, inet: bool = False, unix_connect: bool = False
+) -> None:
+    """Install the filter (`program`, default: `sandbox_program(inet=..., unix_connect=...)`)
+    on the calling thread (needs no_new_privs); inherited by every child, kept across exec,
+    never removable."""
+    if program is None:
+        program = sandbox_program(inet=inet, unix_connect=unix_connect)
+    code = assemble(program)
     buf = ctypes.create_string_buffer(code, len(code))
     fprog = _SockFprog(len(code) // 8, ctypes.addressof(buf))
     prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog))

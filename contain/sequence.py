@@ -17,11 +17,12 @@ first instruction:
    and the mask survive exec); for a Python child run without an exec (the zygote's fork, the
    trampoline's in-place child), exactly what a freshly started interpreter has;
 5. the sandbox (`enter_sandbox`), when the plan asks for one: private mounts (with the
-   workspace's git directories guarded: `mounts.guard_git`; without root, in a user namespace
-   of the process's own), for a foreign agent or a run with a network policy the private
-   network namespace with the parent's listeners (`netns.py`), the Landlock rule fds, the
-   uid/gid change with every capability dropped, the working directory, no_new_privs, the
-   Landlock domain, the seccomp filter — last, so nothing before it is filtered.
+   workspace's git directories guarded: `mounts.guard_git`, and a layered workspace's overlay:
+   `layer.py`; without root, both in a user namespace of the process's own), for a foreign
+   agent or a run with a network policy the private network namespace with the parent's
+   listeners (`netns.py`), the Landlock rule fds, the uid/gid change with every capability
+   dropped, the working directory, no_new_privs, the Landlock domain, the seccomp filter —
+   last, so nothing before it is filtered.
 
 Only the standard library (see `_sys.py`), and of it only what a bare interpreter has loaded
 or builds in: `_signal`, not `signal` (whose enums import `enum`, ≈ 4 ms of every cold spawn
@@ -44,6 +45,9 @@ else:
     import _signal as signal  # the functions and int constants `signal` wraps in enums
 
 PARENT_GONE = 125
+LOCAL_SOCKETS_ENV = "TETHER_LOCAL_SOCKETS"
+"""Set in a sandboxed child's environment when its plan asked for local UNIX sockets and it
+got none (`refused: WHY`): its private mounts could not be sealed."""
 EXEC_FAILED = "tether-trampoline: exec failed:"
 """The line a process that could not become the child writes to stderr (the parent reads it
 and reports `spawn_failed` with the rest of the line)."""
@@ -105,16 +109,19 @@ def contain(
     for_exec: bool = True,
     plan: Plan | None = None,
     userns: int | None = None,
+    sealer: int | None = None,
 ) -> None:
     """Steps 0-5 (see the module docstring). `ppid`: arm the death signal against this
     parent; `None`: no death signal. `userns`: an fd of a user namespace with the plan's
-    `workspace_idmap`, made ahead; closed here whatever happens, so the child never holds it.
-    Raises `OSError` or `SandboxError`."""
+    `workspace_idmap`, made ahead; `sealer`: one of `mounts.unmapped_userns()`, made ahead;
+    both closed here whatever happens, so the child never holds them. Raises `OSError` or
+    `SandboxError`."""
     try:
-        _contain(cgroup_procs, setsid, ppid, rlimits, for_exec, plan, userns)
+        _contain(cgroup_procs, setsid, ppid, rlimits, for_exec, plan, userns, sealer)
     finally:
-        if userns is not None:
-            os.close(userns)
+        for fd in (userns, sealer):
+            if fd is not None:
+                os.close(fd)
 
 
 def _contain(
@@ -125,6 +132,7 @@ def _contain(
     for_exec: bool,
     plan: Plan | None,
     userns: int | None,
+    sealer: int | None,
 ) -> None:
     join_cgroups(cgroup_procs)
     if setsid:
@@ -137,7 +145,7 @@ def _contain(
     else:
         signals_for_python()
     if plan is not None and plan.sandboxed:
-        enter_sandbox(plan, userns=userns)
+        enter_sandbox(plan, userns=userns, sealer=sealer)
         if ppid is not None:
             # A change of credentials clears the death signal: arm it again, and check again
             # that the parent did not die in between.
@@ -163,23 +171,35 @@ def workspace_idmap(plan: Plan) -> tuple[int, int, int, int] | None:
     return (plan.owner[0], plan.uid, plan.owner[1], plan.gid)
 
 
-def enter_sandbox(plan: Plan, *, userns: int | None = None) -> None:
-    """Step 5: confine this process as `plan` says; raises `SandboxError`. `userns`: see
-    `contain` (the caller closes it)."""
+def local_sockets(plan: Plan) -> bool:
+    """Whether this child may `connect` to UNIX sockets: the plan asks, and it can keep the
+    promise `Plan.local_sockets` makes — abstract sockets scoped (Landlock ABI 6), and pathname
+    sockets sealed by the private mounts or resolved by Landlock (ABI 9)."""
+    from tether.contain.landlock import RESOLVE_UNIX_ABI, SCOPE_ABI
+
+    if not (plan.local_sockets and plan.sandboxed and plan.network is None):
+        return False
+    return plan.abi >= SCOPE_ABI and (plan.private_mounts or plan.abi >= RESOLVE_UNIX_ABI)
+
+
+def enter_sandbox(plan: Plan, *, userns: int | None = None, sealer: int | None = None) -> None:
+    """Step 5: confine this process as `plan` says; raises `SandboxError`. `userns`,
+    `sealer`: see `contain` (the caller closes them)."""
     try:
-        _enter(plan, userns)
+        _enter(plan, userns, sealer)
     except SandboxError:
         raise
     except OSError as exc:
         raise SandboxError(f"the sandbox could not be set up: {exc}") from exc
 
 
-def _enter(plan: Plan, userns: int | None) -> None:
+def _enter(plan: Plan, userns: int | None, sealer: int | None) -> None:
     # Imported here: a child at the process level never pays for them.
     from tether.contain import landlock, mounts, seccomp
 
     if plan.abi < 1:
         raise SandboxError("the plan has no Landlock ABI (Landlock is unavailable)")
+    unsealed: list[str] = []
     if plan.private_mounts:
         uid = plan.uid if plan.uid is not None else os.geteuid()
         gid = plan.gid if plan.gid is not None else os.getegid()
@@ -190,25 +210,38 @@ def _enter(plan: Plan, userns: int | None) -> None:
         )
         if plan.workspace and plan.git_guard:
             mounts.prepare_git(plan.workspace, plan.git_guard)
-        mounts.private_namespace(
+        applied = mounts.private_namespace(
             lay,
             idmap=workspace_idmap(plan),
             userns=userns,
             workspace_read_only=plan.workspace_read_only,
             protect=plan.protect,
+            seal=local_sockets(plan),
+            sealer=sealer,
+            devices=plan.devices,
+            # Not the writes: they are the private tmpfs, whatever the host mounts there.
+            needed=[*plan.reads, *([plan.workspace] if plan.workspace else [])],
             hide=plan.hide,
+            layer=plan.layer,
         )
         if plan.workspace and plan.git_guard:
             mounts.guard_git(plan.workspace, plan.git_guard)
         _private_dirs(plan)
+        unsealed = applied.unsealed
     else:
         if plan.home:
             os.makedirs(plan.home, mode=0o700, exist_ok=True)
-        if plan.workspace and plan.git_guard:
+        if plan.workspace and (plan.git_guard or plan.layer):
             # Without root: a user namespace of its own to mount in (`mounts.user_namespace`).
-            mounts.prepare_git(plan.workspace, plan.git_guard)
+            if plan.git_guard:
+                mounts.prepare_git(plan.workspace, plan.git_guard)
             mounts.user_namespace(os.geteuid(), os.getegid())
-            mounts.guard_git(plan.workspace, plan.git_guard)
+            if plan.layer:
+                from tether.contain import layer
+
+                layer.over_path(plan.workspace, plan.layer, read_only=plan.workspace_read_only)
+            if plan.git_guard:
+                mounts.guard_git(plan.workspace, plan.git_guard)
     network = plan.network
     ports = [int(p) for p in network["ports"]] if network is not None else []
     if network is not None and network.get("channel") is not None:
@@ -227,7 +260,7 @@ def _enter(plan: Plan, userns: int | None) -> None:
         rules.allow_port(port, landlock.NET_CONNECT_TCP)
     if plan.uid is not None and plan.gid is not None:
         privileges.drop_to(plan.uid, plan.gid)
-    elif not plan.private_mounts and plan.workspace and plan.git_guard:
+    elif not plan.private_mounts and plan.workspace and (plan.git_guard or plan.layer):
         privileges.drop_namespace_capabilities()
     else:
         privileges.drop_capabilities_unprivileged()
@@ -235,5 +268,11 @@ def _enter(plan: Plan, userns: int | None) -> None:
         os.chdir(plan.cwd)
     privileges.set_no_new_privs()
     rules.restrict_self()
+    sockets = local_sockets(plan)
+    if sockets and unsealed and plan.abi < landlock.RESOLVE_UNIX_ABI:
+        # The view could not be sealed (and Landlock cannot tell sockets apart): no connect,
+        # and the child is told why (its tools, its agent, a person reading its environment).
+        sockets = False
+        os.environ[LOCAL_SOCKETS_ENV] = f"refused: {unsealed[0]}"
     if plan.seccomp:
-        seccomp.install(inet=network is not None)
+        seccomp.install(inet=network is not None, unix_connect=sockets)

@@ -39,13 +39,24 @@ import sys
 # `python -m tether.child` does (see `tether.child.entry._end_startup`); an exec resets it.
 gc.disable()
 
-# Without site-packages on the path, find our siblings by where this file is: the directory
-# holding `tether/` (site-packages for a wheel, the editable install's link tree for a strict
-# editable one: `__file__` is not resolved, so the link tree is what we see).
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_ROOT_ADDED = _ROOT not in sys.path
-if _ROOT_ADDED:
-    sys.path.insert(0, _ROOT)
+# Started with `-S` (no site, so no site-packages and no `.pth` import hook on the path), we
+# find our siblings by where this file is, whatever the installation looks like around it: a
+# wheel's `site-packages/tether/contain/`, a strict editable install's link tree, or a default
+# editable install (setuptools' import finder, which only a `.pth` installs) whose sources
+# are the checkout's own `contain/`, beside no `tether/` at all. `tether.contain` is made the
+# package of this directory, under an empty `tether`: nothing else is importable through it,
+# and the import path stays as `-I -S` made it. Such a trampoline always execs. Started with
+# site (it will become tether's own child in place), the installation's own `tether` is
+# imported, as the child will import it.
+if sys.flags.no_site and "tether.contain" not in sys.modules:
+    _contain = type(sys)("tether.contain")
+    _contain.__path__ = [os.path.dirname(os.path.abspath(__file__))]
+    _contain.__package__ = "tether.contain"
+    _tether = type(sys)("tether")
+    _tether.__path__ = []
+    _tether.contain = _contain  # type: ignore[attr-defined]
+    sys.modules.setdefault("tether", _tether)
+    sys.modules["tether.contain"] = _contain
 
 from tether.contain import argv as config_word  # noqa: E402
 from tether.contain.inplace import OWN_CHILD, join_meanwhile, runs_in_place  # noqa: E402
@@ -76,6 +87,7 @@ def main(argv: list[str]) -> None:
             rlimits=config.get("rlimits", {}),
             for_exec=not here,
             plan=plan,
+            sealer=config.get("sealer"),  # inherited from the supervisor, closed by contain
         )
     except SandboxError as exc:
         os.write(2, f"{EXEC_FAILED} {command[0]}: {exc}\n".encode())
@@ -99,8 +111,6 @@ def become_own_child(args: list[str]) -> None:
     a traceback and status 1, as the exec'd interpreter would."""
     import runpy
 
-    if _ROOT_ADDED:
-        sys.path.remove(_ROOT)
     sys.argv = [OWN_CHILD[-1], *args]
     runpy.run_module(OWN_CHILD[-1], run_name="__main__", alter_sys=True)
     os._exit(0)  # not reached: the child runtime ends the process itself

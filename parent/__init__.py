@@ -6,7 +6,8 @@ this package's `__all__` is the whole public parent surface, those included::
     from tether.parent import Supervisor, ChildConfig, PoolSpec, Limits, RunResult
 
 Continuable agents (`Supervisor.spawn_agent`, `send_message`, `list_agents`; `agent_tools`)
-are documented in docs/sessions.md. Everything else in `tether.parent.*` is internal and may
+are documented in docs/sessions.md; traces (`TraceSpec`, `read_trace`, `TraceModel`) in
+docs/traces.md. Everything else in `tether.parent.*` is internal and may
 change between releases.
 """
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from tether.parent.egress.events import NetEvent
 from tether.parent.egress.policy import Credential, NetworkPolicy
 from tether.parent.models import ModelProvider, resolve_model
+from tether.parent.models.replay import TraceModel
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process.config import ChildConfig, PoolSpec
 from tether.parent.process.host import host
@@ -27,6 +29,8 @@ from tether.parent.run.handle import RunHandle
 from tether.parent.run.provider import Provider, SubagentRequest, SubagentRun
 from tether.parent.run.spec import Continuation
 from tether.parent.supervisor import Supervisor
+from tether.parent.trace.reader import read_trace
+from tether.parent.trace.spec import TraceSpec
 from tether.protocol.messages import (
     AgentDefinition,
     Artifact,
@@ -41,6 +45,7 @@ from tether.protocol.messages import (
     ToolCallParams,
     ToolCallResult,
     ToolSpec,
+    TraceReport,
     Usage,
 )
 
@@ -153,9 +158,13 @@ __all__ = [
     "ToolCallParams",
     "ToolCallResult",
     "ToolSpec",
+    "TraceModel",
+    "TraceReport",
+    "TraceSpec",
     "Usage",
     "agent_tools",
     "host",
+    "read_trace",
     "resolve_launcher",
     "resolve_model",
 ]

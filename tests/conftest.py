@@ -1,4 +1,5 @@
-"""Shared fixtures: the anyio backend, and the reaper that fails a test leaving processes."""
+"""Shared fixtures: the anyio backend, and the reaper that fails a test leaving processes; and
+the spawn count, which says at the end of a run how many tests started a process."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import psutil
@@ -192,3 +194,82 @@ def reaper() -> Iterator[None]:
             except (psutil.NoSuchProcess, ProcessLookupError):
                 pass
         pytest.fail("processes left behind: " + "; ".join(described))
+
+
+# The spawn count: every way this interpreter starts a process raises one of these audit events
+# in the test's own process (subprocess, and asyncio's and anyio's subprocesses through it:
+# `subprocess.Popen`; multiprocessing's and tether's own forks: `os.fork`), so a test "started a
+# process" when one was raised while its setup, call or teardown ran, in any thread. A process
+# started by a module- or session-scoped fixture counts once, for the first test that needed it.
+_SPAWN_EVENTS = frozenset(
+    {"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system"}
+)
+_spawns = 0
+_SPAWNED = "spawned"
+
+
+def _count_spawns(event: str, args: tuple[object, ...]) -> None:
+    global _spawns
+    if event in _SPAWN_EVENTS:
+        _spawns += 1
+
+
+sys.addaudithook(_count_spawns)
+
+
+IN_MEMORY = "in_memory"
+"""The marker of the supervisor tier that runs without processes: its tests run their children
+on the in-memory transport (`ChildConfig(transport="memory")`), and one that starts a process
+all the same fails (`no_process_started`)."""
+
+
+@pytest.fixture(autouse=True)
+def no_process_started(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test of the in-memory tier that started a process (see `IN_MEMORY`)."""
+    yield
+    if request.node.get_closest_marker(IN_MEMORY) is not None and _spawns:
+        pytest.fail(f"a test marked {IN_MEMORY} started {_spawns} process(es)", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    global _spawns
+    _spawns = 0
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, pytest.TestReport, object]:
+    report = yield
+    # Each phase's report carries the count so far; it crosses to an xdist controller with it.
+    report.user_properties.append((_SPAWNED, _spawns))
+    return report
+
+
+_ran: dict[str, list[float]] = {}
+"""Each test that ran (skipped ones left out): [whether it started a process, its seconds]."""
+SPAWN_REPORT_ENV = "TETHER_SPAWN_REPORT"
+"""A file to write one line per test to: whether it started a process, its seconds, its id."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and report.when in ("setup", "call"):
+        _ran.pop(report.nodeid, None)
+        return
+    if report.when == "teardown" and report.nodeid not in _ran:
+        return  # skipped: its teardown reports too
+    seen = _ran.setdefault(report.nodeid, [0.0, 0.0])
+    spawned = any(name == _SPAWNED and count for name, count in report.user_properties)
+    seen[0] = max(seen[0], float(spawned))
+    seen[1] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _ran:
+        return
+    spawned = sum(int(s) for s, _ in _ran.values())
+    terminalreporter.write_line(f"tests that started a process: {spawned} of {len(_ran)} that ran")
+    path = os.environ.get(SPAWN_REPORT_ENV)
+    if path:
+        rows = sorted(_ran.items(), key=lambda kv: -kv[1][1])
+        Path(path).write_text("".join(f"{int(s)}\t{t:.3f}\t{nodeid}\n" for nodeid, (s, t) in rows))

@@ -12,7 +12,7 @@ from typing import Any
 
 from msgspec import Struct
 
-from tether.child.fswalk import check_pattern, glob_regex, walk
+from tether.child.globs import check_pattern, glob_regex
 from tether.child.tools.base import (
     PATH_ERRORS,
     ToolContext,
@@ -21,6 +21,7 @@ from tether.child.tools.base import (
     refusal,
     schema_of,
 )
+from tether.contain.confined import descend
 
 MAX_RESULTS = 1_000
 
@@ -51,11 +52,11 @@ class GlobTool:
         more = 0
         try:
             with ctx.workspace.locate(args.path) as loc:
-                base = loc.path.relative_to(ctx.workspace.root)
-                prefix = "" if str(base) == "." else f"{base}/"
+                base = loc.relative
+                prefix = "" if base == "." else f"{base}/"
                 fd = loc.open(os.O_RDONLY | os.O_DIRECTORY)
                 try:
-                    for entry in walk(fd):
+                    for entry in descend(fd):
                         if regex.match(entry.rel):
                             if len(hits) < MAX_RESULTS:
                                 suffix = "/" if entry.is_dir else ""

@@ -15,7 +15,7 @@ from typing import Any
 
 from msgspec import Struct
 
-from tether.child.fswalk import check_pattern, glob_regex, walk
+from tether.child.globs import check_pattern, glob_regex
 from tether.child.tools.base import (
     PATH_ERRORS,
     ToolContext,
@@ -25,6 +25,7 @@ from tether.child.tools.base import (
     refusal,
     schema_of,
 )
+from tether.contain.confined import Entry, descend
 
 MAX_OUTPUT_CHARS = 20_000
 MAX_MATCHES = 500
@@ -84,12 +85,12 @@ class GrepTool:
         hits = _Hits()
         try:
             with ctx.workspace.locate(args.path) as loc:
-                rel_root = loc.path.relative_to(ctx.workspace.root)
+                rel_root = loc.relative
                 fd = loc.open(os.O_RDONLY | os.O_NONBLOCK)
                 try:
                     if stat.S_ISDIR(os.fstat(fd).st_mode):
-                        prefix = "" if str(rel_root) == "." else f"{rel_root}/"
-                        for entry in walk(fd):
+                        prefix = "" if rel_root == "." else f"{rel_root}/"
+                        for entry in descend(fd):
                             if hits.full:
                                 break
                             if not entry.is_file:
@@ -98,9 +99,9 @@ class GrepTool:
                                 entry.name if name_only else entry.rel
                             ):
                                 continue
-                            _search_at(entry.dir_fd, entry.name, prefix + entry.rel, regex, hits)
+                            _search_at(entry, prefix + entry.rel, regex, hits)
                     else:
-                        _search_fd(fd, str(rel_root), regex, hits)
+                        _search_fd(fd, rel_root, regex, hits)
                 finally:
                     os.close(fd)
         except PATH_ERRORS as exc:
@@ -113,11 +114,9 @@ class GrepTool:
         return ToolOutcome(content="\n".join(out))
 
 
-def _search_at(dir_fd: int, name: str, rel: str, regex: re.Pattern[str], hits: _Hits) -> None:
+def _search_at(entry: Entry, rel: str, regex: re.Pattern[str], hits: _Hits) -> None:
     try:
-        fd = os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
-        )
+        fd = entry.open(os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return
     try:

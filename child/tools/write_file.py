@@ -47,7 +47,7 @@ class WriteFileTool:
             with ctx.workspace.locate(args.path, make_parents=True) as loc:
                 if loc.name == ".":
                     return ToolOutcome(content=f"{args.path} is a directory", is_error=True)
-                st = loc.lstat()
+                st = loc.st  # the walk's lstat of the name: no need to ask again
                 if st is not None and not stat.S_ISREG(st.st_mode):
                     what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
                     return ToolOutcome(content=f"{args.path} is {what}", is_error=True)
@@ -61,7 +61,7 @@ class WriteFileTool:
                     write_all(fd, data)
                 finally:
                     os.close(fd)
-                where = loc.path.relative_to(ctx.workspace.root)
+                where = loc.relative
         except PATH_ERRORS as exc:
             return refusal(args.path, exc)
         verb = "created" if st is None else "overwrote"

@@ -11,10 +11,9 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from tether.parent.agents.sessions import SpawnSettings
-from tether.parent.models import unconfigured_base_url
+from tether.parent.models import absolute_model, unconfigured_base_url
 from tether.parent.process.config import DEFAULT_COMMAND, ChildConfig
 from tether.parent.process.limits import Limits, parse_duration
 from tether.parent.run.spec import ModelSpec, NamedModel, RunSpec
@@ -81,6 +80,7 @@ def spec_from_stored(
         containment=stored.containment,
         launcher=stored.launcher,
         spawner=stored.spawner,
+        transport=stored.transport,
     )
     try:
         limits = Limits(**stored.limits)  # type: ignore[arg-type]
@@ -160,6 +160,7 @@ def stored_settings(spec: AgentSpec, default: ChildConfig) -> SpawnSettings:
         launcher=launcher,
         containment=cfg.containment,
         spawner=cfg.spawner,
+        transport=cfg.transport,
         pass_env=list(cfg.pass_env),
         keep_alive=spec.keep_alive,
         token_total=spec.token_total,
@@ -174,7 +175,4 @@ def model_string(model: ModelSpec) -> str | None:
     name = model.name if isinstance(model, NamedModel) else model
     if not isinstance(name, str):
         return None
-    scheme, _, path = name.partition(":")
-    if scheme == "scripted" and path:
-        return f"scripted:{Path(path).resolve()}"
-    return name
+    return absolute_model(name)

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tether.contain import landlock, seccomp
@@ -16,7 +17,7 @@ from tether.parent.process import cgroup_join
 from tether.parent.process.host import ROOT, TIERS, Host, available, probe
 from tether.parent.process.isolation import FORCE_ABI_ENV, probe_host
 from tether.parent.process.keeper import KEEPER
-from tether.parent.process.launchers import LAUNCHERS
+from tether.parent.process.launchers import LAUNCHERS, readiness
 
 
 def _bwrap() -> dict[str, Any]:
@@ -49,17 +50,45 @@ def _landlock() -> dict[str, Any]:
     return {"available": True, "abi": abi}
 
 
+def _install() -> dict[str, Any]:
+    """Whether tether's installation can start children: the trampoline (the probe's trial
+    starts it with `-I -S`) and the child runtime under `python -I`. A broken installation is
+    named as such, never as a host that cannot sandbox."""
+    problem = probe_host().install_problem
+    if problem is None:
+        try:
+            got = subprocess.run(
+                [sys.executable, "-I", "-c", "import tether.child.entry"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            problem = f"the child runtime could not be started: {exc}"
+        else:
+            if got.returncode != 0:
+                last = (got.stderr.strip().splitlines() or [""])[-1]
+                problem = (
+                    f"`{sys.executable} -I -m tether.child` cannot import its runtime: {last}. "
+                    "tether's installation is broken: reinstall it"
+                )
+    return {"ok": problem is None, **({"problem": problem} if problem else {})}
+
+
 def _isolation() -> dict[str, Any]:
     got = probe_host()
     out: dict[str, Any] = {
         "auto": got.best,
-        "sandbox": got.why_not is None,
+        "sandbox": got.why_not is None and got.install_problem is None,
         "landlockAbi": got.landlock_abi,
         "seccomp": seccomp.available(),
+        "localSockets": {"allowed": got.local_sockets, "how": got.local_sockets_why},
     }
     if got.forced:
         out["forced"] = f"{FORCE_ABI_ENV}={os.environ.get(FORCE_ABI_ENV, '')}"
-    if got.why_not is not None:
+    if got.install_problem is not None:
+        out["untried"] = "tether's installation is broken (see install)"
+    elif got.why_not is not None:
         out["why"] = got.why_not
         out["warning"] = (
             "this host cannot sandbox children: they run with process isolation only and can "
@@ -93,6 +122,31 @@ def _network() -> dict[str, Any]:
     out["credentials"] = spec is not None
     if spec is None:
         out["credentialsWhy"] = "the cryptography package is not installed"
+    return out
+
+
+def _layers() -> dict[str, Any]:
+    """Which layer a layered run gets here (`tether.parent.process.layers`)."""
+    from tether.parent.process import layers as lay
+
+    try:
+        where = lay.layers_dir()
+    except (lay.LayerError, OSError) as exc:
+        return {"method": None, "why": str(exc)}
+    got = lay.support()
+    limits = lay.LayerLimits()
+    out: dict[str, Any] = {
+        "method": got.overlay or got.copy,
+        "sandboxed": got.overlay or got.copy,
+        "otherwise": got.copy,
+        "reflink": got.reflink,
+        "layersDir": where,
+        "copyBound": limits.max_copy_bytes,
+    }
+    if got.why_not is not None:
+        out["overlayWhyNot"] = got.why_not
+    if got.forced is not None:
+        out["forced"] = f"{lay.FORCE_ENV}={got.forced}"
     return out
 
 
@@ -148,15 +202,22 @@ def _teardown(auto: Host) -> str:
 
 
 def _launchers() -> dict[str, Any]:
+    """Each launcher, and whether it can run a child here: its program installed and, for
+    docker and kubectl, a daemon or a cluster that answers (each asked for at most a second,
+    all at once)."""
+    kinds = list(LAUNCHERS.values())
+    launchers = [kind.make("x" if kind.argument else "") for kind in kinds]
+    with ThreadPoolExecutor(max_workers=len(launchers)) as pool:
+        why_not = list(pool.map(readiness, launchers))
     out: dict[str, Any] = {}
-    for kind in LAUNCHERS.values():
-        arg = "x" if kind.argument else ""
-        program = kind.make(arg).program
-        found = shutil.which(program) if program else None
+    for kind, launcher, why in zip(kinds, launchers, why_not, strict=True):
+        program = launcher.program
         out[kind.usage] = {
             "summary": kind.summary,
             "program": program,
-            "installed": program is None or found is not None,
+            "installed": program is None or shutil.which(program) is not None,
+            "ready": why is None,
+            **({"why": why} if why is not None else {}),
         }
     return out
 
@@ -195,6 +256,7 @@ def report(agents: str | None = None) -> dict[str, Any]:
     return {
         "python": sys.version.split()[0],
         "root": root,
+        "install": _install(),
         "cgroups": _cgroups(),
         "tiers": {t: available(h) for t, h in tiers.items()},
         "auto": {"tier": auto.tier, "why": why, "teardown": _teardown(auto)},
@@ -203,6 +265,7 @@ def report(agents: str | None = None) -> dict[str, Any]:
         "landlock": _landlock(),
         "isolation": _isolation(),
         "network": _network(),
+        "layers": _layers(),
         "pidfd": _pidfd(),
         "subreaper": _subreaper(),
         "keeper": {"available": KEEPER.exists(), "script": str(KEEPER)},
@@ -214,6 +277,8 @@ def report(agents: str | None = None) -> dict[str, Any]:
 
 def render(r: dict[str, Any]) -> str:
     lines = [f"tether doctor (python {r['python']}, {'root' if r['root'] else 'not root'})"]
+    inst = r["install"]
+    lines.append("install: ok" if inst["ok"] else f"install: BROKEN: {inst['problem']}")
     lines.append(f"containment: auto picks {r['auto']['tier']} — {r['auto']['why']}")
     lines.append(f"  teardown: {r['auto']['teardown']}")
     for tier, info in r["cgroups"].items():
@@ -239,11 +304,22 @@ def render(r: dict[str, Any]) -> str:
         "landlock: " + (f"ABI {ll['abi']}" if ll["available"] else f"no ({ll.get('why', '')})")
     )
     iso = r["isolation"]
-    if iso["sandbox"]:
+    if "untried" in iso:
+        lines.append(f"isolation: not tried: {iso['untried']}")
+    elif iso["sandbox"]:
         how = f"Landlock ABI {iso['landlockAbi']}, seccomp, no_new_privs"
         if "uid" in iso:
             how += f", uid/gid {iso['uid']} with no capability, private mounts"
         lines.append(f"isolation: auto picks sandbox ({how})")
+        sockets = iso["localSockets"]
+        lines.append(
+            "  local UNIX sockets: "
+            + (
+                f"the run's own reachable, no other ({sockets['how']})"
+                if sockets["allowed"]
+                else sockets["how"]
+            )
+        )
         if iso["gitGuard"]:
             how = "read-only mounts" + ("" if "uid" in iso else " in a user namespace")
             lines.append(
@@ -279,12 +355,31 @@ def render(r: dict[str, Any]) -> str:
             else f"not available: {net['credentialsWhy']}"
         )
     )
+    lay = r["layers"]
+    if lay["method"] is None:
+        lines.append(f"layered workspaces: NOT available: {lay['why']}")
+    else:
+        explain = {
+            "overlay": "an overlay in the child's private mount namespace",
+            "overlay-userns": "an overlay in a user namespace of the child's own",
+            "reflink": "a reflink copy (FICLONE) of the workspace",
+            "copy": f"a plain copy of the workspace, at most {lay['copyBound']} bytes",
+        }
+        lines.append(
+            f"layered workspaces: a sandboxed run gets {explain[lay['sandboxed']]} (layers in "
+            f"{lay['layersDir']})"
+        )
+        if lay["sandboxed"] != lay["otherwise"] or lay.get("overlayWhyNot"):
+            other = explain[lay["otherwise"]]
+            lines.append(f"  otherwise (no sandbox, a launcher, a foreign agent): {other}")
+        if lay.get("overlayWhyNot"):
+            lines.append(f"  no overlay: {lay['overlayWhyNot']}")
     lines.append("pidfd: " + ("yes" if r["pidfd"]["available"] else "no"))
     lines.append("subreaper: " + ("yes" if r["subreaper"]["available"] else "no"))
     lines.append("keeper: " + ("yes" if r["keeper"]["available"] else "missing"))
     lines.append("launchers:")
     for usage, info in r["launchers"].items():
-        state = "ready" if info["installed"] else f"{info['program']} not installed"
+        state = "ready" if info["ready"] else f"not ready: {info['why']}"
         lines.append(f"  {usage}: {info['summary']} ({state})")
     lines.append("limits, and what enforces each here:")
     for name, how in r["limits"].items():

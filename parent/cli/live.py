@@ -24,7 +24,7 @@ import anyio
 
 from tether.parent.cli.progress import net_line
 from tether.parent.egress.events import NetEvent
-from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted
+from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted, StoreTrouble
 from tether.parent.run.subagent_events import (
     SubagentCompleted,
     SubagentProgress,
@@ -85,6 +85,8 @@ class TreeState:
             event, SubagentQueued | SubagentStarted | SubagentProgress | SubagentCompleted
         ):
             return self._subagent(event, t)
+        if isinstance(event, StoreTrouble):
+            return [f"agent {event.agent_id}: the session store: {_one_line(event.message, 400)}"]
         o = self.orchestrator
         if o.id and event.run_id != o.id:
             return []  # a sub-agent's own run: its progress comes as subagent.progress

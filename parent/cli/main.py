@@ -16,11 +16,19 @@ import msgspec
 from tether.parent import conformance
 from tether.parent.cli import agents as agents_cli
 from tether.parent.cli import mcp as mcp_cli
+from tether.parent.cli import replay as replay_cli
 from tether.parent.cli import run as run_cli
 from tether.parent.cli import task_schema as delegation_cli
-from tether.parent.cli.options import UsageError, add_isolation_options, add_limit_options
+from tether.parent.cli import trace as trace_cli
+from tether.parent.cli.options import (
+    UsageError,
+    add_isolation_options,
+    add_limit_options,
+    add_trace_option,
+    add_workspace_options,
+)
 from tether.parent.cli.output import render
-from tether.parent.process.spawn import version
+from tether.parent.process.wired import version
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     delegation_cli.add_orchestrate_arguments(orchestrate)
     add_limit_options(orchestrate)
     add_isolation_options(orchestrate)
+    add_workspace_options(orchestrate, default_apply="on_success")
     agents_cli.add_arguments(
         sub.add_parser("agents", help="continuable agents: list, show, send a message")
     )
@@ -60,6 +69,28 @@ def _parser() -> argparse.ArgumentParser:
     mcp_cli.add_arguments(mcp)
     add_limit_options(mcp)
     add_isolation_options(mcp)
+    add_workspace_options(mcp, default_apply="on_success")
+    apply_cmd = sub.add_parser(
+        "apply", help="apply (or discard) a layered run's change set from its --json result"
+    )
+    apply_cmd.add_argument(
+        "result",
+        help="a RunResult as JSON (tether run --json), a task's output, a change set; - for stdin",
+    )
+    apply_cmd.add_argument(
+        "--discard", action="store_true", help="throw the change set's layer away instead"
+    )
+    apply_cmd.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    add_trace_option(mcp)
+    trace_cli.add_arguments(
+        sub.add_parser("trace", help="read traces: show one as a transcript, print the schema")
+    )
+    replay = sub.add_parser(
+        "replay", help="run a traced run again, its model answering from the trace"
+    )
+    replay_cli.add_arguments(replay)
+    add_limit_options(replay)
+    add_isolation_options(replay)
     return p
 
 
@@ -96,6 +127,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return agents_cli.main(args)
         if args.cmd == "mcp":
             return mcp_cli.main(args)
+        if args.cmd == "apply":
+            from tether.parent.cli import apply as apply_cli
+
+            return apply_cli.main(args)
+        if args.cmd == "trace":
+            return trace_cli.main(args)
+        if args.cmd == "replay":
+            return replay_cli.main(args)
         args.interrupted, args.interrupted_once = None, False
         result = anyio.run(run_cli.run, args)
     except (UsageError, ValueError) as exc:

@@ -102,7 +102,7 @@ def main(args: argparse.Namespace) -> int:
     """Raises ValueError (bad usage, exit 2) before serving; see the module docstring."""
     if importlib.util.find_spec("mcp") is None:
         raise ValueError(f"tether mcp needs the MCP SDK, an optional extra: {INSTALL_HINT}")
-    from tether.parent.cli.options import config_from, limits_from
+    from tether.parent.cli.options import config_from, limits_from, trace_from
     from tether.parent.delegation.files import load_registry, register_providers
     from tether.parent.delegation.verification import VerifierPolicy
     from tether.parent.providers.builtin import builtin_providers
@@ -129,6 +129,7 @@ def main(args: argparse.Namespace) -> int:
         check_apart(args.state, args.workspace)  # the store never inside the workspace
     policy = VerifierPolicy(min_files=args.verify_min_files, max_fix_cycles=args.max_fix_cycles)
     limits, config = limits_from(args), config_from(args)
+    args.trace = trace_from(args)
     default_model, models = _models(registry, args.model)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="tether mcp: %(message)s")
     return anyio.run(_serve, args, registry, default_model, models, limits, config, policy)
@@ -181,7 +182,7 @@ async def _serve(
         serving = anyio.CancelScope()
         await outer.start(_stop_on_signals, serving, signals)  # installed before any child
         with serving:
-            async with Supervisor(config, state_dir=args.state) as sup:
+            async with Supervisor(config, state_dir=args.state, trace=args.trace) as sup:
                 register_providers(sup.providers, args.agents)
                 runner: Runner
                 under = parent_run()
@@ -211,6 +212,8 @@ async def _serve(
                     registry,
                     runner,
                     workspace=args.workspace,
+                    workspace_mode=args.workspace_mode,
+                    apply=args.apply,
                     max_concurrent=args.max_concurrent,
                     token_budget=args.token_budget,
                     verifier=policy,

@@ -80,6 +80,46 @@ def add_isolation_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_workspace_options(p: argparse.ArgumentParser, *, default_apply: str) -> None:
+    """How a build sub-agent sees the workspace (`tether run`, `orchestrate`, `mcp`)."""
+    p.add_argument(
+        "--workspace-mode",
+        default="shared",
+        choices=("shared", "layered"),
+        help="shared: the child works in the workspace; layered: in a copy-on-write layer of "
+        "its own, its changes returned as a change set (build sub-agents then run in parallel)",
+    )
+    p.add_argument(
+        "--apply",
+        default=default_apply,
+        choices=("never", "on_success", "on_verified")
+        if default_apply != "never"
+        else ("never", "on_success"),
+        help="when a layered run's change set is applied to the workspace "
+        f"(default {default_apply}; never: `tether apply RESULT.json` applies it later)",
+    )
+
+
+def add_trace_option(p: argparse.ArgumentParser) -> None:
+    """`--trace DIR` (`tether run`, `orchestrate`, `mcp`, `replay`); see `trace_from`."""
+    p.add_argument(
+        "--trace",
+        metavar="DIR",
+        help="write a trace of every run (each model call, its request and answer) to DIR, "
+        "one JSON Lines file per run; DIR must lie outside the workspace (docs/traces.md)",
+    )
+
+
+def trace_from(args: argparse.Namespace) -> str | None:
+    """The `--trace` directory, absolute (a relative one is read against our directory)."""
+    value: str | None = args.trace
+    if value is None:
+        return None
+    if not value:
+        raise UsageError("--trace needs a directory")
+    return os.path.abspath(value)
+
+
 def limits_from(args: argparse.Namespace) -> Limits:
     """The limit flags as `Limits`; an error names the flag (`--timeout: ...`)."""
     return limits_from_flags(

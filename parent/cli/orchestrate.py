@@ -1,4 +1,4 @@
-"""`tether orchestrate PROMPT --model M [--agents FILE] [--workspace DIR] [--json] ...`: run an
+"""`tether orchestrate PROMPT --model M [--agents FILE] [--workspace DIR] [--trace DIR] ...`: run an
 orchestrator and its sub-agents, show them live on stderr, print the outcome on stdout.
 
 Stdout: the orchestrator's result, each task call's outcome (status, steps, artifacts,
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 def main(args: argparse.Namespace) -> int:
     """Raises ValueError (bad usage, exit 2) for a bad definitions file, model or limit."""
-    from tether.parent.cli.options import config_from, limits_from
+    from tether.parent.cli.options import config_from, limits_from, trace_from
     from tether.parent.cli.task_schema import check_continuable_arguments
     from tether.parent.delegation.files import load_registry
     from tether.parent.delegation.verification import VerifierPolicy
@@ -47,6 +47,7 @@ def main(args: argparse.Namespace) -> int:
     check_continuable_arguments(args)
     policy = VerifierPolicy(min_files=args.verify_min_files, max_fix_cycles=args.max_fix_cycles)
     args.interrupted, args.interrupted_once = None, False
+    args.trace = trace_from(args)
     got = anyio.run(_orchestrate, args, registry, limits_from(args), config_from(args), policy)
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(got.to_dict())).decode() + "\n")
@@ -84,7 +85,8 @@ async def _orchestrate(
             view.state.tokens = lambda: usage.input_tokens + usage.output_tokens
 
     refused: ValueError | None = None
-    async with Supervisor(config, state_dir=args.state) as sup:  # type: ignore[arg-type]
+    traced = Supervisor(config, state_dir=args.state, trace=args.trace)  # type: ignore[arg-type]
+    async with traced as sup:
         register_providers(sup.providers, args.agents, registry)
         async with anyio.create_task_group() as tg:
 
@@ -111,6 +113,8 @@ async def _orchestrate(
                     on_event=view,
                     on_start=started,
                     continuable=args.continuable,
+                    workspace_mode=args.workspace_mode,
+                    apply=args.apply,
                     **({"keep_alive": args.keep_alive} if args.keep_alive else {}),
                 )
             except ValueError as exc:  # bad usage: raised as itself, not in a group

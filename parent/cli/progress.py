@@ -17,7 +17,7 @@ from typing import Any, TextIO
 import msgspec
 
 from tether.parent.egress.events import NetEvent
-from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted
+from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted, StoreTrouble
 from tether.parent.run.terminal import clean
 
 PREVIEW = 120
@@ -47,6 +47,8 @@ def describe(ev: Event) -> str | None:
     if isinstance(ev, NetEvent):
         prefix = "  ! " if ev.kind == "net.denied" else "  "
         return prefix + net_line(ev)
+    if isinstance(ev, StoreTrouble):
+        return f"tether: agent {ev.agent_id}: the session store: {line(ev.message)}"
     return None  # a delegation's sub-agent events: `tether orchestrate` shows those
 
 

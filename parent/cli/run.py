@@ -1,5 +1,6 @@
-"""`tether run PROMPT [--model M] [--agent ROLE] [--workspace DIR] [limits] [isolation]`: one
-sub-agent from the shell; progress on stderr, the result on stdout (`--json`: the RunResult)."""
+"""`tether run PROMPT [--model M] [--agent ROLE] [--workspace DIR] [--trace DIR] [limits]
+[isolation]`: one sub-agent from the shell; progress on stderr, the result on stdout (`--json`:
+the RunResult)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ from tether.parent.cli.options import (
     absolute_if_here,
     add_isolation_options,
     add_limit_options,
+    add_trace_option,
+    add_workspace_options,
     config_from,
     limits_from,
+    trace_from,
 )
 from tether.parent.cli.progress import printer
 from tether.parent.roles.builtins import ROLES
@@ -50,6 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--agents", metavar="FILE", help="a definitions file whose [[provider]] tables to add"
     )
     add_isolation_options(p)
+    add_workspace_options(p, default_apply="never")
+    add_trace_option(p)
     p.add_argument("--description", default="", help="short label for the run")
     p.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -68,7 +74,7 @@ async def run(args: argparse.Namespace) -> RunResult:
         from tether.parent.providers.tables import absolute_spec
 
         provider = absolute_spec(args.provider)
-    async with Supervisor(config) as sup:
+    async with Supervisor(config, trace=trace_from(args)) as sup:
         if args.agents is not None:
             from tether.parent.delegation.files import load_providers
 
@@ -86,6 +92,8 @@ async def run(args: argparse.Namespace) -> RunResult:
                 command=command,
                 on_event=None if args.quiet else printer(sys.stderr),
                 provider=provider,
+                workspace_mode=args.workspace_mode,
+                apply=args.apply,
             )
         for warning in caught:
             print(f"tether: warning: {warning.message}", file=sys.stderr, flush=True)

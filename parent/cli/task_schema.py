@@ -15,6 +15,8 @@ import argparse
 import json
 import sys
 
+from tether.parent.cli.options import add_trace_option
+
 FORMATS = ("json-schema", "openai", "openai-responses", "anthropic")
 """The names of `tool.FORMATS`, spelled out so that building `tether`'s parser imports nothing
 heavy (a test checks they agree)."""
@@ -99,6 +101,7 @@ def add_orchestrate_arguments(p: argparse.ArgumentParser) -> None:
         help="fix-and-reverify cycles after a FAIL verdict (default 2)",
     )
     p.add_argument("--ledger", metavar="FILE", help="also append the usage ledger to FILE (JSONL)")
+    add_trace_option(p)
     p.add_argument("--description", default="", help="short label for the orchestrator's run")
     p.add_argument(
         "--json", action="store_true", help="print the result, the task calls and the ledger"

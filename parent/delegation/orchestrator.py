@@ -34,9 +34,13 @@ Events: the orchestrator's own run events and the delegator's `subagent.*` event
 the orchestrator's run id) go to `on_event` and to the supervisor's subscribers; the sub-agents'
 own runs are on the supervisor's stream as plain runs.
 
-Cancellation: cancelling `orchestrate` (or its run) disposes of the orchestrator's child; the
-task calls it was waiting for are cancelled with it, and each disposes of its sub-agent before
-the cancellation goes on.
+Cancellation: cancelling `orchestrate` disposes of the orchestrator's child; the task calls it
+was waiting for are cancelled with it, and each disposes of its sub-agent before the
+cancellation goes on. Stopping its run (`cancel()`, `abort()`; Ctrl-C in `tether orchestrate`)
+stops the whole tree: every sub-agent run is on the orchestrator's stop line, so from the
+instant the stop is asked no broker of the tree serves a model turn, every sub-agent is cut
+(warm continuable ones too: their sessions stay), none starts any more, and the orchestrator's
+result carries the receipt of the whole tree (`RunResult.stop`, `tether.parent.run.stop`).
 """
 
 from __future__ import annotations
@@ -69,8 +73,10 @@ from tether.parent.roles.prompts import (
     ORCHESTRATOR_SYSTEM_PROMPT,
 )
 from tether.parent.run.broker import ParentTool
-from tether.parent.run.spec import EventCallback, NamedModel, RunSpec
+from tether.parent.run.events import EventCallback
+from tether.parent.run.spec import Chooser, NamedModel, RunSpec
 from tether.parent.run.subagent_events import SubagentEvent, SubagentStatus
+from tether.parent.trace.spec import TraceOption, trace_spec
 from tether.protocol.messages import (
     AgentDefinition,
     ModelCompleteParams,
@@ -203,8 +209,12 @@ async def orchestrate(
     on_start: Callable[[Running], None] | None = None,
     continuable: bool = False,
     keep_alive: float | str = DEFAULT_KEEP_ALIVE,
+    trace: TraceOption = None,
     compaction_threshold: int | None = None,
     compaction_model: str | None = None,
+    workspace_mode: str = "shared",
+    apply: str = "on_success",
+    choose: Chooser | None = None,
 ) -> Orchestration:
     """Run an orchestrator on `prompt` with the task tool over `definitions` (default: the
     built-in roles; an empty set gives it no task tool) and return an `Orchestration`.
@@ -235,6 +245,16 @@ async def orchestrate(
     own). Each task result keeps its compact form through compaction (`TaskOutput.compact`:
     summary, status, artifact paths, sizes and types), so every delivered file stays findable.
 
+    `workspace_mode`: how build sub-agents see the workspace unless their definition says
+    (`workspaceMode`): `shared` (in it, one at a time) or `layered` (each in a copy-on-write
+    layer of its own, side by side; its change set applied as `apply` says: `on_success`,
+    `on_verified` — after the verifier's PASS, every change verified — or `never`, returned in
+    the task's output only). A task call may ask for `attempts`; `choose(results)` picks the
+    one taken (default: the first to pass its verifier, else the first to finish).
+    `trace`: trace the orchestrator and every sub-agent (a directory or a `TraceSpec`; default:
+    the supervisor's `trace=`). Each sub-agent's trace names the orchestrator's run as its
+    parent; the orchestrator's header holds what `tether replay` needs to start it again.
+
     Raises `ValueError` for bad usage before anything is spawned; never for what a child did.
     """
     registry = (
@@ -246,6 +266,7 @@ async def orchestrate(
     )
     book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
     orchestration_id = f"orch-{os.getpid()}-{secrets.token_hex(4)}"
+    traced = trace_spec(trace) or getattr(sup, "trace", None)
     runner = SupervisorRunner(
         sup,
         default_model=model,
@@ -256,6 +277,7 @@ async def orchestrate(
         providers=providers,
         keep_alive=keep_alive if continuable else None,
         parent_run=orchestration_id,
+        trace=traced,
     )
     # Resolved once: the orchestrator and every sub-agent without a model of its own share it,
     # with its string (what a continuable sub-agent stores for a cold resume, what is billed).
@@ -285,6 +307,9 @@ async def orchestrate(
         on_event=publish,
         agent_types=offered,
         continuable=continuable,
+        workspace_mode=workspace_mode,
+        apply=apply,
+        choose=choose,
     )
     tasks: list[TaskCall] = []
     calls = 0
@@ -324,6 +349,19 @@ async def orchestrate(
         _add_usage(book, counted, now)
         counted = now
 
+    if traced is not None:
+        traced = traced.replace(
+            orchestration=_replayable(
+                registry,
+                read_only=read_only,
+                max_steps=max_steps,
+                max_concurrent=max_concurrent,
+                token_budget=token_budget,
+                verifier=verifier,
+                continuable=continuable,
+                agent_types=list(offered),
+            )
+        )
     pool = delegator.budget.pool
     run = RunSpec(
         prompt=prompt,
@@ -344,6 +382,7 @@ async def orchestrate(
         run_id=orchestration_id,
         # Its own turns count against the tree too: once spent, its next turn is refused.
         budgets=(pool,) if pool is not None else (),
+        trace=traced,
     )
     if continuable:
         # It reaches the store through its tools: its workspace is apart from the store, and
@@ -351,6 +390,7 @@ async def orchestrate(
         run = agents_of(sup).guard(run)
     handle = await sup.start(run)
     box.append(handle)
+    runner.stops = handle.stops  # a stop of the orchestrator takes every sub-agent down with it
     if on_start is not None:
         on_start(Running(handle, delegator))
     try:
@@ -364,6 +404,36 @@ async def orchestrate(
     # the orchestrator is the broker's, exactly.
     _add_usage(book, counted, result.usage)
     return Orchestration(result=result, ledger=book, tasks=tasks)
+
+
+def _replayable(
+    registry: Registry,
+    *,
+    read_only: bool,
+    max_steps: int,
+    max_concurrent: int,
+    token_budget: int | None,
+    verifier: VerifierPolicy | None,
+    continuable: bool,
+    agent_types: list[str],
+) -> dict[str, Any]:
+    """How an orchestration was started, for its trace's header (`tether replay` reads it)."""
+    policy = verifier or VerifierPolicy()
+    return {
+        "definitions": msgspec.to_builtins(list(registry)),
+        "readOnly": read_only,
+        "maxSteps": max_steps,
+        "maxConcurrent": max_concurrent,
+        "tokenBudget": token_budget,
+        "verifier": {
+            "minFiles": policy.min_files,
+            "maxFixCycles": policy.max_fix_cycles,
+            "enabled": policy.enabled,
+            "definition": None if policy.verifier is None else msgspec.to_builtins(policy.verifier),
+        },
+        "continuable": continuable,
+        "agentTypes": agent_types,
+    }
 
 
 def _add_usage(book: Ledger, before: Usage, now: Usage) -> None:

@@ -15,12 +15,12 @@ one `RunRequest`:
    An unknown name, or bad usage of a provider, is a `spawn_failed` result the orchestrator's
    model reads, never an exception;
 3. continuable: with a `keep_alive`, a task's sub-agent of a provider that runs tether's
-   protocol (`spawn`, `fork`, `command`) starts as a continuable agent of `sup.agents` under
-   `parent_run` (a durable session; `RunFacts.agent_id` is its id, what `send_message` takes).
-   A `fork` sub-agent's session starts with the forked turns, so a cold resume carries them.
-   A provider that drives its own agent (`acp`, `inprocess`, one a user wrote) and a runner of
-   `providers=` run it once, and the facts say why it cannot be continued and which providers
-   can (what a refused follow-up tells the model). Every run of such a delegation (a
+   protocol (`spawn`, `fork`, `command`, `inprocess`) starts as a continuable agent of
+   `sup.agents` under `parent_run` (a durable session; `RunFacts.agent_id` is its id, what
+   `send_message` takes). A `fork` sub-agent's session starts with the forked turns, so a
+   cold resume carries them. A provider that drives its own agent (`acp`, one a user wrote)
+   and a runner of `providers=` run it once, and the facts say why it cannot be continued and
+   which providers can (what a refused follow-up tells the model). Every run of such a delegation (a
    verifier too) is guarded as an agent's is (`Agents.guard`: its workspace apart from the
    store, the store's paths denied to its sandbox);
 4. the model: decided by the parent, never the child. A definition that names a model runs on
@@ -40,7 +40,12 @@ one `RunRequest`:
    `budget_exhausted` (`RunHandle.exhaust`); their results come back to the gate and the
    ledger like any other;
 8. cancellation: a cancelled task call disposes its child before the cancellation goes on
-   (`Supervisor.run`'s rule), so cancelling an orchestrator leaves no sub-agent behind.
+   (`Supervisor.run`'s rule), so cancelling an orchestrator leaves no sub-agent behind;
+9. stopping: every run is added to a stop line (`tether.parent.run.stop`): the request's (a
+   tool call served over MCP), else the runner's `stops` (an orchestration sets the
+   orchestrator's), so a stop takes the sub-agents down with it from the instant it is asked,
+   and its receipt counts them. Once the line is stopped no sub-agent starts: the request is
+   answered `aborted` at once.
 
 The `RunResult` handed back is the supervisor's: usage and step count are the broker's.
 """
@@ -65,12 +70,14 @@ from tether.parent.run.events import ChildEvent, Event
 from tether.parent.run.handle import RunHandle
 from tether.parent.run.plan import follow_up_providers, once
 from tether.parent.run.spec import NamedModel, RunSpec
-from tether.protocol.messages import Failure, RunResult
+from tether.parent.run.stop import StopLine
+from tether.protocol.messages import ApplyOutcome, ApplyPolicy, ChangeSet, Failure, RunResult
 
 if TYPE_CHECKING:
     from tether.parent.process.config import ChildConfig
     from tether.parent.run.budget import Budget
     from tether.parent.run.core import SupervisorCore
+    from tether.parent.trace.spec import TraceSpec
 
 SPAWN = "spawn"
 ProviderRunner = Callable[[RunRequest], Awaitable[RunResult]]
@@ -90,6 +97,7 @@ class SupervisorRunner:
         providers: Mapping[str, ProviderRunner] | None = None,
         keep_alive: float | str | None = None,
         parent_run: str | None = None,
+        trace: TraceSpec | None = None,
     ) -> None:
         """`default_model`: what a definition without a model runs on; `models`: provider
         objects by the name a definition gives; `limits` / `config`: each sub-agent child's
@@ -97,7 +105,8 @@ class SupervisorRunner:
 
         `keep_alive`: run each task's sub-agent as a continuable agent of `sup.agents` under
         `parent_run` (its child kept alive this long after each answer), where its provider
-        allows (see the module docstring)."""
+        allows (see the module docstring). `trace`: trace each sub-agent there (default: the
+        supervisor's `trace=`), its header naming `parent_run`."""
         self.sup = sup
         self.default_model = default_model
         self.models = dict(models or {})
@@ -107,7 +116,11 @@ class SupervisorRunner:
         self.providers: dict[str, ProviderRunner] = dict(providers or {})
         self.keep_alive = keep_alive
         self.parent_run = parent_run
+        self.trace = trace
         self._built: dict[str, ModelProvider] = {}
+        self.stops: StopLine | None = None
+        """The line a stop of the orchestration takes the sub-agents down with (`orchestrate`
+        sets it to the orchestrator's run's)."""
         self._live: set[RunHandle] = set()
         self._watched: set[int] = set()
 
@@ -118,6 +131,9 @@ class SupervisorRunner:
 
     async def __call__(self, request: RunRequest) -> RunResult:
         self._watch(request.budget)
+        line = self._line(request)
+        if line is not None and line.stop is not None:
+            return _stopped(line.stop.reason)
         if request.follow_up is not None:
             return await self.follow_up(request)
         name = request.definition.provider
@@ -135,11 +151,27 @@ class SupervisorRunner:
                 f"this parent knows: {known}"
             )
         chosen = self.sup.providers.get(name)
+        if request.workspace_mode == "layered" and request.continuable and self.keeps_agents:
+            # Its layer is the delegation's to apply or discard once its task is settled.
+            request.facts.not_continuable = (
+                "it ran in a layered workspace, whose layer is gone once its change set is "
+                "applied or discarded; start a new task call instead"
+            )
+            return await self.spawn(request)
         if request.continuable and self.keeps_agents:
             if not chosen.drives_itself:
                 return await self.continuable(request)
             request.facts.not_continuable = f"{once(chosen)}; {self._who_can()}"
         return await self.spawn(request)
+
+    def _line(self, request: RunRequest) -> StopLine | None:
+        return request.stops if request.stops is not None else self.stops
+
+    def _join(self, request: RunRequest, handle: RunHandle) -> None:
+        """A run of this request: a stop of its line takes it down too."""
+        line = self._line(request)
+        if line is not None:
+            line.add(handle)
 
     def _who_can(self) -> str:
         return f"only sub-agents run by {follow_up_providers(self.sup.providers)} keep a session"
@@ -185,6 +217,10 @@ class SupervisorRunner:
             run_id=request.run_id or None,
             budgets=(request.budget,) if request.budget is not None else (),
             labels={"toolCallId": request.tool_call_id, "subagentId": request.subagent_id},
+            workspace_mode="shared" if request.layer is not None else request.workspace_mode,
+            layer=request.layer,
+            trace=self.trace,
+            parent_run=self.parent_run,
         )
 
     def config_for(self, request: RunRequest) -> ChildConfig | None:
@@ -207,6 +243,7 @@ class SupervisorRunner:
             handle = await self.sup.start(spec)
         except ValueError as exc:
             return _failed(f"the sub-agent could not start: {exc}")
+        self._join(request, handle)
         _relay_of(spec).handle = handle
         return await self._outcome(handle, handle.result())
 
@@ -225,6 +262,7 @@ class SupervisorRunner:
             request.facts.not_continuable = f"it never started ({exc})"
             return _failed(f"the sub-agent could not start: {exc}")
         request.bind_agent(agent.id)
+        self._join(request, agent.run)
         _relay_of(spec).handle = agent.run
         return await self._outcome(agent.run, agent.result())
 
@@ -244,6 +282,7 @@ class SupervisorRunner:
             request.facts.run_id = handle.run_id
             relay.handle = handle
             self._live.add(handle)
+            self._join(request, handle)
 
         try:
             return await agents.send(
@@ -274,6 +313,19 @@ class SupervisorRunner:
                 raise
         finally:
             self._live.discard(handle)
+
+    # --- layered sub-agents' change sets -------------------------------------------------------
+
+    async def apply_changes(self, cs: ChangeSet, policy: ApplyPolicy) -> ApplyOutcome:
+        """Apply a layered sub-agent's change set (the gate decided to): the supervisor's
+        apply, which discards the layer once applied."""
+        return await self.sup.apply(cs, policy=policy)
+
+    async def discard_changes(self, cs: ChangeSet) -> None:
+        try:
+            await self.sup.discard(cs)
+        except (OSError, ValueError):
+            pass  # gone already
 
     async def model_for(self, name: str | None) -> NamedModel | ModelProvider | None:
         """The model a definition's `model` names (the default model for `None`), with its
@@ -347,6 +399,15 @@ class _Relay:
 def _relay_of(spec: RunSpec) -> _Relay:
     assert isinstance(spec.on_event, _Relay)
     return spec.on_event
+
+
+def _stopped(reason: str) -> RunResult:
+    return RunResult(
+        success=False,
+        status="aborted",
+        message=f"not started: the delegation was stopped ({reason})",
+        failure=Failure(kind="cancelled"),
+    )
 
 
 def _failed(message: str) -> RunResult:

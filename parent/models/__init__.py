@@ -3,6 +3,7 @@
 A provider answers one turn. `resolve_model` builds one from a model string:
 
 - `scripted:FILE` — a deterministic script of turns (`scripted.py`);
+- `scripted:trace:FILE` — a run's trace answering as it answered then (`replay.py`);
 - `openai:MODEL` or `openai:MODEL@BASE_URL` — any OpenAI-compatible Chat Completions server;
 - `anthropic:MODEL` or `anthropic:MODEL@BASE_URL` — the Anthropic Messages API.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Protocol
 
 from tether.protocol.messages import ModelCompleteParams, ModelCompleteResult
@@ -34,6 +36,13 @@ def resolve_model(spec: str) -> ModelProvider:
 
         if not rest:
             raise ValueError("scripted model needs a file: scripted:PATH")
+        kind, _, trace = rest.partition(":")
+        if kind == "trace":
+            from tether.parent.models.replay import TraceModel
+
+            if not trace:
+                raise ValueError("a trace's replay needs a file: scripted:trace:PATH")
+            return TraceModel.from_file(trace)
         return ScriptedModel.from_file(rest)
     if scheme == "openai":
         from tether.parent.models.openai import OpenAIModel
@@ -44,9 +53,21 @@ def resolve_model(spec: str) -> ModelProvider:
 
         return AnthropicModel.from_spec(rest)
     raise ValueError(
-        f"unknown model {spec!r}; known: scripted:FILE, openai:MODEL[@BASE_URL], "
-        "anthropic:MODEL[@BASE_URL]"
+        f"unknown model {spec!r}; known: scripted:FILE, scripted:trace:FILE, "
+        "openai:MODEL[@BASE_URL], anthropic:MODEL[@BASE_URL]"
     )
+
+
+def absolute_model(spec: str) -> str:
+    """A model string that names the same model from any directory: a scripted file (a script
+    or a trace) made absolute; any other string as it is."""
+    scheme, _, rest = spec.partition(":")
+    if scheme != "scripted" or not rest:
+        return spec
+    kind, _, trace = rest.partition(":")
+    if kind == "trace" and trace:
+        return f"scripted:trace:{Path(trace).resolve()}"
+    return f"scripted:{Path(rest).resolve()}"
 
 
 def unconfigured_base_url(spec: str, env: Mapping[str, str] | None = None) -> str | None:
@@ -89,4 +110,4 @@ def unconfigured_base_url(spec: str, env: Mapping[str, str] | None = None) -> st
     )
 
 
-__all__ = ["ModelProvider", "resolve_model", "unconfigured_base_url"]
+__all__ = ["ModelProvider", "absolute_model", "resolve_model", "unconfigured_base_url"]

@@ -16,7 +16,8 @@ requests (`purpose: "compaction"`) are answered with a fixed summary and do not 
 One file can script several agents (an orchestrator and its sub-agents, say): an object with
 `"scripts"`, each a `"turns"` list with an optional `"when"`, a regular expression. A run takes
 the first script whose `when` is found in its first request (the text of every message, the
-system prompt and the task included; a script without `when` matches any run) and keeps it::
+system prompt and the task included; a script without `when` matches any run) and keeps it;
+a script with `"once": true` is taken by one run only (a later run looks further)::
 
     {"scripts": [
       {"when": "You are an orchestrator", "turns": [...]},
@@ -28,15 +29,14 @@ system prompt and the task included; a script without `when` matches any run) an
 from __future__ import annotations
 
 import itertools
-import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
 
+from tether.parent.models.files import read_bounded
 from tether.protocol import ErrorCode, RemoteError
 from tether.protocol.messages import (
     ChatMessage,
@@ -69,6 +69,9 @@ class Script(msgspec.Struct, frozen=True):
     turns: list[ScriptedTurn]
     when: str | None = None
     """A regular expression searched in a run's first request; `None` matches any run."""
+    once: bool = False
+    """Taken by one run only: a later run that matches looks further (several attempts at one
+    task, each scripted apart)."""
 
 
 class Scripts(msgspec.Struct, frozen=True):
@@ -105,27 +108,7 @@ class ScriptedModel:
         device (opened without blocking, checked before any read). Blocking file I/O: callers
         on an event loop run it in a worker thread."""
         p = Path(path)
-        try:
-            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as exc:
-            raise ValueError(f"cannot read model script {str(p)!r}: {exc.strerror}") from exc
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise ValueError(f"model script {str(p)!r} is not a regular file")
-            if st.st_size > MAX_SCRIPT_BYTES:
-                raise ValueError(
-                    f"model script {str(p)!r} is {st.st_size} bytes; the limit is "
-                    f"{MAX_SCRIPT_BYTES}"
-                )
-            with os.fdopen(os.dup(fd), "rb") as f:
-                data = f.read(MAX_SCRIPT_BYTES + 1)
-        except OSError as exc:
-            raise ValueError(f"cannot read model script {str(p)!r}: {exc.strerror}") from exc
-        finally:
-            os.close(fd)
-        if len(data) > MAX_SCRIPT_BYTES:
-            raise ValueError(f"model script {str(p)!r} passed {MAX_SCRIPT_BYTES} bytes")
+        data = read_bounded(p, MAX_SCRIPT_BYTES, "model script")
         return cls.from_json(data, name=f"scripted:{p}")
 
     @classmethod
@@ -149,7 +132,10 @@ class ScriptedModel:
         chosen = self._chosen.get(params.run_id)
         if chosen is None:
             text = "\n".join(m.content for m in params.messages)
+            taken = set(self._chosen.values())
             for i, pattern in enumerate(self._when):
+                if self.scripts[i].once and i in taken:
+                    continue
                 if pattern is None or pattern.search(text):
                     chosen = self._chosen[params.run_id] = i
                     break

@@ -36,7 +36,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
@@ -69,7 +69,8 @@ from tether.parent.run.events import (
     DEFAULT_EVENT_BUFFER,
     ChildEvent,
     Event,
-    EventStream,
+    EventBus,
+    EventCallback,
     RunFinished,
     RunStarted,
 )
@@ -77,7 +78,6 @@ from tether.parent.run.plan import check_agent, check_config
 from tether.parent.run.spec import NamedModel, RunSpec, spec_of
 from tether.protocol.messages import AgentDefinition, RunResult
 
-EventCallback = Callable[[Event], None]
 log = logging.getLogger("tether.parent")
 Contain = Literal["pidns", "none"]
 
@@ -180,7 +180,7 @@ class RemoteRun:
         self._streaming.cancel()
 
 
-class RayPlacement:
+class RayPlacement(EventBus):
     """Children placed on the nodes of a Ray cluster, with the local supervisor's surface.
 
     `nodes`: `"all"` alive nodes, a list of node ids, or labels every chosen node carries.
@@ -227,6 +227,7 @@ class RayPlacement:
         self._close_timeout = close_timeout
         self._watch_interval = watch_interval
         self._lost_after = lost_after
+        super().__init__(event_buffer)
         self._node_config(self.config)  # a launcher the placement cannot stack on is bad usage
         self.hosts: dict[str, _Host] = {}
         self.closed: list[HostReport] = []
@@ -237,7 +238,6 @@ class RayPlacement:
         self._placer: Placer | None = None
         self._tg: TaskGroup | None = None
         self._runs: set[RemoteRun] = set()
-        self._subscribers: list[EventCallback] = []
         self._connected_here = False
         self._closing = False
 
@@ -404,6 +404,12 @@ class RayPlacement:
                 ("fork_from", run.fork_from),
                 ("continuation", run.continuation),
                 ("budgets", run.budgets),
+                # A layer is made and applied on the supervisor's host, not a node's.
+                ("workspace_mode='layered'", run.workspace_mode != "shared"),
+                ("layer", run.layer),
+                ("attempts", run.attempts != 1),
+                ("apply", run.apply != "never"),
+                ("trace", run.trace),  # its model calls are served here, its child elsewhere
             )
             if given
         ]
@@ -646,31 +652,6 @@ class RayPlacement:
             run._lose(why, "placement_lost")
         with contextlib.suppress(Exception):
             _ray().kill(host.actor, no_restart=True)  # never let it come back half-known
-
-    # --- events -----------------------------------------------------------------------------
-
-    def subscribe(self, callback: EventCallback) -> Callable[[], None]:
-        """Call `callback` for every event; returns a function that unsubscribes."""
-        self._subscribers.append(callback)
-        return lambda: self._subscribers.remove(callback)
-
-    @contextlib.asynccontextmanager
-    async def events(self, buffer: int = DEFAULT_EVENT_BUFFER) -> AsyncIterator[EventStream]:
-        """`async with sup.events() as stream: async for ev in stream: ...`, as locally."""
-        stream = EventStream(buffer)
-        unsubscribe = self.subscribe(stream.put)
-        try:
-            yield stream
-        finally:
-            unsubscribe()
-            stream.close()
-
-    def publish(self, event: Event, extra: EventCallback | None = None) -> None:
-        for cb in ([extra] if extra else []) + list(self._subscribers):
-            try:
-                cb(event)
-            except Exception:  # a listener's bug must not break the run
-                pass
 
 
 def _host_is_gone(ray: Any, exc: BaseException) -> bool:

@@ -189,3 +189,17 @@ def failure_of(o: Observed) -> Failure | None:
         limit=limit,
         stderr_tail=o.stderr_tail,
     )
+
+
+_HINTS = ("for more information", "--help", "usage:")
+"""What a command's last stderr line says when it only points at its own help."""
+
+
+def explaining_line(stderr: str) -> str:
+    """The line of a failed command's stderr that says why: the last one that is not only a
+    pointer to its help ("Run 'docker run --help' for more information")."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if not any(hint in line.lower() for hint in _HINTS):
+            return line
+    return lines[-1] if lines else ""

@@ -12,6 +12,7 @@ from typing import Any
 from tether.parent.egress.policy import NONE, Destination, NetworkPolicy, policy_of
 from tether.parent.process.host import Host
 from tether.parent.process.launchers import Launcher
+from tether.parent.process.layers import LayerLimits
 from tether.parent.process.limits import DisposePolicy, Limits
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES
 
@@ -56,6 +57,14 @@ class ChildConfig:
     dedicated default (`tether.contain.plan.DEFAULT_SANDBOX_ID`)."""
     read_paths: Sequence[str] = ()
     """More paths a sandboxed child may read (and execute), beyond what it is granted."""
+    transport: str = "process"
+    """How a run obtains its child (`tether.parent.run.transport`): `process` (a local process:
+    the launcher, containment, sandbox, limits, keeper and dispose ladder above) or `memory`
+    (tether's own child runtime as a task of the supervisor, over in-memory streams: no
+    process, no isolation, no resource limits — the run's clocks, budgets and the tools'
+    workspace confinement only; for tests and trusted work, the `inprocess` provider's). A
+    supervisor whose children all run in memory starts no process at all. `command` children
+    are processes whatever this says."""
     deny_paths: Sequence[str] = ()
     """Directories a sandboxed child must never reach, whatever else it is granted (the
     session store's, for the runs of continuable agents). Under a root supervisor's private
@@ -67,6 +76,11 @@ class ChildConfig:
     next `git status` or `git checkout`, outside every sandbox. Ordinary git use (`init`,
     `add`, `commit`, `branch`, `checkout`) needs no opt-in; `git config`, `git remote add`
     and `git submodule add` do. Changes there are listed in `sensitiveChanges` either way."""
+    layers_dir: str | None = None
+    """Where layered runs' layers are made (`workspace_mode="layered"`); `None`:
+    `$TMPDIR/tether-layers-UID`. Never inside a workspace."""
+    layer_limits: LayerLimits = field(default_factory=LayerLimits)
+    """Bounds on a layer's copy and on its change set (`LayerLimits`)."""
     network: NetworkPolicy | Sequence[str | Destination] | str | None = NONE
     """The run's network: `"none"` (the default: no network at all), or an allowlist of
     destinations (`["pypi.org", "*.example.com:80,443", "10.0.0.5:8080"]`, or a

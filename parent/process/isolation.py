@@ -36,7 +36,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -47,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.contain import argv as config_word
-from tether.contain import gitdirs, landlock, seccomp
+from tether.contain import gitdirs, landlock, mounts, seccomp
 from tether.contain.inplace import (
     TRAMPOLINE,
     import_path_writable,
@@ -61,6 +63,7 @@ from tether.contain.plan import (
     Plan,
     system_reads,
 )
+from tether.contain.sequence import EXEC_FAILED, LOCAL_SOCKETS_ENV
 from tether.parent.process.private_network import PrivateNetwork
 from tether.protocol.messages import IsolationLevel
 
@@ -96,6 +99,13 @@ class HostIsolation:
     """Why `sandbox` is unavailable here; `None` when it works."""
     forced: bool = False
     """`TETHER_LANDLOCK_ABI` lowered the ABI."""
+    local_sockets: bool = False
+    """A sandboxed child may connect to the UNIX sockets its run binds (and to no other):
+    `local_sockets_why` says how, or why not."""
+    local_sockets_why: str = ""
+    install_problem: str | None = None
+    """tether's own installation is broken (the trampoline cannot start): no child runs at
+    any level, and the host's sandbox is untried."""
     git_unguarded: str | None = None
     """Why the sandbox here cannot refuse writes to the workspace's `.git/config` and
     `.git/hooks` (`Plan.git_guard`); `None` when it can. Without root that takes a user
@@ -164,24 +174,83 @@ def _probe(forced: str) -> HostIsolation:
         )
     elif not seccomp.available():
         why = "seccomp filters are not available on this kernel or architecture"
-    else:
-        why = _trial(abi, root, git=True)
+    if why is not None:
+        return HostIsolation(root=root, landlock_abi=abi, why_not=why, forced=is_forced)
+    sockets, sockets_why = _local_sockets(abi, root)
+    trial = _trial(abi, root, local_sockets=sockets, git=True)
     unguarded = None
-    if why is not None and abi and abi >= need and seccomp.available():
+    if trial.why is not None and trial.install_problem is None:
         # The sandbox with a guarded git directory failed: does it work without the guard?
-        plain = _trial(abi, root, git=False)
-        if plain is None:
-            unguarded, why = why, None
+        plain = _trial(abi, root, local_sockets=sockets, git=False)
+        if plain.why is None:
+            unguarded, trial = trial.why, plain
+    if sockets and trial.refused_sockets is not None:
+        sockets, sockets_why = False, trial.refused_sockets
     return HostIsolation(
-        root=root, landlock_abi=abi, why_not=why, forced=is_forced, git_unguarded=unguarded
+        root=root,
+        landlock_abi=abi,
+        why_not=trial.why if trial.install_problem is None else None,
+        forced=is_forced,
+        local_sockets=sockets and trial.why is None,
+        local_sockets_why=sockets_why,
+        install_problem=trial.install_problem,
+        git_unguarded=unguarded,
     )
 
 
-def _trial(abi: int, root: bool, *, git: bool) -> str | None:
-    """Sandbox a throwaway child that runs /bin/true, with a git directory in its workspace
-    to guard when `git`; why it failed, or `None`."""
-    true = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
-    with tempfile.TemporaryDirectory(prefix="tether-probe-") as ws:
+def _local_sockets(abi: int, root: bool) -> tuple[bool, str]:
+    """Whether this host's sandbox can let a child connect to its run's own UNIX sockets and to
+    no other (`Plan.local_sockets`), and how, or why not."""
+    if abi >= landlock.RESOLVE_UNIX_ABI:
+        return True, (
+            f"Landlock ABI {abi} resolves pathname sockets (only beneath the workspace and the "
+            "private temp dirs, or bound in the run's own domain) and scopes abstract ones"
+        )
+    if not root:
+        return False, (
+            f"refused: a supervisor that is not root cannot give the sandbox a private view of "
+            f"the filesystem, and Landlock ABI {abi} cannot tell the run's own sockets from the "
+            f"host's (that needs ABI {landlock.RESOLVE_UNIX_ABI}, Linux 7.1+): connect() is "
+            "refused outright"
+        )
+    if abi < landlock.SCOPE_ABI:
+        return False, (
+            f"refused: Landlock ABI {abi} does not keep abstract sockets inside the run (that "
+            f"needs ABI {landlock.SCOPE_ABI}, Linux 6.12+): connect() is refused outright"
+        )
+    return True, (
+        "sealed private mounts (every host mount idmapped so no outside socket passes the "
+        f"permission check, a private /dev) and Landlock ABI {abi}'s abstract-socket scope"
+    )
+
+
+@dataclass(frozen=True)
+class _Trial:
+    why: str | None = None
+    """Why the trial sandbox failed; `None` when it ran."""
+    refused_sockets: str | None = None
+    """It ran, but its local sockets were refused, and why (its private mounts could not be
+    sealed: `LOCAL_SOCKETS_ENV`)."""
+    install_problem: str | None = None
+    """It failed before any sandbox: the trampoline itself could not start."""
+
+
+def _trial(abi: int, root: bool, *, local_sockets: bool, git: bool, layer: bool = False) -> _Trial:
+    """Sandbox a throwaway child that prints its environment (`env`), with a git directory in
+    its workspace to guard when `git`, its workspace layered (an overlay) when `layer`: how it
+    went. The trial is granted what a Python child is (the interpreter's paths too), so the
+    mounts it seals are the ones a real child's view has."""
+    true = shutil.which("env", path="/usr/bin:/bin") or "/usr/bin/env"
+    with tempfile.TemporaryDirectory(prefix="tether-probe-") as scratch:
+        ws = os.path.join(scratch, "ws")
+        os.mkdir(ws)
+        layered = None
+        if layer:
+            layered = os.path.join(scratch, "layer")
+            for sub in ("upper", "work"):
+                os.makedirs(os.path.join(layered, sub))
+                if root:
+                    os.chown(os.path.join(layered, sub), DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)
         if git:
             os.makedirs(os.path.join(ws, ".git", "hooks"))
             Path(ws, ".git", "config").write_text("[core]\n")
@@ -189,8 +258,10 @@ def _trial(abi: int, root: bool, *, git: bool) -> str | None:
             "sandbox",
             command=[true],
             workspace=ws,
-            host=HostIsolation(root=root, landlock_abi=abi, why_not=None),
-            interpreter=False,
+            host=HostIsolation(
+                root=root, landlock_abi=abi, why_not=None, local_sockets=local_sockets
+            ),
+            layer=layered,
         )
         word = config_word.encode(
             {"pdeathsig": 0, "ppid": os.getpid(), "plan": setup.plan.to_json()}
@@ -212,14 +283,41 @@ def _trial(abi: int, root: bool, *, git: bool) -> str | None:
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"a trial sandbox could not run: {exc}"
+            return _Trial(f"a trial sandbox could not run: {exc}")
         finally:
             if setup.cleanup is not None:
                 setup.cleanup()
-    if got.returncode != 0:
-        last = (got.stderr.decode(errors="replace").strip().splitlines() or [""])[-1]
-        return f"a trial sandbox failed on this host: {last[:300] or f'exit {got.returncode}'}"
-    return None
+    if got.returncode == 0:
+        told = f"{LOCAL_SOCKETS_ENV}=".encode()
+        for line in got.stdout.splitlines():
+            if line.startswith(told):
+                return _Trial(refused_sockets=line[len(told) :].decode(errors="replace"))
+        return _Trial()
+    stderr = got.stderr.decode(errors="replace")
+    last = (stderr.strip().splitlines() or [""])[-1][:300] or f"exit {got.returncode}"
+    if EXEC_FAILED not in stderr:
+        # The trampoline never reached its sandbox: tether's installation, not the host.
+        return _Trial(
+            last,
+            install_problem=(
+                f"tether's trampoline ({TRAMPOLINE}) cannot start under `{sys.executable} "
+                f"-I -S`: {last}. tether's installation is broken: reinstall it (pip install "
+                "--force-reinstall, or pip install -e . in a checkout)"
+            ),
+        )
+    return _Trial(f"a trial sandbox failed on this host: {last}")
+
+
+def trial_layer(host: HostIsolation) -> str | None:
+    """Why a sandboxed child here cannot have a layered workspace (an overlay mounted in its
+    own mount namespace, `tether.contain.layer`), or `None` when it can: tried once by
+    `tether.parent.process.layers.support`, which caches the answer."""
+    why = _trial(
+        host.landlock_abi, host.root, local_sockets=host.local_sockets, git=False, layer=True
+    ).why
+    if why is None:
+        return None
+    return why.replace("a trial sandbox failed", "a trial overlay failed", 1)
 
 
 def choose_level(
@@ -245,6 +343,8 @@ def choose_level(
             "sandbox: its isolation is the launcher's",
         )
     host = host or probe_host()
+    if host.install_problem is not None:
+        raise ValueError(host.install_problem)
     if host.why_not is None:
         return Choice("sandbox")
     if requested == "sandbox":
@@ -311,7 +411,12 @@ def interpreter_reads() -> tuple[str, ...]:
         # Located, not imported: the parent never loads the child's code.
         spec = importlib.util.find_spec(name)
         for where in (spec.submodule_search_locations or []) if spec else []:
-            paths += [where, os.path.dirname(os.path.dirname(where))]
+            paths.append(where)
+            # The directory holding `tether/` (site-packages, a strict editable link tree);
+            # a default editable install's sources (a checkout's `contain/`) have none, and
+            # their parent is the checkout's own parent: never granted.
+            if os.path.basename(os.path.dirname(where)) == "tether":
+                paths.append(os.path.dirname(os.path.dirname(where)))
             init = os.path.join(where, "__init__.py")
             if os.path.islink(init):
                 paths.append(os.path.dirname(os.path.realpath(init)))
@@ -482,6 +587,68 @@ def workspace_problem(workspace: str, *, protects_code: bool = False) -> str | N
     return None
 
 
+def unreadable_problem(
+    command: Sequence[str],
+    read_paths: Sequence[str] = (),
+    *,
+    as_uid: tuple[int, int] | None,
+) -> str | None:
+    """Why a sandboxed child could not read a path its command names (an agent file, a
+    script) or a `read_paths` entry, or `None` when it can read them all. `as_uid`: the
+    (uid, gid) a root supervisor's sandbox runs as, in private mounts that rebuild every
+    directory on the way it cannot enter (so only the path's own mode matters); `None`: the
+    child keeps this process's uid, and the whole path must be open to it."""
+    named = [p for arg in command for p in _named_paths(arg)]
+    named += [p for p in read_paths if os.path.isabs(p) and os.path.exists(p)]
+    for path in dict.fromkeys(os.path.realpath(p) for p in named):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        is_dir = stat.S_ISDIR(st.st_mode)
+        if as_uid is None:
+            ok = os.access(path, os.R_OK | (os.X_OK if is_dir else 0))
+            who = "this user"
+        else:
+            ok = _may_read(st, *as_uid, is_dir)
+            who = f"the sandbox's uid {as_uid[0]}"
+        if ok:
+            continue
+        what = "directory" if is_dir else "file"
+        fix = f"chmod o+r{'x' if is_dir else ''} {shlex.quote(path)}"
+        return (
+            f"a sandboxed child cannot read the {what} {path} (mode {stat.S_IMODE(st.st_mode):o}, "
+            f"owner uid {st.st_uid}): {who} may not {'list and enter' if is_dir else 'read'} "
+            f"it. Make it readable ({fix}), move it where others may read it, or run with "
+            "process isolation (--isolation process)"
+        )
+    return None
+
+
+def sandbox_uid(
+    sandbox_user: tuple[int, int] | None, launcher: object | None = None
+) -> tuple[int, int] | None:
+    """The (uid, gid) a sandboxed child runs as in private mounts (a root supervisor, no
+    launcher that isolates the filesystem itself); `None`: it keeps this process's uid."""
+    provides = getattr(launcher, "provides", None)
+    if not probe_host().root or getattr(provides, "filesystem_isolation", False):
+        return None
+    return sandbox_user or (DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)
+
+
+def _may_read(st: os.stat_result, uid: int, gid: int, directory: bool) -> bool:
+    """Whether `uid`/`gid` (no supplementary group) may read `st` (and search it, a
+    directory) by its mode bits."""
+    need = 0o5 if directory else 0o4
+    if st.st_uid == uid:
+        bits = st.st_mode >> 6
+    elif st.st_gid == gid:
+        bits = st.st_mode >> 3
+    else:
+        bits = st.st_mode
+    return bits & need == need
+
+
 def code_inside(ws: str) -> list[str]:
     """The directories of the interpreter's own import path (prefixes, standard library,
     site-packages, `.pth` directories, tether's package folders and their sources), as given
@@ -503,6 +670,7 @@ def plan_for(
     workspace_read_only: bool = False,
     deny_paths: Sequence[str] = (),
     allow_git_config: bool = False,
+    layer: str | None = None,
 ) -> Setup:
     """The plan for one child at `level`. `inside_launcher`: the sandbox is applied inside a
     launcher that made its own mount namespace and user (bwrap), so it adds Landlock, seccomp
@@ -513,7 +681,9 @@ def plan_for(
     child must never reach (`ChildConfig.deny_paths`): covered by the private mounts where
     there are some, refused by `deny_problem` when the run is planned where there are not;
     `allow_git_config`: the child may write the workspace's `.git/config` and `.git/hooks`
-    (else the sandbox refuses it, where the host lets it: `git_guard`)."""
+    (else the sandbox refuses it, where the host lets it: `git_guard`); `layer`: a layered
+    workspace's layer directory, mounted as an overlay over the workspace (`Plan.layer`: its
+    writes never reach the workspace, so no git guard is needed there)."""
     if level != "sandbox":
         return Setup(Plan())
     net = network.to_json() if network is not None else None
@@ -532,6 +702,8 @@ def plan_for(
             cwd=ws,
             network=net,
             workspace_read_only=workspace_read_only,
+            # The launcher's own mounts are not sealed: only Landlock can tell sockets apart.
+            local_sockets=net is None and abi >= landlock.RESOLVE_UNIX_ABI,
         )
         return Setup(plan, private_env("/tmp"))
     # bwrap's root is not one a user namespace can be made in: under it, no guard (above).
@@ -541,6 +713,7 @@ def plan_for(
         and not allow_git_config
         and not workspace_read_only
         and host.git_unguarded is None
+        and layer is None
         else []
     )
     if host.root:
@@ -564,8 +737,10 @@ def plan_for(
             network=net,
             workspace_read_only=workspace_read_only,
             protect=code_inside(ws) if ws is not None else [],
+            local_sockets=net is None and host.local_sockets,
             hide=[d for d in _denied(deny_paths) if not (ws is not None and _under(ws, d))],
             git_guard=guard,
+            layer=layer,
         )
         return Setup(plan, private_env("/tmp"))
     private = tempfile.mkdtemp(prefix="tether-sandbox-")
@@ -581,11 +756,59 @@ def plan_for(
         cwd=ws,
         network=net,
         workspace_read_only=workspace_read_only,
+        local_sockets=net is None and abi >= landlock.RESOLVE_UNIX_ABI,
         git_guard=guard,
+        layer=layer,
     )
     env = private_env(private)
     env["TMPDIR"] = os.path.join(private, "tmp")
     return Setup(plan, env, lambda: shutil.rmtree(private, ignore_errors=True))
+
+
+_SEALER_HELPER = (
+    "import ctypes, os\n"
+    "if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0:\n"
+    "    raise SystemExit(1)\n"
+    "os.write(1, b'u')\n"
+    "os.read(0, 1)\n"
+)
+_sealer: list[int] = []
+
+
+def sealer_fd() -> int | None:
+    """An fd of `mounts.unmapped_userns()`'s namespace, made once per supervisor and kept: a
+    root supervisor hands it to every exec'd child whose private mounts are sealed
+    (`SpawnSpec.pass_fds`), which would otherwise fork a helper for it at each spawn. Made by
+    a helper *process* (this one may have threads, so it never forks itself); `None` when it
+    cannot be made (the child then makes its own, and says what failed)."""
+    if _sealer:
+        return _sealer[0]
+    try:
+        helper = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _SEALER_HELPER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+    except OSError:
+        return None
+    assert helper.stdin is not None and helper.stdout is not None
+    try:
+        if helper.stdout.read(1) != b"u":
+            return None
+        ident = f"{mounts.UNMAPPED_ID} {mounts.UNMAPPED_ID} 1\n"
+        for name, text in (("setgroups", "deny"), ("uid_map", ident), ("gid_map", ident)):
+            with open(f"/proc/{helper.pid}/{name}", "w") as f:
+                f.write(text)
+        fd = os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    finally:
+        helper.stdin.close()
+        helper.stdout.close()
+        helper.wait(timeout=TRIAL_SECONDS)
+    _sealer.append(fd)
+    return fd
 
 
 def git_guard(workspace: str) -> list[str]:
@@ -648,6 +871,7 @@ def isolation_setup(
     workspace_read_only: bool = False,
     deny_paths: Sequence[str] = (),
     allow_git_config: bool = False,
+    layer: str | None = None,
 ) -> Spawnable:
     """The one place a child's isolation is decided: its plan (`plan_for`), and where it is
     applied. bwrap must be the outer layer (inside a Landlock domain it cannot set up its
@@ -670,6 +894,7 @@ def isolation_setup(
         workspace_read_only=workspace_read_only,
         deny_paths=deny_paths,
         allow_git_config=allow_git_config,
+        layer=None if reduced else layer,
     )
     if inside:
         config = config_word.encode({"plan": setup.plan.to_json()})

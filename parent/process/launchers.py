@@ -22,15 +22,20 @@ child's cgroup on this host. What a launcher adds on top is in its `Provides`:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
+import shutil
+import signal
+import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tether.contain.plan import ETC_READ
+from tether.parent.process.classify import explaining_line
 from tether.parent.process.limits import Limits
 
 
@@ -70,6 +75,12 @@ class Launcher:
     @property
     def program(self) -> str | None:
         """The launcher's own executable, which must exist on this host (`None`: none)."""
+        return None
+
+    @property
+    def answers(self) -> list[str] | None:
+        """A command that succeeds only when what the launcher needs beyond its program (a
+        daemon, a cluster) answers; `None`: nothing to ask (`readiness`)."""
         return None
 
 
@@ -276,6 +287,11 @@ class Docker(Launcher):
     def program(self) -> str | None:
         return self.binary
 
+    @property
+    def answers(self) -> list[str] | None:
+        # Asks the daemon for its version: fails at once when there is no daemon to ask.
+        return [self.binary, "version", "--format", "{{.Server.Version}}"]
+
     def argv(self, ctx: LaunchContext) -> list[str]:
         out = [self.binary, "run", "-i", "--rm", "--init"]
         if not self.network:
@@ -305,6 +321,11 @@ class Kubectl(Launcher):
     def program(self) -> str | None:
         return "kubectl"
 
+    @property
+    def answers(self) -> list[str] | None:
+        # The API server of the current context, asked with the same bound as the whole check.
+        return ["kubectl", "version", f"--request-timeout={READINESS_SECONDS:g}s"]
+
     def argv(self, ctx: LaunchContext) -> list[str]:
         out = ["kubectl", "run", self.pod, "-i", "--rm", "--restart=Never", "--quiet"]
         out.append(f"--image={self.image}")
@@ -331,6 +352,47 @@ class Kubectl(Launcher):
             }
             out.append(f"--overrides={json.dumps(override, sort_keys=True)}")
         return [*out, "--", *ctx.command]
+
+
+READINESS_SECONDS = 1.0
+"""How long `readiness` waits for a launcher's daemon or cluster to answer."""
+
+
+def readiness(launcher: Launcher) -> str | None:
+    """Why `launcher` cannot run a child here, or `None` when it can: its program is on PATH
+    and, for a launcher that needs a daemon or a cluster, that answers within
+    `READINESS_SECONDS`."""
+    program = launcher.program
+    if program is not None and shutil.which(program) is None:
+        return f"{program} not installed"
+    probe = launcher.answers
+    if probe is None:
+        return None
+    shown = shlex.join(probe)
+    try:
+        # A session of its own: on timeout the whole group goes, helpers holding the pipes
+        # included, so the wait for its output ends with it.
+        proc = subprocess.Popen(
+            probe,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return f"`{shown}` could not run: {exc.strerror or exc}"
+    try:
+        out, err = proc.communicate(timeout=READINESS_SECONDS)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return f"`{shown}` did not answer within {READINESS_SECONDS:g}s"
+    if proc.returncode != 0:
+        why = explaining_line(err) or explaining_line(out)
+        return f"`{shown}` failed: {why or f'exit status {proc.returncode}'}"
+    return None
 
 
 @dataclass(frozen=True)

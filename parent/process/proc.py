@@ -22,7 +22,7 @@ import anyio
 from tether.contain import argv as config_word
 from tether.contain.inplace import TRAMPOLINE, trampoline_argv
 from tether.contain.sequence import EXEC_FAILED
-from tether.parent.process.isolation import trampoline_in_place
+from tether.parent.process.isolation import sealer_fd, trampoline_in_place
 from tether.parent.process.pipes import stdio_pipes
 from tether.wire.streams import FdReceiveStream, FdSendStream
 
@@ -115,6 +115,13 @@ class ChildProcess:
             "cgroup_procs": spec.cgroup_procs,
             "plan": spec.plan,
         }
+        pass_fds = spec.pass_fds
+        plan = spec.plan or {}
+        if plan.get("local_sockets") and plan.get("private_mounts"):
+            sealer = sealer_fd()  # made once; the child closes its copy before its sandbox
+            if sealer is not None:
+                config["sealer"] = sealer
+                pass_fds = (*pass_fds, sealer)
         in_place = trampoline_in_place(spec.argv, spec.plan)
         argv = trampoline_argv(
             str(TRAMPOLINE), config_word.encode(config), spec.argv, in_place=in_place
@@ -130,7 +137,7 @@ class ChildProcess:
                     env=spec.env,
                     cwd=spec.cwd,
                     close_fds=True,
-                    pass_fds=spec.pass_fds,
+                    pass_fds=pass_fds,
                     start_new_session=True,
                 )
         except OSError as exc:

@@ -1,4 +1,4 @@
-"""Spawning one child the way every child is spawned, and its handshake.
+"""Spawning one child process the way every child process is spawned.
 
 `spawn_child()` is the one place a child process is made: the scrubbed environment with a
 fresh tree marker, the child's own cgroup (on a cgroup tier) with its limits, rlimits for the
@@ -6,21 +6,17 @@ rest, the launcher's argv around the command, and the process started through th
 (exec) or forked by the zygote — either way contained before the child's first line runs. It
 returns a `SupervisedChild` for a child that speaks tether's protocol, or, with `wire="raw"`,
 a `SupervisedProcess` whose pipes the caller drives (a foreign agent: every provider that runs
-a process goes through here). `handshake()` sends `initialize` within the config's timeout and
-records what went wrong.
+a process goes through here). The handshake, whatever carries the child, is `wired.handshake`.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import resource
 import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Literal, Protocol, overload
-
-import anyio
 
 from tether.parent.process.cgroups import ChildCgroup, cgroupfs_mount_points
 from tether.parent.process.config import DEFAULT_COMMAND, ChildConfig
@@ -35,13 +31,6 @@ from tether.parent.process.supervised import SupervisedChild, SupervisedProcess
 from tether.parent.process.tree import TREE_ENV, new_tree_marker
 from tether.parent.process.zygote import ZygoteProcess
 from tether.parent.process.zygote import supported as zygote_supported
-from tether.protocol import ConnectionClosed, RemoteError, RemoteProtocolError
-from tether.protocol.messages import (
-    PROTOCOL_VERSION,
-    ClientCapabilities,
-    InitializeParams,
-    PeerInfo,
-)
 
 log = logging.getLogger("tether.parent")
 
@@ -122,6 +111,7 @@ async def spawn_child(
     wire: Literal["tether"] = "tether",
     network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
+    layer: str | None = None,
 ) -> SupervisedChild: ...
 
 
@@ -139,6 +129,7 @@ async def spawn_child(
     wire: Literal["raw"],
     network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
+    layer: str | None = None,
 ) -> SupervisedProcess: ...
 
 
@@ -155,12 +146,14 @@ async def spawn_child(
     wire: Literal["tether", "raw"] = "tether",
     network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
+    layer: str | None = None,
 ) -> SupervisedProcess:
     """Start one child at isolation `level` (its plan computed by `isolation_setup`, the one
     place that decides it); raises `SpawnError` when it cannot start (nothing is left
     behind). `wire="raw"`: a foreign agent whose pipes the caller drives. `network`: the
     listeners of the parent's a sandboxed child may reach (its `channel` descriptor is passed
-    to the child); `workspace_read_only`: the sandbox grants the workspace read only."""
+    to the child); `workspace_read_only`: the sandbox grants the workspace read only; `layer`:
+    a layered workspace's layer directory, an overlay over the workspace (`Plan.layer`)."""
     setup = isolation_setup(
         level,
         command=cfg.command,
@@ -172,6 +165,7 @@ async def spawn_child(
         network=network,
         workspace_read_only=workspace_read_only,
         allow_git_config=cfg.allow_git_config,
+        layer=layer,
     )
     in_cgroup = host.tier != "process-group"
     try:
@@ -256,36 +250,6 @@ async def spawn_child(
     child.sealed_in_cgroup = sealed_in_cgroup(cgroup, setup.outer_plan, launcher)
     child.cleanup = setup.setup.cleanup
     return child
-
-
-async def handshake(child: SupervisedChild, cfg: ChildConfig) -> bool:
-    """`initialize`, within the handshake timeout; whether the child is ready for a run. What
-    went wrong is recorded in `child.observed`."""
-    observed = child.observed
-    seconds = cfg.handshake_timeout
-    try:
-        with anyio.fail_after(seconds):
-            await child.session.initialize(
-                InitializeParams(
-                    protocol_version=PROTOCOL_VERSION,
-                    client_info=PeerInfo(name="tether-supervisor", version=version()),
-                    capabilities=ClientCapabilities(),
-                    max_message_bytes=cfg.max_message_bytes,
-                )
-            )
-    except TimeoutError:
-        observed.handshake = seconds
-        return False
-    except ConnectionClosed:
-        return False
-    except RemoteError as exc:
-        observed.protocol_error = f"the child refused initialize: {exc.message}"
-        return False
-    except RemoteProtocolError as exc:
-        observed.protocol_error = exc.message
-        return False
-    child.ready = True
-    return True
 
 
 def sealed_in_cgroup(
@@ -378,15 +342,3 @@ def wants_zygote(cfg: ChildConfig) -> bool:
     if cfg.spawner == "zygote":
         return True
     return cfg.spawner == "auto" and zygote_unfit(cfg) is None
-
-
-@functools.cache
-def version() -> str:
-    """tether's installed version, read once: the metadata lookup parses the package's
-    METADATA file (≈ 1 ms), and every handshake names the version."""
-    try:
-        from importlib.metadata import version as installed
-
-        return installed("tether")
-    except Exception:
-        return "0"

@@ -60,10 +60,10 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import anyio
 import psutil
@@ -74,12 +74,9 @@ from tether.parent.process.classify import Observed
 from tether.parent.process.limits import DisposePolicy
 from tether.parent.process.proc import EXEC_FAILED_MARKER, ChildProcess
 from tether.parent.process.ring import ByteRing
-from tether.parent.process.tree import fresh_snapshot, signal_procs, tree_procs
-from tether.protocol import ConnectionClosed, ErrorCode, RemoteError, WireError
-from tether.protocol.connection import Connection
+from tether.parent.process.tree import ProcSnapshot, fresh_snapshot, signal_procs, tree_procs
+from tether.parent.process.wired import WiredChild
 from tether.protocol.messages import Rung
-from tether.wire import Endpoint, StreamEnd
-from tether.wire.child_session import ChildSession
 
 EXIT_DRAIN_SECONDS = 0.5
 """After the child exits, how long its unread output may take to be read before the stream is
@@ -90,31 +87,12 @@ pid as well (see `_sweep`)."""
 
 log = logging.getLogger("tether.parent")
 
-RequestHandler = Callable[[str, Any], Awaitable[Any]]
-NotificationHandler = Callable[[str, Any], Awaitable[None] | None]
-"""Synchronous where it can be (the broker's relay of events), or a coroutine to await."""
-
 
 @dataclass
 class DisposeReport:
     rung: Rung
     seconds: float
     survivors: list[int] = field(default_factory=list)
-
-
-async def _nobody_serves(method: str, params: Any) -> Any:
-    raise WireError(ErrorCode.NOT_INITIALIZED, f"no run has started in this child yet ({method})")
-
-
-def _nobody_listens(method: str, params: Any) -> None:
-    return None
-
-
-def _internal(method: str, exc: BaseException) -> str:
-    # The one place a parent-side failure becomes a wire error: no traceback or library text
-    # crosses to the child.
-    log.error("the parent failed to answer %s", method, exc_info=exc)
-    return f"the parent failed to answer {method}"
 
 
 class SupervisedProcess:
@@ -157,6 +135,10 @@ class SupervisedProcess:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def exited(self) -> bool:
+        """Whether the child process has exited (it may not be reaped yet)."""
+        return self.proc.exited()
 
     # --- the context: background jobs, and the one dispose site -----------------------------
 
@@ -442,6 +424,16 @@ class SupervisedProcess:
         with anyio.move_on_after(0.05):
             await self.stderr_done.wait()
 
+    def still_alive(self, snap: ProcSnapshot) -> list[int]:
+        """What of the child's tree `snap` (a /proc snapshot taken after the dispose, as the
+        sweep takes them) finds alive: the child, its cgroup's members, its session, process
+        group and tree marker. A stop's receipt counts them (none, after a dispose)."""
+        gone = not self._alive()
+        found = tree_procs(
+            self.pid, self.marker, members=self._members(), root_exited=gone, snap=snap
+        )
+        return sorted(p.pid for p in found)
+
     def kill_now(self) -> None:
         """SIGKILL the child's tree without waiting (interpreter exit: no event loop left)."""
         if self.cgroup is not None:
@@ -451,9 +443,10 @@ class SupervisedProcess:
         signal_procs(procs, signal.SIGKILL)
 
 
-class SupervisedChild(SupervisedProcess):
+class SupervisedChild(WiredChild, SupervisedProcess):
     """A live child that speaks tether's protocol: the endpoint on its pipes, the typed
-    session, and the polite `shutdown` rung. See the module docstring."""
+    session (`WiredChild`, whose `exit` notification replaces the raw process's silence before
+    stdin closes), and the polite `shutdown` rung. See the module docstring."""
 
     def __init__(
         self,
@@ -466,58 +459,13 @@ class SupervisedChild(SupervisedProcess):
         ring_bytes: int,
     ) -> None:
         super().__init__(proc, marker, dispose=dispose, cgroup=cgroup, ring_bytes=ring_bytes)
-        self._on_request: RequestHandler = _nobody_serves
-        self._on_notification: NotificationHandler = _nobody_listens
-        self.endpoint = Endpoint(
-            Connection("parent", max_message_bytes=max_message_bytes),
-            proc.stdout,
-            proc.stdin,
-            on_request=self._route_request,
-            on_notification=self._route_notification,
-            strict=True,
-            internal_error=_internal,
-            # A model turn answered without waiting (a scripted model) costs no task; one that
-            # waits, or an answer the child does not read, hands the reading on (endpoint.py).
-            eager=True,
-            on_end=self._note_end,
-        )
-        self.session = ChildSession(self.endpoint)
-        self.ready = False
-        """The child answered `initialize`."""
-        self.cut_off = False
-        """The supervisor interrupted it (deadline, idle, cancel): no polite shutdown rung."""
-
-    # --- who serves the child's requests ----------------------------------------------------
-
-    def serve_with(self, on_request: RequestHandler, on_notification: NotificationHandler) -> None:
-        """Route the child's requests and notifications to these handlers from now on (the run
-        that drives it; a pooled child waits unbound until a run takes it)."""
-        self._on_request = on_request
-        self._on_notification = on_notification
-
-    async def _route_request(self, method: str, params: Any) -> Any:
-        return await self._on_request(method, params)
-
-    def _route_notification(self, method: str, params: Any) -> Awaitable[None] | None:
-        return self._on_notification(method, params)
+        self._wire(proc.stdout, proc.stdin, max_message_bytes=max_message_bytes)
 
     # --- the reader, and the protocol's rungs ------------------------------------------------
 
     def _start_jobs(self, tg: anyio.abc.TaskGroup) -> None:
         tg.start_soon(self._read)
         super()._start_jobs(tg)
-
-    async def _read(self) -> None:
-        await self.endpoint.run()
-
-    def _note_end(self, end: StreamEnd) -> None:
-        # At the end itself: whoever wakes on it (the run, the ladder) sees why.
-        if end.oversize:
-            self.observed.oversize = end.oversize
-        elif end.fault:
-            self.observed.protocol_error = end.fault
-        if end.truncated:
-            self.observed.truncated = True
 
     def _output_ended(self) -> bool:
         return self.endpoint.end is not None
@@ -528,27 +476,15 @@ class SupervisedChild(SupervisedProcess):
             await self.endpoint.ended.wait()
 
     async def _shutdown_rung(self, policy: DisposePolicy) -> bool:
-        if not (self.ready and not self.cut_off) or self.endpoint.end is not None:
+        if not self._polite:
             return False
         self._shutdown_unanswered = True
         with anyio.move_on_after(policy.shutdown):
-            try:
-                await self.session.shutdown()
-                await self.session.exit()
-            except (ConnectionClosed, RemoteError):
-                pass
+            await self._say_goodbye()
             self._shutdown_unanswered = False
             self._close_stdin()
             await self.proc.wait()
         return True
-
-    async def _say_exit(self) -> None:
-        if self.endpoint.end is not None:
-            return
-        try:
-            await self.session.exit()
-        except ConnectionClosed:
-            pass
 
 
 def _alive(p: psutil.Process) -> bool:

@@ -191,6 +191,8 @@ class AcpProvider(Provider):
             run.run_id, BrokeredModel(run.broker), max_request_bytes=cfg.max_message_bytes
         )
         channel: Channel | None = None
+        if run.broker.trace is not None:
+            run.broker.trace.conceal(grant.token)  # the agent holds it: never in its trace
         home: str | None = None
         egress = run.egress
         try:

@@ -13,7 +13,8 @@ one spawn seam, pool, zygote, the run's clocks and the ladder); they differ only
   sub-agent (the delegator hands its fork history). A transcript passed as `history=` is used
   when there is no `fork_from=`. A fork with no transcript at all is bad usage;
 - `command`: any executable that speaks tether's protocol, named by the argument
-  (`command:node child.js`, split like a shell would) or by `command=`.
+  (`command:node child.js`, split like a shell would) or by `command=`; always a process (a
+  config whose transport is `memory` runs it as one).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from tether.parent.run.provider import (
     SubagentRequest,
     command_of,
 )
+from tether.parent.run.transport import MEMORY, PROCESS
 
 SPAWN = "spawn"
 FORK = "fork"
@@ -90,21 +92,24 @@ class CommandProvider(Provider):
 
     def prepare(self, request: SubagentRequest) -> SubagentRequest:
         command = command_of(request.argument, f"provider {self.name!r}")
+        config = request.config
+        if config.transport == MEMORY:
+            config = dataclasses.replace(config, transport=PROCESS)  # an executable: a process
         if command is None:
             if not request.command_given:
                 raise ValueError(
                     "provider 'command' needs the command to run: 'command:ARGV' or command="
                 )
-            return request
+            return request.replace(config=config)
         if request.command_given:
             raise ValueError("give the command once: either 'command:ARGV' or command=")
-        config = dataclasses.replace(request.config, command=tuple(command))
+        config = dataclasses.replace(config, command=tuple(command))
         return request.replace(config=config, command_given=True)
 
 
 def builtin_providers() -> ProviderRegistry:
-    """A registry of the built-in providers: spawn, fork, command, inprocess and acp (the last
-    two import their heavy parts only when they run)."""
+    """A registry of the built-in providers: spawn, fork, command, inprocess and acp (the ACP
+    package and the child runtime are imported only when a run needs them)."""
     from tether.parent.providers.acp_provider import AcpProvider
     from tether.parent.providers.inprocess import InProcessProvider
 

@@ -2,16 +2,12 @@
 
 An ACP agent asks the client (the parent) to read and write files (`fs/read_text_file`,
 `fs/write_text_file`). The parent runs with more authority than the agent (often root, always
-outside its sandbox), so every path is resolved the way the kernel would, one component at a
-time from an open descriptor of the root (an `openat` walk), and never by a path string:
-
-* each directory on the way is opened with `O_NOFOLLOW | O_DIRECTORY` relative to the one
-  before it, so a component swapped for a symlink after it was inspected fails the open instead
-  of leading elsewhere; the final file is opened with `O_NOFOLLOW` too;
-* symlinks met on the way are followed by the walk itself: a relative target is spliced into
-  the remaining components, an absolute one must spell the root as its prefix, and a `..` that
-  would climb above the root is refused, so no link can lead out;
-* NUL bytes and over-long paths or names are refused, and so is everything but a regular file.
+outside its sandbox), so every path goes through tether's one confined path walk
+(`tether.contain.confined`, shared with the child's tools and the parent's evidence): resolved
+one component at a time from an open descriptor of the root, never by a path string, refusing
+`..` above the root, absolute paths that do not spell it, symlinks leading out, swaps between
+check and use, NUL bytes, over-long paths and names, and device nodes; the final file is opened
+with `O_NOFOLLOW`, and everything but a regular file is refused.
 
 Writes also refuse a file with more than one hard link (writing it would change a file outside
 the workspace that shares its inode), check that after opening the descriptor (so no swap can
@@ -20,28 +16,31 @@ slip in between), and are refused in explore mode by the caller. Reads and write
 made names a file it could already read (the kernel's `protected_hardlinks`), and one that was
 there before the run was put there by the workspace's owner.
 
-Every refusal is a `FileRefused` whose message names the reason, fit to show the agent.
+Every refusal is a `FileRefused` whose message names the reason, fit to show the agent (this
+module words the walk's refusals for it).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import errno
 import os
 import stat
-from collections import deque
-from pathlib import Path
 
+from tether.contain.confined import (
+    NAME_MAX,
+    PATH_MAX,
+    ConfinedRoot,
+    Landing,
+    Refused,
+    Why,
+    iso_mtime,
+)
 from tether.protocol.messages import Artifact
 
 MAX_READ_BYTES = 8 * 1024 * 1024
 """The largest file served to `fs/read_text_file` (before `line`/`limit` select from it)."""
 MAX_WRITE_BYTES = 8 * 1024 * 1024
 """The largest content `fs/write_text_file` writes."""
-PATH_MAX = 4096
-NAME_MAX = 255
-MAX_SYMLINKS = 40
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class FileRefused(Exception):
@@ -57,9 +56,9 @@ class ConfinedFiles:
     """Text file I/O under one workspace root, safe against a hostile agent's paths."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root).resolve(strict=True)
-        if not self.root.is_dir():
-            raise NotADirectoryError(f"workspace {self.root} is not a directory")
+        self._confined = ConfinedRoot(root, word=_word)
+        self.root = self._confined.root
+        """The root, resolved."""
 
     # --- operations ---------------------------------------------------------------------------
 
@@ -69,16 +68,8 @@ class ConfinedFiles:
             raise FileRefused(f"line must be 1 or more (got {line})")
         if limit is not None and limit < 0:
             raise FileRefused(f"limit must not be negative (got {limit})")
-        dir_fd, name = self._walk(path, make_parents=False)
-        try:
-            try:
-                fd = os.open(
-                    name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
-                )
-            except OSError as exc:
-                raise _refusal(path, exc) from None
-        finally:
-            os.close(dir_fd)
+        with self._locate(path, make_parents=False) as landing:
+            fd = _open(landing, os.O_RDONLY | os.O_NONBLOCK)
         try:
             st = os.fstat(fd)
             _require_regular(path, st)
@@ -112,21 +103,10 @@ class ConfinedFiles:
                 f"the content is {len(data)} bytes; the parent writes files up to "
                 f"{MAX_WRITE_BYTES} bytes"
             )
-        dir_fd, name = self._walk(path, make_parents=True)
-        try:
-            if name == ".":
+        with self._locate(path, make_parents=True) as landing:
+            if landing.name == ".":
                 raise FileRefused(f"{path} is a directory")
-            try:
-                fd = os.open(
-                    name,
-                    os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                    0o644,
-                    dir_fd=dir_fd,
-                )
-            except OSError as exc:
-                raise _refusal(path, exc) from None
-        finally:
-            os.close(dir_fd)
+            fd = _open(landing, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK)
         try:
             st = os.fstat(fd)
             _require_regular(path, st)
@@ -145,110 +125,62 @@ class ConfinedFiles:
     def describe(self, path: str) -> Artifact | None:
         """An artifact for the regular file at `path`, or `None` if there is none now."""
         try:
-            dir_fd, name = self._walk(path, make_parents=False)
+            landing = self._locate(path, make_parents=False)
         except FileRefused:
             return None
-        try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except OSError:
+        with landing:
+            st = landing.lstat()
+        if st is None or not stat.S_ISREG(st.st_mode):
             return None
-        finally:
-            os.close(dir_fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        modified = dt.datetime.fromtimestamp(st.st_mtime, dt.UTC).isoformat()
-        return Artifact(path=path, size=st.st_size, fs_type="file", modified_at=modified)
+        return Artifact(path=path, size=st.st_size, fs_type="file", modified_at=iso_mtime(st))
 
-    # --- the walk -----------------------------------------------------------------------------
-
-    def _below_root(self, path: str, what: str) -> list[str]:
-        parts = [c for c in path.split("/") if c not in ("", ".")]
-        root = list(self.root.parts[1:])
-        if parts[: len(root)] != root:
-            raise FileRefused(f"{what} is outside the workspace {self.root}")
-        return parts[len(root) :]
-
-    def _walk(self, path: str, *, make_parents: bool) -> tuple[int, str]:
-        """An open descriptor of the directory `path` lands in, and the final name in it (never
-        a symlink at the time of the walk; `"."` for the directory itself)."""
-        if "\0" in path:
-            raise FileRefused("the path contains a NUL byte")
-        if len(os.fsencode(path)) >= PATH_MAX:
-            raise FileRefused(f"the path is longer than {PATH_MAX - 1} bytes")
-        if os.path.isabs(path):
-            pending = deque(self._below_root(path, f"the path {path}"))
-        else:
-            pending = deque(path.split("/"))
-        stack = [os.open(self.root, _DIR_FLAGS)]
-        links = 0
+    def _locate(self, path: str, *, make_parents: bool) -> Landing:
         try:
-            while pending:
-                comp = pending.popleft()
-                if comp in ("", "."):
-                    continue
-                if comp == "..":
-                    if len(stack) == 1:
-                        raise FileRefused(f"{path}: `..` climbs above the workspace root")
-                    os.close(stack.pop())
-                    continue
-                if len(os.fsencode(comp)) > NAME_MAX:
-                    raise FileRefused(f"{path}: a name is longer than {NAME_MAX} bytes")
-                last = all(c in ("", ".") for c in pending)
-                here = stack[-1]
-                try:
-                    st = os.stat(comp, dir_fd=here, follow_symlinks=False)
-                except FileNotFoundError:
-                    if last:
-                        return self._landed(stack, comp)
-                    if not make_parents:
-                        raise FileRefused(
-                            f"{path}: no such directory {comp!r}", missing=True
-                        ) from None
-                    os.mkdir(comp, 0o755, dir_fd=here)
-                    st = os.stat(comp, dir_fd=here, follow_symlinks=False)
-                if stat.S_ISLNK(st.st_mode):
-                    links += 1
-                    if links > MAX_SYMLINKS:
-                        raise FileRefused(f"{path}: too many levels of symbolic links")
-                    target = os.readlink(comp, dir_fd=here)
-                    if os.path.isabs(target):
-                        inside = self._below_root(target, f"{path} leads through a symlink that")
-                        for fd in stack[1:]:
-                            os.close(fd)
-                        del stack[1:]
-                        pending.extendleft(reversed(inside))
-                    else:
-                        pending.extendleft(reversed(target.split("/")))
-                    continue
-                if last:
-                    return self._landed(stack, comp)
-                if not stat.S_ISDIR(st.st_mode):
-                    raise FileRefused(f"{path}: {comp!r} is not a directory")
-                try:
-                    stack.append(os.open(comp, _DIR_FLAGS, dir_fd=here))
-                except OSError as exc:
-                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise FileRefused(
-                            f"{path}: {comp!r} was replaced while the path was resolved"
-                        ) from None
-                    raise
-            return self._landed(stack, ".")
+            return self._confined.locate(path, make_parents=make_parents)
         except OSError as exc:
-            for fd in stack:
-                os.close(fd)
             raise _refusal(path, exc) from None
-        except BaseException:
-            for fd in stack:
-                os.close(fd)
-            raise
 
-    @staticmethod
-    def _landed(stack: list[int], name: str) -> tuple[int, str]:
-        for fd in stack[:-1]:
-            os.close(fd)
-        fd = stack[-1]
-        stack.clear()
-        return fd, name
+
+def _open(landing: Landing, flags: int) -> int:
+    try:
+        return landing.open(flags)
+    except OSError as exc:
+        raise _refusal(landing.given, exc) from None
+
+
+def _word(r: Refused) -> FileRefused:
+    """The walk's refusal as the agent is told it."""
+    match r.why:
+        case Why.NUL:
+            return FileRefused("the path contains a NUL byte")
+        case Why.UNENCODABLE:
+            return FileRefused("the path cannot be encoded as a file name")
+        case Why.TOO_LONG:
+            return FileRefused(f"the path is longer than {PATH_MAX - 1} bytes")
+        case Why.NAME_TOO_LONG:
+            return FileRefused(f"{r.path}: a name is longer than {NAME_MAX} bytes")
+        case Why.ABSOLUTE_OUTSIDE:
+            return FileRefused(f"the path {r.path} is outside the workspace {r.root}")
+        case Why.CLIMBS:
+            return FileRefused(f"{r.path}: `..` climbs above the workspace root")
+        case Why.LINK_OUTSIDE:
+            return FileRefused(
+                f"{r.path} leads through a symlink that is outside the workspace {r.root}"
+            )
+        case Why.LOOP:
+            return FileRefused(f"{r.path}: too many levels of symbolic links")
+        case Why.MISSING:
+            return FileRefused(f"{r.path}: no such directory {r.name!r}", missing=True)
+        case Why.NOT_A_DIRECTORY:
+            return FileRefused(f"{r.path}: {r.name!r} is not a directory")
+        case Why.REPLACED:
+            return FileRefused(f"{r.path}: {r.name!r} was replaced while the path was resolved")
+        case Why.BECAME_SYMLINK:
+            return FileRefused(f"{r.path} became a symlink while it was opened; refused")
+        case Why.DEVICE | Why.SPECIAL:
+            return FileRefused(f"{r.path} is not a regular file")
+        case Why.ABSENT | Why.DANGLING:
+            return FileRefused(f"{r.path} does not exist", missing=True)
 
 
 def _require_regular(path: str, st: os.stat_result) -> None:

@@ -64,6 +64,12 @@ class SubagentDefinition(
     provider: Provider = "spawn"
     token_budget: Positive | None = None
     compaction_threshold: Positive | None = None
+    workspace_mode: Literal["shared", "layered"] | None = None
+    """`layered`: a build sub-agent of this type works in a copy-on-write layer of its own and
+    returns a change set, applied by the delegation's policy (so several run in parallel);
+    `shared`: in the workspace itself, one build sub-agent at a time; `None`: the
+    delegation's default."""
+
     network: list[str | dict[str, str]] | None = None
     """What the sub-agent may reach through its run's egress proxy: `host[:ports]` entries,
     or tables `{allow = "host[:ports]", credentialEnv = "VAR"}` (`credentialHeader`,

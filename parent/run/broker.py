@@ -20,12 +20,16 @@ budget allows it counting the turns already in flight, and is settled with what 
 reported. An honest child, one turn at a time, never meets them; a turn past a budget is
 refused before it reaches the model and the run is ended. A broker that is `close()`d (a
 continuable run between activations) refuses every request: no turn is served outside an
-activation.
+activation. A broker that is `stop()`ped (its run was stopped) refuses every request from that
+instant and abandons the requests in flight: a model turn under way is cancelled, its answer
+never delivered and its tokens never billed; it counts what it abandoned and, as the stop's
+receipt asks, any turn admitted or token billed after the stop (none, by construction).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +39,8 @@ import anyio
 from tether.parent.models import ModelProvider
 from tether.parent.run.budget import Admission, Budget, Spent, admit, estimate_tokens
 from tether.parent.run.events import ChildEvent
+from tether.parent.trace.format import Slot, TurnError
+from tether.parent.trace.recorder import RunTrace
 from tether.protocol import ErrorCode, RemoteError, WireError
 from tether.protocol.messages import (
     AgentDefinition,
@@ -103,6 +109,19 @@ class RunModels:
             f"model {name[:80]!r} is not one this run may use; the parent configured "
             f"{self._configured()}",
         )
+
+    def slot_of(self, provider: ModelProvider, purpose: str) -> tuple[Slot, str | None]:
+        """Which of the run's models `provider` is (for a call of `purpose`), and its name."""
+        if provider is self.compaction and (provider is not self.main or purpose == COMPACTION):
+            return "compaction", self.compaction_name
+        return "main", self.main_name
+
+    def bind(self, run_id: str, workspace: str) -> None:
+        """Tell a provider that serves runs one by one (a trace's replay) of a new run."""
+        for provider in dict.fromkeys(p for p in (self.main, self.compaction) if p is not None):
+            bind = getattr(provider, "bind_run", None)
+            if callable(bind):
+                bind(run_id, workspace)
 
     def _main(self) -> ModelProvider:
         if self.main is None:
@@ -188,10 +207,12 @@ class Broker:
         on_exhausted: Callable[[str], None] | None = None,
         parent_tools: Sequence[ParentTool] = (),
         on_turn: TurnHook | None = None,
+        trace: RunTrace | None = None,
     ) -> None:
         """`max_turns` / `token_budget`: the definition's budgets, enforced here too; `budgets`:
         token budgets this run shares with others (a delegation tree's). Past any of them the
-        request is refused and `on_exhausted(why)` is told (the run ends)."""
+        request is refused and `on_exhausted(why)` is told (the run ends). `trace`: record
+        every model call, parent tool, approval and the child's tool reports there."""
         self.run_id = run_id
         self.models = models
         self._approve = approve
@@ -209,20 +230,48 @@ class Broker:
         """Why this broker serves no more requests (`close()`), if it does not."""
         self._parent_tools = {t.spec.name: t for t in parent_tools}
         self._on_turn = on_turn
+        self.trace = trace
         self.last_request: list[ChatMessage] = []
         """The transcript the child sent with its latest model turn: the run's completed turns
         as the parent saw them (a fork's history is cut from it)."""
         self.brokered = Brokered()
         # fast_acquire: no event-loop turn while a slot is free.
         self._model_slots = anyio.Semaphore(MAX_MODEL_CALLS, fast_acquire=True)
+        self.stopped_at: float | None = None
+        """When the run's stop was asked (`time.monotonic()`), if it was."""
+        self.turns_after_stop = 0
+        self.tokens_after_stop = 0
+        self.turns_abandoned = 0
+        self._serving: set[anyio.CancelScope] = set()
 
     def close(self, why: str) -> None:
         """Refuse every request from now on (`why` is what the child hears)."""
         self.closed = why
 
+    def stop(self, why: str) -> None:
+        """The run is being stopped: refuse every request from this instant and abandon the
+        ones in flight (see the module docstring)."""
+        if self.stopped_at is None:
+            self.stopped_at = time.monotonic()
+        self.closed = why
+        for scope in self._serving:
+            scope.cancel()
+
     async def on_request(self, method: str, params: Any) -> Any:
         if self.closed is not None:
             raise WireError(ErrorCode.RUN_IDLE, self.closed)
+        with anyio.CancelScope() as scope:
+            self._serving.add(scope)
+            try:
+                return await self._serve(method, params)
+            finally:
+                self._serving.discard(scope)
+        # Cancelled by `stop()`: abandoned, and the child hears why.
+        if method == "model/complete":
+            self.turns_abandoned += 1
+        raise WireError(ErrorCode.RUN_IDLE, self.closed or "the run was stopped")
+
+    async def _serve(self, method: str, params: Any) -> Any:
         if method == "model/complete":
             assert isinstance(params, ModelCompleteParams)
             return await self._complete(params)
@@ -243,6 +292,8 @@ class Broker:
         self.brokered.events += 1
         # The decoded dict is this event's own (nothing else holds it): no copy.
         self._publish(ChildEvent(params.run_id, params.seq, params.kind, params.data))
+        if self.trace is not None:
+            self.trace.child_event(params)
 
     def _draws(
         self, params: ModelCompleteParams, provider: ModelProvider
@@ -278,8 +329,18 @@ class Broker:
         return str(exc)
 
     async def _complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
-        provider = self.models.select(params.model, params.purpose)
-        admission = await self._admit(params, provider)
+        trace = self.trace
+        began = trace.begin() if trace is not None else None
+        try:
+            provider = self.models.select(params.model, params.purpose)
+            admission = await self._admit(params, provider)
+        except WireError as exc:
+            if trace is not None and began is not None:
+                error = TurnError(code=exc.code, message=exc.message, by="parent")
+                trace.turn(params, began, slot=None, model=None, error=error)
+            raise
+        if self.stopped_at is not None:
+            self.turns_after_stop += 1  # the receipt's witness: `stop()` leaves no way here
         try:
             async with self._model_slots:
                 try:
@@ -293,11 +354,17 @@ class Broker:
                     raise WireError(
                         ErrorCode.MODEL_ERROR, f"the model provider failed: {type(exc).__name__}"
                     ) from None
-        except BaseException:
+        except BaseException as exc:
             admission.release()
+            if trace is not None and began is not None and isinstance(exc, WireError):
+                slot, name = self.models.slot_of(provider, params.purpose)
+                error = TurnError(code=exc.code, message=exc.message, by="model")
+                trace.turn(params, began, slot=slot, model=name, error=error)
             raise
         used = max(0, result.usage.input_tokens) + max(0, result.usage.output_tokens)
         admission.settle(used)
+        if self.stopped_at is not None:
+            self.tokens_after_stop += used  # likewise
         b = self.brokered
         b.model_calls += 1
         b.by_purpose[params.purpose] = b.by_purpose.get(params.purpose, 0) + 1
@@ -305,6 +372,10 @@ class Broker:
             b.turns += 1
         b.input_tokens += max(0, result.usage.input_tokens)
         b.output_tokens += max(0, result.usage.output_tokens)
+        if trace is not None and began is not None:
+            # Before the child sees the answer, like `on_turn`.
+            slot, name = self.models.slot_of(provider, params.purpose)
+            trace.turn(params, began, slot=slot, model=name, response=result)
         if params.purpose == "turn":
             self.last_request = list(params.messages)
             if self._on_turn is not None:
@@ -319,15 +390,28 @@ class Broker:
         return [m for m in self.last_request if m.role != "system"]
 
     async def _call_parent_tool(self, params: ToolCallParams) -> ToolCallResult:
-        return await call_parent_tool(self._parent_tools, self.run_id, self.brokered, params)
+        trace = self.trace
+        if trace is None:
+            return await call_parent_tool(self._parent_tools, self.run_id, self.brokered, params)
+        began = trace.clock()
+        try:
+            got = await call_parent_tool(self._parent_tools, self.run_id, self.brokered, params)
+        except WireError as exc:
+            error = TurnError(code=exc.code, message=exc.message, by="parent")
+            trace.parent_tool(params, began, error=error)
+            raise
+        trace.parent_tool(params, began, result=got)
+        return got
 
     async def _approve_tool(self, params: ToolApproveParams) -> ToolApproveResult:
         self.brokered.approvals += 1
         if self._approve is None:
-            return ToolApproveResult(allow=True, reason="allowed by the default policy")
-        got = self._approve(params)
-        if not isinstance(got, ToolApproveResult):
-            got = await got
+            got = ToolApproveResult(allow=True, reason="allowed by the default policy")
+        else:
+            answer = self._approve(params)
+            got = answer if isinstance(answer, ToolApproveResult) else await answer
+        if self.trace is not None:
+            self.trace.approval(params, got)
         return got
 
 

@@ -3,15 +3,19 @@
 Theory of operation
 -------------------
 A `SupervisorCore` (`tether.parent.Supervisor` is one, with continuable agents and
-orchestration added) is an async context manager that owns a task group, a keeper process,
-and, when used, a zygote and a warm pool. `start()` plans the request (`plan.py`: bad usage
-raises `ValueError` before anything is spawned; the run's models are resolved there) and runs
-the whole life of one run in a task of that group (`handle.RunHandle`), which resolves to a
-`RunResult` and never raises for anything the child did. Every child is registered while it
+orchestration added) is an async context manager that owns a task group, the event bus
+(`events.EventBus`), and, when used, a keeper process, a zygote and a warm pool. `start()`
+plans the request (`plan.py`: bad usage raises `ValueError` before anything is spawned; the
+run's models and its transport are chosen there) and runs the whole life of one run in a task
+of that group (`handle.RunHandle`), which resolves to a `RunResult` and never raises for
+anything the child did. The run obtains its child through a transport (`transport/`): a local
+process, or tether's child runtime in memory. Every child process is registered while it
 lives: with the keeper, so a SIGKILLed supervisor's trees still die (`process/keeper.py`), and
-with the exit hook, which SIGKILLs any child still registered. If the caller of `run()` is
-cancelled, the child is disposed (shielded) before the cancellation propagates. Leaving the
-supervisor aborts every run still going and waits until each child is gone.
+with the exit hook, which SIGKILLs any child still registered. The keeper is started with the
+first child process, so a supervisor whose children all run in memory starts no process. If
+the caller of `run()` is cancelled, the child is disposed (shielded) before the cancellation
+propagates. Leaving the supervisor aborts every run still going and waits until each child is
+gone.
 
 The parts: `spec` (a run request's one shape) and `plan` (the one planning step, where bad
 usage is found), `handle` (one run's clocks and drive), `broker` (what a child may ask) and
@@ -28,12 +32,10 @@ gateway, started on first use (`gateway()`) and closed when the supervisor close
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import signal
 import sys
 import weakref
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -49,6 +51,7 @@ from tether.parent.process.host import host
 from tether.parent.process.isolation import Choice, choose_level, probe_host
 from tether.parent.process.keeper import Keeper
 from tether.parent.process.launchers import Local, resolve_launcher
+from tether.parent.process.layers import Layer
 from tether.parent.process.limits import Limits, raise_open_files_limit
 from tether.parent.process.pool import WarmPool
 from tether.parent.process.proc import SpawnError
@@ -57,27 +60,31 @@ from tether.parent.process.spawn import (
     Spawner,
     check_spawner,
     child_env,
-    handshake,
     missing_command,
     spawn_child,
     wants_zygote,
 )
 from tether.parent.process.supervised import SupervisedChild, SupervisedProcess
+from tether.parent.process.wired import handshake
 from tether.parent.process.zygote import Zygote, ZygoteSpawner
 from tether.parent.providers.builtin import builtin_providers
 from tether.parent.providers.gateway_seat import GatewaySeat
-from tether.parent.run.events import DEFAULT_EVENT_BUFFER, Event, EventStream
+from tether.parent.run import apply as applying
+from tether.parent.run.attempts import run_attempts
+from tether.parent.run.events import EventBus
 from tether.parent.run.handle import RunHandle
 from tether.parent.run.plan import PlanContext, plan
-from tether.parent.run.spec import EventCallback, RunSpec, spec_of
-from tether.protocol.messages import RunResult
+from tether.parent.run.spec import RunSpec, spec_of
+from tether.parent.run.transport import PROCESS, builtin_transports
+from tether.parent.trace.spec import TraceOption, trace_spec
+from tether.protocol.messages import ApplyOutcome, ApplyPolicy, ChangeSet, RunResult
 
 if TYPE_CHECKING:
     from tether.parent.egress.seat import EgressOptions
     from tether.parent.gateway import Gateway
 
 
-class SupervisorCore:
+class SupervisorCore(EventBus):
     """Owns children and their teardown: runs, their children, the event bus and the model
     gateway. `tether.parent.Supervisor` is this plus continuable agents and orchestration;
     use it as `async with Supervisor() as sup:`."""
@@ -87,20 +94,27 @@ class SupervisorCore:
         config: ChildConfig | None = None,
         *,
         pool: PoolSpec | None = None,
+        trace: TraceOption = None,
         egress: EgressOptions | None = None,
     ) -> None:
-        """`config`: how children are started and taken down unless a run says otherwise;
-        `pool`: keep initialized children ready (`PoolSpec`); `egress`: how the egress
-        proxies of runs with a network policy resolve names and verify servers (default:
-        the host's resolver and trusted CAs; see `tether.parent.egress.seat`)."""
+        """`config`: how children are started and taken down unless a run says otherwise
+        (`ChildConfig(transport="memory")`: every child of tether's own runtime runs in
+        memory); `pool`: keep initialized children ready (`PoolSpec`); `trace`: trace every
+        run that names no trace of its own (a directory or a `TraceSpec`, docs/traces.md);
+        `egress`: how the egress proxies of runs with a network policy resolve names and
+        verify servers (default: the host's resolver and trusted CAs; see
+        `tether.parent.egress.seat`)."""
+        super().__init__()
         self.config = config or ChildConfig()
         self._egress = egress
+        self.trace = trace_spec(trace)
+        """Where runs are traced unless they say otherwise (`None`: they are not)."""
         self._pool: WarmPool | None = None
         self._tg: TaskGroup | None = None
         self._live: dict[int, SupervisedProcess] = {}
         self._handles: set[RunHandle] = set()
-        self._subscribers: list[EventCallback] = []
         self._keeper: Keeper | None = None
+        self._keeper_tried = False
         self._zygote: Zygote | None = None
         self._zygote_lock = anyio.Lock()
         self._zygote_fork = ZygoteSpawner(lambda: self._zygote, skip=len(DEFAULT_COMMAND))
@@ -110,12 +124,20 @@ class SupervisorCore:
         self.providers = builtin_providers()
         """The ways this supervisor runs a sub-agent, by name (`start(provider=...)`); register
         your own here."""
+        self.transports = builtin_transports()
+        """How its runs obtain their children, by the name a `ChildConfig.transport` gives
+        (`process`, `memory`); add your own here."""
         self._gateway = GatewaySeat()
+        self.layers: dict[str, Layer] = {}
+        """Layers of layered runs that still hold a change set not applied, by directory
+        (`apply`, `discard`, `RunSpec.layer`)."""
         self.host = host()
         """What `containment="auto"` picks on this host; each run names its own tier
         (`RunHandle.host`, `RunResult.containment`)."""
         if pool is not None:
             cfg = pool.config or self.config
+            if cfg.transport != PROCESS:
+                raise ValueError("a pool holds local child processes only (transport='process')")
             if not isinstance(resolve_launcher(cfg.launcher), Local):
                 raise ValueError("a pool holds local children only (launcher='local')")
             if not cfg.network_policy.none:
@@ -141,8 +163,14 @@ class SupervisorCore:
     # --- the context ------------------------------------------------------------------------
 
     def _warn_once(self, choice: Choice) -> None:
-        """Say on stderr, once per supervisor, that `auto` settled for less than a sandbox."""
-        if choice.warning and probe_host().why_not and not self._warned:
+        """Say on stderr, once per supervisor, that `auto` settled for less than a sandbox (a
+        child in memory has its own warning, in its result, and asks the host nothing)."""
+        if (
+            choice.level == "process"
+            and choice.warning
+            and probe_host().why_not
+            and not self._warned
+        ):
             self._warned = True
             sys.stderr.write(f"tether: warning: {choice.warning}\n")
             sys.stderr.flush()
@@ -156,7 +184,6 @@ class SupervisorCore:
         raise_open_files_limit()
         # What supervisors that were SIGKILLed left behind (their keeper may have died too).
         sweep_stale_once()
-        self._keeper = Keeper.start()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         if self._pool is not None:
@@ -211,7 +238,14 @@ class SupervisorCore:
         (`checks.py`)."""
         if self._tg is None:
             raise RuntimeError("use the Supervisor as `async with Supervisor() as sup:`")
-        planned = await plan(spec_of(spec, fields), PlanContext(self.providers, self.config))
+        context = PlanContext(
+            self.providers,
+            self.config,
+            transports=self.transports,
+            trace=self.trace,
+            layers=self.layers,
+        )
+        planned = await plan(spec_of(spec, fields), context)
         self._warn_once(planned.isolation)
         handle = RunHandle(self, planned)
         self._handles.add(handle)
@@ -227,8 +261,18 @@ class SupervisorCore:
     async def run(self, spec: RunSpec | str | None = None, /, **fields: Any) -> RunResult:
         """Run one sub-agent to its end and return its `RunResult` (the arguments are
         `start`'s); never raises for anything the child does. If this call is cancelled, the
-        child is disposed first."""
-        handle = await self.start(spec, **fields)
+        child is disposed first.
+
+        `attempts=N` (at most `MAX_ATTEMPTS`): N runs of the same task at once, each in a
+        layer of its own (`workspace_mode` is then `layered`), each counted as a run of its
+        own; the attempt taken is the one `choose(results)` names (default: the first to
+        succeed), its change set applied as `apply` says, the others discarded. The result is
+        the taken attempt's (or, when none is taken, a failure saying why), with every
+        attempt's result in `attempts`."""
+        whole = spec_of(spec, fields)
+        if whole.attempts != 1:
+            return await run_attempts(self, whole)
+        handle = await self.start(whole)
         try:
             return await handle.result()
         except anyio.get_cancelled_exc_class():
@@ -243,6 +287,45 @@ class SupervisorCore:
         host's resolver and trusted CAs)."""
         return self._egress
 
+    # --- layered runs' change sets ------------------------------------------------------------
+
+    def keep_layer(self, layer: Layer) -> None:
+        self.layers[layer.root] = layer
+
+    def forget_layer(self, layer: Layer) -> None:
+        self.layers.pop(layer.root, None)
+
+    async def apply(
+        self, result: RunResult | ChangeSet, *, policy: ApplyPolicy = "never"
+    ) -> ApplyOutcome:
+        """Apply a layered run's change set (`result.changes`, or a `ChangeSet`) to its
+        workspace now: all or nothing, each file atomically, refused on conflict
+        (`ApplyOutcome.conflicts`, both sides' content). An applied layer is discarded; one in
+        conflict is kept. Never raises for what the workspace or the layer hold."""
+        cs = result if isinstance(result, ChangeSet) else result.changes
+        if cs is None:
+            return ApplyOutcome(state="not_applied", message="the result has no change set")
+        outcome = await anyio.to_thread.run_sync(lambda: applying.apply(cs, policy=policy))
+        if outcome.state == "applied":
+            layer = self.layers.pop(cs.layer, None)
+            if layer is not None:
+                layer.discard()
+            else:
+                await anyio.to_thread.run_sync(applying.discard, cs)
+        return outcome
+
+    async def discard(self, result: RunResult | ChangeSet) -> ApplyOutcome:
+        """Throw a layered run's change set away (its layer's directory removed)."""
+        cs = result if isinstance(result, ChangeSet) else result.changes
+        if cs is None:
+            return ApplyOutcome(state="not_applied", message="the result has no change set")
+        layer = self.layers.pop(cs.layer, None)
+        if layer is not None:
+            layer.discard()
+        else:
+            await anyio.to_thread.run_sync(applying.discard, cs)
+        return ApplyOutcome(state="discarded", message=f"the layer {cs.layer} was removed")
+
     async def gateway(self) -> Gateway:
         """The model gateway foreign agents of this supervisor call with their capability
         tokens; started on first use, closed when the supervisor closes."""
@@ -252,11 +335,22 @@ class SupervisorCore:
 
     # --- children: registration, spawners -----------------------------------------------------
 
+    def _keeper_ready(self) -> Keeper | None:
+        """The keeper, started with the first child process this supervisor registers (its
+        zygote's, its pool's or a run's): a supervisor whose children all run in memory never
+        starts one. `None` when it cannot start (containment then relies on the supervisor
+        living long enough to dispose of its children), and once the supervisor has closed."""
+        if self._keeper is None and not self._keeper_tried and self._tg is not None:
+            self._keeper_tried = True
+            self._keeper = Keeper.start()
+        return self._keeper
+
     def register(self, child: SupervisedProcess) -> None:
         """A child is alive: the keeper and the interpreter-exit hook know it from now on."""
         self._live[child.pid] = child
-        if self._keeper is not None:
-            self._keeper.watch(child.pid, child.cgroup.procs_files if child.cgroup else ())
+        keeper = self._keeper_ready()
+        if keeper is not None:
+            keeper.watch(child.pid, child.cgroup.procs_files if child.cgroup else ())
 
     def unregister(self, child: SupervisedProcess) -> None:
         self._live.pop(child.pid, None)
@@ -293,9 +387,9 @@ class SupervisorCore:
             self._zygote = None
             if old is not None:
                 await self._close_zygote(old)
+            keeper = self._keeper_ready()  # before the zygote, which is a child process too
             zygote = await Zygote.start(build_child_env(os.environ))
             self._zygote = zygote
-            keeper = self._keeper
             if keeper is not None:
                 keeper.watch(zygote.pid)
                 # Each cgroup made for its standby too: if this supervisor dies, the keeper
@@ -361,40 +455,6 @@ class SupervisorCore:
             register=self.register,
             unregister=self.unregister,
         )
-
-    # --- events -----------------------------------------------------------------------------
-
-    def subscribe(self, callback: EventCallback) -> Callable[[], None]:
-        """Call `callback` for every event; returns a function that unsubscribes."""
-        self._subscribers.append(callback)
-        return lambda: self._subscribers.remove(callback)
-
-    @contextlib.asynccontextmanager
-    async def events(self, buffer: int = DEFAULT_EVENT_BUFFER) -> AsyncIterator[EventStream]:
-        """`async with sup.events() as stream: async for ev in stream: ...`. The stream buffers
-        up to `buffer` events the consumer has not read; past that the oldest progress events
-        are dropped and counted (`stream.dropped`), never a run's start or end."""
-        stream = EventStream(buffer)
-        unsubscribe = self.subscribe(stream.put)
-        try:
-            yield stream
-        finally:
-            unsubscribe()
-            stream.close()
-
-    def publish(self, event: Event, extra: EventCallback | None = None) -> None:
-        """Hand `event` to the run's own callback and to every subscriber."""
-        if extra is not None:
-            try:
-                extra(event)
-            except Exception:  # a listener's bug must not break the run
-                pass
-        if self._subscribers:
-            for cb in tuple(self._subscribers):  # a callback may unsubscribe
-                try:
-                    cb(event)
-                except Exception:
-                    pass
 
     # --- interpreter exit -------------------------------------------------------------------
 

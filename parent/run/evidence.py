@@ -1,10 +1,13 @@
 """What the parent checks itself instead of believing the child: artifacts and verdicts.
 
 Artifacts: every path a child reports is looked up again by the parent under the run's
-workspace, component by component from an open directory without following any symbolic link
-(`openat` with O_NOFOLLOW), so a link swapped in by the child cannot lead the parent out. What
-is there decides the artifact's type, size and time; a path outside the workspace, missing, or
-not a file, directory or symbolic link moves to `skipped` with the reason.
+workspace with tether's one confined path walk (`tether.contain.confined`, the same walk the
+child's `complete` described it with): component by component from an open directory, symlinks
+followed by the walk itself and never out of the workspace, so a link swapped in by the child
+cannot lead the parent out. What is there decides the artifact's path, type, size and time (a
+symbolic link is reported as one, and must lead to something inside that exists); a path
+outside the workspace, missing, or not a file, directory or symbolic link moves to `skipped`
+with the reason.
 
 A result is checked again when it is delivered (`recheck`: handed to an orchestrator's model,
 an MCP client, the `tether agents` command): an artifact whose type, size or modification time
@@ -22,17 +25,16 @@ a verifier that wrote FAIL anywhere has not passed the change, whatever it wrote
 
 from __future__ import annotations
 
-import datetime
-import errno
+import functools
 import os
 import re
-import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Literal, cast
 
 import msgspec
 
-from tether.protocol.messages import Artifact, FsType, RunResult, SkippedPath
+from tether.contain.confined import ConfinedRoot, Refused, Why
+from tether.protocol.messages import Artifact, RunResult, SkippedPath
 
 Verdict = Literal["PASS", "FAIL", "PARTIAL"]
 
@@ -65,11 +67,12 @@ def check_artifacts(
     kept: list[Artifact] = []
     dropped = list(skipped)
     seen: set[str] = set()
+    look = _looker(workspace)
     for claimed in artifacts:
         if claimed.path in seen:
             continue
         seen.add(claimed.path)
-        found = _look_up(workspace, claimed.path)
+        found = look(claimed.path)
         if isinstance(found, str):
             dropped.append(SkippedPath(path=claimed.path, reason=found))
         else:
@@ -82,13 +85,19 @@ CHANGED = "changed after the run answered (checked again by the parent when it w
 
 def recheck(workspace: str, result: RunResult) -> RunResult:
     """`result` as it stands now: every artifact looked up again under `workspace`; one that is
-    gone or different moves to `skipped` (`CHANGED`, or why it cannot be an artifact now)."""
+    gone or different moves to `skipped` (`CHANGED`, or why it cannot be an artifact now). An
+    artifact in a layered run's change set not applied (`in_change_set`) is the parent's own
+    record of the layer, kept as it is."""
     if not result.artifacts:
         return result
     kept: list[Artifact] = []
     dropped = list(result.skipped)
+    look = _looker(workspace)
     for artifact in result.artifacts:
-        found = _look_up(workspace, artifact.path)
+        if artifact.in_change_set:
+            kept.append(artifact)  # the parent's own record of a layer: not in the workspace
+            continue
+        found = look(artifact.path)
         if isinstance(found, str):
             dropped.append(SkippedPath(path=artifact.path, reason=found))
         elif (found.fs_type, found.size, found.modified_at) != (
@@ -104,62 +113,57 @@ def recheck(workspace: str, result: RunResult) -> RunResult:
     return msgspec.structs.replace(result, artifacts=kept, skipped=dropped)
 
 
-def _relative_parts(workspace: str, path: str) -> list[str] | None:
-    if not os.path.isabs(path):
-        path = os.path.join(workspace, path)
-    norm = os.path.normpath(path)
-    root = os.path.normpath(workspace)
-    if norm == root:
-        return []
-    if not norm.startswith(root.rstrip("/") + "/"):
-        return None
-    return norm[len(root.rstrip("/")) + 1 :].split("/")
+_LINK = "a link leading outside the workspace or nowhere (checked by the parent)"
 
 
-def _look_up(workspace: str, path: str) -> Artifact | str:
-    parts = _relative_parts(workspace, path)
-    if parts is None or ".." in path.split("/"):
-        return "outside the workspace (checked by the parent)"
+def _looker(workspace: str) -> Callable[[str], Artifact | str]:
+    """`look(path)`: the artifact at `path` under `workspace` now, or why there is none."""
     try:
-        fd = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as exc:
-        return f"the workspace cannot be opened by the parent: {exc.strerror}"
-    try:
-        for part in parts[:-1]:
-            try:
-                nxt = os.open(
-                    part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
-                )
-            except OSError as exc:
-                if exc.errno in (errno.ENOTDIR, errno.ELOOP):
-                    return "leads through a symbolic link or a file (checked by the parent)"
-                if exc.errno == errno.ENOENT:
-                    return "does not exist (checked by the parent)"
-                return f"cannot be checked by the parent: {exc.strerror}"
-            os.close(fd)
-            fd = nxt
+        root = _root(workspace)
+    except ValueError as exc:  # not absolute
+        unusable = f"the workspace cannot be opened by the parent: {exc}"
+        return lambda path: unusable
+
+    def look(path: str) -> Artifact | str:
         try:
-            st = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False) if parts else os.fstat(fd)
-        except FileNotFoundError:
-            return "does not exist (checked by the parent)"
+            found = root.look(path)
+        except Refused as refused:
+            return _reason(refused)
         except OSError as exc:
-            return f"cannot be checked by the parent: {exc.strerror}"
-    finally:
-        os.close(fd)
-    kind: FsType
-    if stat.S_ISREG(st.st_mode):
-        kind = "file"
-    elif stat.S_ISDIR(st.st_mode):
-        kind = "directory"
-    elif stat.S_ISLNK(st.st_mode):
-        kind = "symlink"
-    else:
-        return "not a file, directory or symbolic link (checked by the parent)"
-    full = os.path.join(workspace, *parts) if parts else workspace
-    if kind == "symlink":
-        target = os.path.realpath(full)
-        inside = target == workspace or target.startswith(workspace.rstrip("/") + "/")
-        if not inside or not os.path.exists(target):
-            return "a link leading outside the workspace or nowhere (checked by the parent)"
-    modified = datetime.datetime.fromtimestamp(st.st_mtime, tz=datetime.UTC).isoformat()
-    return Artifact(path=full, size=st.st_size, fs_type=kind, modified_at=modified)
+            if not os.path.isdir(root.root):
+                return f"the workspace cannot be opened by the parent: {exc.strerror or exc}"
+            return f"cannot be checked by the parent: {exc.strerror or exc}"
+        return Artifact(
+            path=found.path,
+            size=found.st.st_size,
+            fs_type=found.kind,
+            modified_at=found.modified_at,
+        )
+
+    return look
+
+
+@functools.lru_cache(maxsize=64)
+def _root(workspace: str) -> ConfinedRoot:
+    # Taken as given (run workspaces are resolved when a run is planned): no I/O, so a root
+    # kept here cannot go stale; the walk opens it afresh each time.
+    return ConfinedRoot(workspace, resolved=True)
+
+
+def _reason(r: Refused) -> str:
+    """Why the parent skips a claimed artifact."""
+    match r.why:
+        case Why.ABSOLUTE_OUTSIDE:
+            return "outside the workspace (checked by the parent)"
+        case Why.CLIMBS:
+            return _LINK if r.via_link else "outside the workspace (checked by the parent)"
+        case Why.LINK_OUTSIDE | Why.LOOP | Why.DANGLING:
+            return _LINK
+        case Why.ABSENT | Why.MISSING:
+            return "does not exist (checked by the parent)"
+        case Why.NOT_A_DIRECTORY | Why.REPLACED:
+            return "leads through a symbolic link or a file (checked by the parent)"
+        case Why.SPECIAL | Why.DEVICE:
+            return "not a file, directory or symbolic link (checked by the parent)"
+        case _:
+            return f"cannot be checked by the parent: {r}"

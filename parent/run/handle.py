@@ -6,12 +6,13 @@ Theory of operation
 -------------------
 A `RunHandle` is created by `Supervisor.start()` from the run's plan (`plan.py`: bad usage
 raised before anything is spawned, the run's models resolved), and it runs in a task of the
-supervisor's group (`execute`); what it needs of the supervisor is the narrow `RunHost`. It
-spawns the child (`process.spawn.spawn_child`) or takes a ready one from the warm pool, binds
-a `Broker` to it (what the child may ask: models, approvals; its events relayed), and drives
-it. The child's context disposes of it on every
-path; the run's result is then built from the answer, what was observed, and what the broker
-counted (`results.build_result`).
+supervisor's group (`execute`); what it needs of the supervisor is the narrow `RunHost`. The
+plan's transport obtains the child (`transport/`: a local process, spawned or taken ready
+from the warm pool, or tether's runtime in memory); the run binds a `Broker` to it (what the
+child may ask: models, approvals; its events relayed) and drives it, the same way whatever
+carries it. Leaving the transport's context takes the child down on every path; the run's
+result is then built from the answer, what was observed, and what the broker counted
+(`results.build_result`).
 
 Three clocks can end a run early, each recorded before the child is taken down: the handshake
 timeout, the wall deadline (`timeout`) and the idle watchdog (`unresponsive`, any message from
@@ -41,7 +42,8 @@ the loop ends and the child is disposed through the ladder; a follow-up that arr
 too late is answered `None`, so its caller can start a fresh child instead. An activation the
 child did not answer (it crashed, a clock or budget cut it) ends the run too, and its result is
 built after the dispose, with what the dispose saw. A continuable run never takes a pooled
-child: the pool's task owns its children's contexts.
+child: the pool's task owns its children's contexts. A child in memory has nothing to hold
+still: its broker, closed, serves nothing between activations all the same.
 
 A run whose network policy allows anything holds its egress proxy for its child's whole life
 (`_network`: `tether.parent.egress.seat`): tether's own child reaches it through a listener its
@@ -52,7 +54,17 @@ ends the activation in progress as `net_limit`, and every result says what it di
 (`isolation.network`).
 
 `result()` is the first activation's result; `wait()` returns once the child is gone.
-A provider with its own way of running (a foreign agent over ACP, the in-process runtime; see
+
+Stopping
+--------
+`cancel()` and `abort()` stop the run (`stop.py`): from that instant its brokers refuse every
+request and abandon the model turns in flight, and everything on its `stops` line (an
+orchestrator's sub-agent runs too) is taken down. `cancel()` first asks the child to abort and
+cuts it after the grace; `abort()` cuts it at once; a continuable run's child goes either way
+(its session, if it has one, stays). The result of the activation the stop ended is built after
+the dispose, with the stop's receipt (`RunResult.stop`): everything gone, the rung, the
+processes left, the turns and tokens after the stop.
+A provider with its own way of running (a foreign agent over ACP, one a user writes; see
 `tether.parent.providers`) hands the handle a `RunBody` in place of that tether child: the body
 obtains and drives its child, filling the run's `Observed`, under the same outer and drive
 scopes, so `abort()`, `cancel()` (through the body), budgets and the result work the same way.
@@ -68,13 +80,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
+import msgspec
 
 from tether.parent.process.classify import Observed
-from tether.parent.process.config import ChildConfig, pool_key
+from tether.parent.process.config import ChildConfig
 from tether.parent.process.isolation import probe_host
-from tether.parent.process.launchers import Local, launcher_name, resolve_launcher
+from tether.parent.process.launchers import launcher_name
 from tether.parent.process.limits import Limits
-from tether.parent.process.pool import Pooled, WarmPool
 from tether.parent.process.private_network import (
     Channel,
     PrivateNetwork,
@@ -82,24 +94,20 @@ from tether.parent.process.private_network import (
     receive_listeners,
 )
 from tether.parent.process.proc import SpawnError
-from tether.parent.process.spawn import (
-    AutoSpawner,
-    Spawner,
-    child_env,
-    handshake,
-    missing_command,
-    spawn_child,
-    spawner_name,
-)
-from tether.parent.process.supervised import SupervisedChild, SupervisedProcess
+from tether.parent.process.supervised import SupervisedProcess
+from tether.parent.process.wired import handshake
 from tether.parent.run.broker import Broker, RunModels
 from tether.parent.run.budget import Budget
-from tether.parent.run.events import Event, RunFinished, RunStarted
+from tether.parent.run.events import Event, EventCallback, RunFinished, RunStarted
+from tether.parent.run.layered import Layered
 from tether.parent.run.plan import RunPlan
 from tether.parent.run.provider import RunBody
 from tether.parent.run.results import build_result
 from tether.parent.run.sensitive import Watch, changes, take
-from tether.parent.run.spec import EventCallback
+from tether.parent.run.stop import StopLine
+from tether.parent.run.tracing import run_trace
+from tether.parent.run.transport import ChildLink, ChildRequest, ObtainedChild, ProcessHost
+from tether.parent.trace.recorder import RunTrace
 from tether.protocol import ConnectionClosed, LocalProtocolError, RemoteError, RemoteProtocolError
 from tether.protocol.messages import (
     AgentEventParams,
@@ -109,12 +117,14 @@ from tether.protocol.messages import (
     NetDenial,
     NetworkReport,
     RunResult,
+    StopReceipt,
 )
 
 if TYPE_CHECKING:
     from tether.parent.egress.events import NetEvent
     from tether.parent.egress.seat import EgressOptions, RunEgress
     from tether.parent.gateway import Gateway
+    from tether.parent.process.layers import Layer
 
 IDLE = (
     "the run has answered: the parent serves it no model turn, approval or parent tool until "
@@ -124,19 +134,10 @@ REPORT_CHARS = 16_000
 """The longest report text handed to a `ReportHook` (the child's `report` tool cuts there too)."""
 
 
-class RunHost(Protocol):
-    """What a run needs of whoever owns it (a supervisor): how children start, the warm pool,
-    the keeper's registration, the event bus and the model gateway. Nothing else of the
-    supervisor is the run's business."""
-
-    @property
-    def pool(self) -> WarmPool | None: ...
-
-    async def spawner(self, cfg: ChildConfig) -> Spawner | None: ...
-
-    def register(self, child: SupervisedProcess) -> None: ...
-
-    def unregister(self, child: SupervisedProcess) -> None: ...
+class RunHost(ProcessHost, Protocol):
+    """What a run needs of whoever owns it (a supervisor): what its transport uses (how
+    children start, the warm pool, the keeper's registration), the event bus and the model
+    gateway. Nothing else of the supervisor is the run's business."""
 
     def publish(self, event: Event, extra: EventCallback | None = None) -> None: ...
 
@@ -144,6 +145,10 @@ class RunHost(Protocol):
 
     @property
     def egress_options(self) -> EgressOptions | None: ...
+    def keep_layer(self, layer: Layer) -> None:
+        """A layered run's layer is kept until it is applied or discarded."""
+
+    def forget_layer(self, layer: Layer) -> None: ...
 
 
 class _Activation:
@@ -194,6 +199,9 @@ class RunHandle:
         self._parent_tools = plan.parent_tools
         self._on_turn = plan.on_turn
         self._continuation = plan.continuation
+        self.trace: RunTrace | None = run_trace(plan)
+        """The run's trace, when it has one (docs/traces.md)."""
+        plan.models.bind(self.run_id, plan.params.workspace)
         self._first = self._activation(None, plan.params.agent.token_budget)
         self._latest = self._first
         self._current: _Activation | None = self._first
@@ -206,23 +214,34 @@ class RunHandle:
         self._changed = anyio.Event()
         self._gone = anyio.Event()
         self._messages = anyio.Semaphore(1)
-        self._child: SupervisedChild | None = None
+        self._child: ChildLink | None = None
+        self._obtained: ObtainedChild | None = None
         self._body: RunBody | None = plan.body
         self._body_observed: Observed | None = None
         self._outer_scope = anyio.CancelScope()
         self._stopping = False
+        self._layered = Layered(host, plan) if plan.layered else None
+        """A layered run's layer, its change set and its apply policy (`layered.py`)."""
         self.pid: int | None = None
         """The child's process id, once it is spawned (`None` before, and when none was)."""
         self.launcher = launcher_name(plan.config.launcher)
         """The launcher the child's command runs under."""
         self.spawner: str | None = None
-        """How its child was started (`zygote` or `exec`), once it is spawned."""
+        """How its child was started (`zygote`, `exec`, or `memory`: no process), once it is."""
         self.spawner_fallback: str | None = None
         """Why the default spawner used exec rather than the zygote for tether's own child."""
         self.egress: RunEgress | None = None
         """The run's egress proxy, while its child lives, when its network policy allows
         anything (`tether.parent.egress`)."""
         self._enforced: Literal["namespace", "port", "none"] | None = None
+        self.processes: list[SupervisedProcess] = []
+        """Every process this run started (a stop's receipt counts what is left of them)."""
+        self.halted: list[Broker] = []
+        """The brokers a stop refused (a stop's receipt adds up what they counted)."""
+        self.stops = StopLine()
+        """What a stop of this run takes down with it: the run, and the runs added to it (an
+        orchestrator's sub-agents)."""
+        self.stops.add(self)
 
     # --- public -------------------------------------------------------------------------------
 
@@ -263,6 +282,7 @@ class RunHandle:
 
     def register(self, child: SupervisedProcess) -> None:
         """A process of this run is alive: the keeper and the exit hook know it from now on."""
+        self.processes.append(child)
         self._sup.register(child)
 
     def unregister(self, child: SupervisedProcess) -> None:
@@ -286,6 +306,11 @@ class RunHandle:
     def alive(self) -> bool:
         """The run's child lives and may still take a follow-up."""
         return self._continuation is not None and not self._gone.is_set() and not self._closing
+
+    @property
+    def gone(self) -> bool:
+        """The run is over and its child is gone."""
+        return self._gone.is_set()
 
     @property
     def state(self) -> RunState:
@@ -350,8 +375,13 @@ class RunHandle:
             return act.result
 
     async def cancel(self, reason: str = "cancelled by the parent") -> RunResult:
-        """Abort the activation in progress (the run, for a run that is not continuable): ask
-        the child, then cut it if it does not answer within the grace. Its result."""
+        """Stop the run (see the module docstring): ask the child to abort the activation in
+        progress, cut it if it does not answer within the grace, and take it down. The
+        activation's result, with the stop's receipt; for a continuable run stopped between
+        activations, a result saying so, with the receipt. A run already over: its result."""
+        if self._gone.is_set():
+            return self._latest.result if self._latest.result is not None else await self.result()
+        self.stops.ask(reason, spare=self)
         act = self._current or self._latest
         child = self._child
         if not act.done.is_set() and (child is not None or self._body is not None):
@@ -364,17 +394,30 @@ class RunHandle:
                 await act.done.wait()
         if not act.done.is_set():
             if self._continuation is None:
-                self.abort()
+                self.abort(reason)
             else:
                 self._cut(act)
         await act.done.wait()
-        return act.result if act.result is not None else await self.result()
+        result = act.result if act.result is not None else await self.result()
+        if result.stop is None and self._continuation is not None:
+            # Idle between activations: no activation to end; the child went all the same.
+            await self.wait()
+            receipt = await self.stops.receipt(gone=self)
+            result = RunResult(
+                success=False,
+                status="aborted",
+                message=f"stopped between activations ({reason}); the child is gone",
+                run_id=self.run_id,
+                stop=receipt,
+            )
+        return result
 
-    def abort(self) -> None:
-        """Cut the run now (no grace): the activation in progress ends `aborted` / `cancelled`
-        and the child is disposed."""
+    def abort(self, reason: str = "aborted by the parent") -> None:
+        """Stop the run now, with no grace (see the module docstring): the activation in
+        progress ends `aborted` / `cancelled` and the child is disposed."""
         if self._gone.is_set():
             return
+        self.stops.ask(reason, spare=self)
         self._closing = True
         self._pulse()
         act = self._current
@@ -384,6 +427,17 @@ class RunHandle:
     def close(self) -> None:
         """Let a continuable run's child go: once the activation in progress (if any) has
         answered, the child is disposed through the ladder."""
+        self._closing = True
+        self._pulse()
+
+    def halt(self, why: str) -> None:
+        """A stop of a line this run is on was asked: its brokers refuse every request from
+        now (`Broker.stop`), and its child takes no more follow-ups."""
+        for act in (self._first, self._latest, self._current, self._inbox):
+            broker = act.broker if act is not None else None
+            if broker is not None and not any(b is broker for b in self.halted):
+                broker.stop(why)
+                self.halted.append(broker)
         self._closing = True
         self._pulse()
 
@@ -405,6 +459,7 @@ class RunHandle:
             on_exhausted=lambda why: self._budget_exhausted(act, why),
             parent_tools=self._parent_tools,
             on_turn=self._on_turn,
+            trace=self.trace,
         )
         return act
 
@@ -431,7 +486,31 @@ class RunHandle:
         elif act is self._current:
             self._outer_scope.cancel()
 
-    def _resolve(self, act: _Activation, observed: Observed) -> None:
+    async def _resolve(
+        self, act: _Activation, observed: Observed, stop: StopReceipt | None = None
+    ) -> None:
+        """The activation's result: built, for a layered run its change set measured and
+        applied as its policy says (in threads, shielded: the result is owed whatever
+        happens), the stop's receipt attached, traced, then handed out."""
+        result = self._build(act, observed)
+        if self._layered is not None:
+            with anyio.CancelScope(shield=True):
+                claimed = act.answer.artifacts if act.answer is not None else []
+                result = await self._layered.settle(
+                    result, claimed, final=self._continuation is None or self._closing
+                )
+        if stop is not None:
+            result = msgspec.structs.replace(result, stop=stop)
+        act.result = result
+        if self.trace is not None:
+            # The result goes out with its trace on disk (bounded: `writer.FLUSH_SECONDS`).
+            self.trace.result(result)
+            with anyio.CancelScope(shield=True):
+                await self.trace.flush()
+        act.done.set()
+        self._sup.publish(RunFinished(self.run_id, result), self._on_event)
+
+    def _build(self, act: _Activation, observed: Observed) -> RunResult:
         prompts = 1
         if self._body is not None:
             prompts = self._body.prompts
@@ -440,9 +519,9 @@ class RunHandle:
         assert act.broker is not None
         workspace = self._params.workspace
         seen = [] if act.watch is None else changes(act.watch, take(workspace), workspace)
-        act.result = build_result(
+        return build_result(
             self._params,
-            containment=self.host.tier,
+            containment=self._containment(),
             isolation=self._isolation_report(),
             observed=observed,
             answer=act.answer,
@@ -451,23 +530,41 @@ class RunHandle:
             launcher=self.launcher,
             pid=self.pid,
             duration_seconds=time.monotonic() - act.started,
+            trace=self.trace.report() if self.trace is not None else None,
             sensitive_changes=seen,
         )
-        act.done.set()
-        self._sup.publish(RunFinished(self.run_id, act.result), self._on_event)
 
     async def execute(self) -> None:
+        trace = self.trace
+        if trace is None:
+            await self._execute()
+            return
+        # The trace's file lives as long as the run: its drain (which opens it) is a task of
+        # the run's own, closed (bounded, shielded) after the last result.
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(trace.drain)
+            try:
+                await self._execute()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await trace.aclose()
+
+    async def _execute(self) -> None:
         observed = Observed()
         # Before the child exists (or takes a pooled one): what it may change is measured.
-        self._first.watch = take(self._params.workspace)
+        if self._layered is None:
+            self._first.watch = take(self._params.workspace)
         try:
             with self._outer_scope:
                 async with self._network(observed):
-                    if observed.spawn_error is None:
-                        if self._body is not None:
-                            observed = await self._drive_body(self._body, observed)
-                        else:
-                            observed = await self._spawn_and_drive(observed)
+                    if observed.spawn_error is not None:
+                        pass  # a credential went missing: nothing is spawned
+                    elif self._layered is not None and not await self._layered.make(observed):
+                        pass  # the layer could not be made: nothing is spawned
+                    elif self._body is not None:
+                        observed = await self._drive_body(self._body, observed)
+                    else:
+                        observed = await self._obtain_and_drive(observed)
         finally:
             if self._child is not None:
                 observed = self._child.observed  # also when the spawn phase was cut
@@ -477,10 +574,15 @@ class RunHandle:
             if pending is not None and not pending.done.is_set():
                 if self._outer_scope.cancelled_caught and not observed.spawn_error:
                     observed.cancelled = True
-                self._resolve(pending, observed)
+                receipt = None
+                if self.stops.stopped:
+                    receipt = await self.stops.receipt(gone=self)  # shielded
+                await self._resolve(pending, observed, receipt)
             late, self._inbox = self._inbox, None
             if late is not None:
                 late.done.set()  # never taken: its caller starts a fresh child
+            if self._layered is not None:
+                self._layered.close()
             self._gone.set()
             self._pulse()
 
@@ -555,14 +657,14 @@ class RunHandle:
         )
         return cfg, network, channel
 
-    async def _attach(self, egress: RunEgress, channel: Channel, child: SupervisedChild) -> bool:
+    async def _attach(self, egress: RunEgress, channel: Channel, child: ChildLink) -> bool:
         """Serve the listener the child's sandbox made in its namespace; `False` (with why in
         the child's record) when none came within the handshake timeout."""
         channel.spawned()
         seconds = self._config.handshake_timeout
         got = await receive_listeners(channel.ours, 1, seconds)
         if got is None:
-            if not child.proc.exited():
+            if not child.exited():
                 child.observed.handshake = seconds
             return False
         await egress.serve(got[0])
@@ -581,121 +683,97 @@ class RunHandle:
         self._stopping = True
         return observed
 
-    async def _spawn_and_drive(self, observed: Observed) -> Observed:
-        cfg = self._config
-        # Everything up to the spawn is synchronous: a run cancelled before its task got here
-        # must stop at this checkpoint, not start a child only to take it down again.
+    async def _obtain_and_drive(self, observed: Observed) -> Observed:
+        # Everything up to obtaining the child is synchronous: a run cancelled before its task
+        # got here must stop at this checkpoint, not start a child only to take it down again.
         await anyio.lowlevel.checkpoint()
-        launcher = resolve_launcher(cfg.launcher)
-        env = child_env(cfg)
-        missing = None
-        if launcher.program is not None:
-            missing = missing_command([launcher.program], env, "the launcher")
-        if missing is None and not launcher.provides.eof_teardown_only:
-            missing = missing_command(cfg.command, env)
-        if missing:
-            observed.spawn_error = missing
-            return observed
-        pool = self._sup.pool
+        cfg = self._config
         egress = self.egress
-        if (
-            pool is not None
-            and isinstance(launcher, Local)
-            and self._continuation is None
-            and egress is None
-        ):
-            key = pool_key(
-                cfg, self._limits, self.host, self.isolation.level, self._params.workspace
-            )
-            pooled = pool.acquire(key, env)
-            if pooled is not None:
-                return await self._drive_pooled(pooled)
         network: PrivateNetwork | None = None
         channel: Channel | None = None
-        try:
-            if egress is not None:
-                cfg, network, channel = await self._wire_network(egress, cfg)
-            spawner = await self._sup.spawner(cfg)
-            child = await spawn_child(
-                cfg,
-                self._limits,
-                self.host,
-                self.run_id.rsplit("-", 1)[-1],
-                launcher=launcher,
-                workspace=self._params.workspace,
-                spawner=spawner,
-                level=self.isolation.level,
-                network=network,
-            )
-        except SpawnError as exc:
+        if egress is not None:
+            cfg, network, channel = await self._wire_network(egress, cfg)
+        request = ChildRequest(
+            cfg,
+            self._limits,
+            self.host,
+            self.run_id.rsplit("-", 1)[-1],
+            self._params.workspace,
+            self.isolation.level,
+            continuable=self._continuation is not None,
+            layer=self._layered.overlay if self._layered is not None else None,
+            workspace_read_only=self._plan.layer_read_only,
+            network=network,
+        )
+        async with contextlib.AsyncExitStack() as stack:
             if channel is not None:
-                channel.close()
-            observed.spawn_error = str(exc)
-            return observed
-        except BaseException:
-            if channel is not None:
-                channel.close()
-            raise
-        self._child = child
-        self.pid = child.pid
-        self.spawner = spawner_name(child.proc)
-        if isinstance(spawner, AutoSpawner):
-            self.spawner_fallback = spawner.fallback
-        self._sup.register(child)
-        try:
-            async with child:
-                try:
-                    if channel is None or (
-                        egress is not None and await self._attach(egress, channel, child)
-                    ):
-                        await self._serve(child)
-                finally:
-                    self._stopping = True  # leaving the context disposes of the child
-        finally:
-            if channel is not None:
-                channel.close()
-            self._sup.unregister(child)
+                stack.callback(channel.close)
+            try:
+                got = await stack.enter_async_context(self._plan.transport.open(request, self._sup))
+            except SpawnError as exc:
+                observed.spawn_error = str(exc)
+                return observed
+            child = got.child
+            self._obtained = got
+            self._child = child
+            if isinstance(child, SupervisedProcess):
+                self.processes.append(child)  # what a stop's receipt counts
+            self.pid = got.pid
+            self.spawner = got.spawner
+            self.spawner_fallback = got.fallback
+            try:
+                if channel is None or (
+                    egress is not None and await self._attach(egress, channel, child)
+                ):
+                    await self._serve(child)
+            finally:
+                self._stopping = True  # leaving the transport's context takes the child down
         exec_error = child.spawn_failure()
         if exec_error and self._first.answer is None:
             child.observed.spawn_error = f"cannot start {cfg.command[0]!r}: {exec_error}"
         return child.observed
 
-    async def _serve(self, child: SupervisedChild) -> None:
+    async def _serve(self, child: ChildLink) -> None:
         """Drive the prompt, then (continuable) each follow-up until the child is let go. An
         activation left unresolved here is resolved by `execute` after the dispose."""
         act: _Activation | None = self._first
         while act is not None:
             self._current = self._latest = act
             try:
-                act.answer = await self._drive(child, act, handshake_first=act is self._first)
+                # A pooled child answered `initialize` before the run took it.
+                handshake_first = act is self._first and not child.ready
+                act.answer = await self._drive(child, act, handshake_first=handshake_first)
             finally:
                 child.cut_off = not child.observed.answered
-            if act.answer is None or self._continuation is None:
-                return
+            if act.answer is None or self._continuation is None or self.stops.stopped:
+                return  # resolved after the dispose (a stopped run: with the receipt)
             # Between activations nothing of the child's tree runs, and nothing it asks is
             # served: its result is checked against a still tree, and no model turn is served
             # outside an activation (see the module docstring).
             await child.hold_still()
-            self._resolve(act, child.observed)
+            await self._resolve(act, child.observed)
             self._current = None
             if self._closing or not self._keeps_runs(child):
                 return
             act = await self._next_message(child)
             if act is not None:
-                act.watch = take(self._params.workspace)  # the tree is still held still
+                if self._layered is None:
+                    act.watch = take(self._params.workspace)  # the tree is still held still
+                if self.trace is not None and act.message is not None:
+                    self.trace.follow_up(act.message)
                 child.resume()
                 _fresh_activation(child.observed)
 
-    def _keeps_runs(self, child: SupervisedChild) -> bool:
+    def _keeps_runs(self, child: ChildLink) -> bool:
         info = child.session.info
         return (
             child.endpoint.end is None
-            and not child.proc.exited()
+            and not child.exited()
             and info is not None
             and info.capabilities.agent_message
         )
 
-    async def _next_message(self, child: SupervisedChild) -> _Activation | None:
+    async def _next_message(self, child: ChildLink) -> _Activation | None:
         """Idle until a follow-up arrives (it is returned), or the keep-alive passes, the run is
         closed, or the child dies (`None`: the child is then disposed)."""
         assert self._continuation is not None
@@ -719,29 +797,12 @@ class RunHandle:
             return None
         return act
 
-    async def _wake_when_ended(self, child: SupervisedChild) -> None:
+    async def _wake_when_ended(self, child: ChildLink) -> None:
         await child.endpoint.ended.wait()
         self._wake.set()
 
-    async def _drive_pooled(self, pooled: Pooled) -> Observed:
-        """A run in a child the pool started and initialized: the pool's task owns the child's
-        context (and so its dispose); this run drives it and then hands it back to be disposed."""
-        child = pooled.child
-        child.observed.limits = self._limits
-        self._child = child
-        self.pid = child.pid
-        self.spawner = spawner_name(child.proc)
-        try:
-            self._first.answer = await self._drive(child, self._first, handshake_first=False)
-        finally:
-            child.cut_off = not child.observed.answered
-            self._stopping = True
-            with anyio.CancelScope(shield=True):
-                await pooled.finish()
-        return child.observed
-
     async def _drive(
-        self, child: SupervisedChild, act: _Activation, *, handshake_first: bool
+        self, child: ChildLink, act: _Activation, *, handshake_first: bool
     ) -> RunResult | None:
         """Drive one activation under the wall clock (from here: a pooled child's clock starts
         when the run takes it)."""
@@ -749,15 +810,11 @@ class RunHandle:
         assert act.broker is not None
         broker = act.broker
         child.serve_with(broker.on_request, self._notifications(broker))
-        if act is self._first:
+        got = self._obtained
+        if act is self._first and got is not None:
             self._sup.publish(
                 RunStarted(
-                    self.run_id,
-                    child.pid,
-                    tuple(self._config.command),
-                    self.launcher,
-                    spawner_name(child.proc),
-                    self.spawner_fallback,
+                    self.run_id, got.host_pid, got.argv, self.launcher, got.spawner, got.fallback
                 ),
                 self._on_event,
             )
@@ -793,7 +850,7 @@ class RunHandle:
         return relay
 
     async def _converse(
-        self, child: SupervisedChild, act: _Activation, handshake_first: bool
+        self, child: ChildLink, act: _Activation, handshake_first: bool
     ) -> RunResult | None:
         observed = child.observed
         if handshake_first and not await handshake(child, self._config):
@@ -844,6 +901,10 @@ class RunHandle:
         if self._current is not None:
             self._budget_exhausted(self._current, why)
 
+    def _containment(self) -> str:
+        got = self._obtained
+        return self.host.tier if got is None or got.contained else "none"
+
     def _isolation_report(self) -> Isolation:
         choice = self.isolation
         abi = probe_host().landlock_abi if choice.level == "sandbox" else None
@@ -882,7 +943,7 @@ class RunHandle:
                 act.drive.cancel()
 
     async def _watch_idle(
-        self, child: SupervisedChild, act: _Activation, idle: float, since: float
+        self, child: ChildLink, act: _Activation, idle: float, since: float
     ) -> None:
         while True:
             # A pooled or idling child was quiet before this activation: count from its start.

@@ -12,16 +12,20 @@ way a run starts (see `spec.py`). It does, in order:
 3. the workspace (an existing directory, made absolute) and the child config (the caller's or
    the supervisor's, with the command);
 4. the provider's `prepare` (its argument, a fork's transcript — the caller's completed turns
-   as the parent's broker recorded them), the containment tier, the launcher, the spawner, and
-   the isolation level the provider gives (a sandbox needs a workspace it can protect, and
-   must be able to keep the child out of every path the config denies); a network policy
+   as the parent's broker recorded them), the transport that will obtain the child (the
+   config's `transport`: a local process or tether's runtime in memory, which refuses what it
+   cannot carry), the containment tier, the launcher, the spawner, and the isolation level the
+   transport and the provider give (a sandbox needs a workspace it can protect, and must be
+   able to keep the child out of every path the config denies); a network policy
    (`check_network`: a child process under the local launcher, started by exec, every
    credential set in the parent's environment and found nowhere in the child's);
 5. the models, resolved in the parent (`broker.resolve_models`: the caller's model wins over
    the definition's; model strings from the wire are never resolved);
 6. the request as the child will read it (`agent/run` parameters; too large for one message is
    bad usage), whether the provider can keep a run for follow-ups, whether the agent needs a
-   model it has none of, and the idle limit against tether's heartbeats (a warning).
+   model it has none of, and the idle limit against tether's heartbeats (a warning);
+7. the trace: the spec's `trace=`, else the supervisor's, checked to lie outside the workspace
+   (`trace/spec.py`).
 
 Nothing here changes state: it reads the host's facts (probed once per process), the files a
 request names, and model scripts (off the event loop). `check_agent` and `check_config` are the
@@ -37,13 +41,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tether.contain.plan import DEFAULT_SANDBOX_ID
+from tether.parent.process import layers
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.host import Host, host
 from tether.parent.process.isolation import (
     Choice,
-    choose_level,
     deny_problem,
     probe_host,
+    sandbox_uid,
+    unreadable_problem,
     workspace_problem,
 )
 from tether.parent.process.launchers import Launcher, resolve_launcher
@@ -53,6 +60,7 @@ from tether.parent.roles.builtins import resolve_agent
 from tether.parent.run.broker import ApprovePolicy, ParentTool, RunModels, TurnHook, resolve_models
 from tether.parent.run.budget import Budget
 from tether.parent.run.checks import check_model, warn_idle
+from tether.parent.run.events import EventCallback
 from tether.parent.run.provider import (
     Provider,
     ProviderBody,
@@ -60,9 +68,22 @@ from tether.parent.run.provider import (
     RunBody,
     SubagentRequest,
 )
-from tether.parent.run.spec import Continuation, EventCallback, NamedModel, RunSpec
+from tether.parent.run.spec import Continuation, NamedModel, RunSpec
+from tether.parent.run.transport import (
+    PROCESS,
+    ChildTransport,
+    builtin_transports,
+    transport_named,
+)
+from tether.parent.trace.spec import TraceOption, TraceSpec, check_trace
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
-from tether.protocol.messages import AgentDefinition, AgentRunParams
+from tether.protocol.messages import (
+    APPLY_POLICIES,
+    WORKSPACE_MODES,
+    AgentDefinition,
+    AgentRunParams,
+    ApplyPolicy,
+)
 from tether.protocol.methods import AGENT_RUN
 
 _run_ids = itertools.count(1)
@@ -70,10 +91,15 @@ _run_ids = itertools.count(1)
 
 @dataclass(frozen=True)
 class PlanContext:
-    """What a plan depends on besides the spec: the supervisor's providers and default config."""
+    """What a plan depends on besides the spec: the supervisor's providers, default config,
+    transports, default trace and kept layers."""
 
     providers: ProviderRegistry
     config: ChildConfig
+    transports: Mapping[str, ChildTransport] = field(default_factory=builtin_transports)
+    trace: TraceOption = None
+    layers: Mapping[str, layers.Layer] = field(default_factory=dict)
+    """The supervisor's kept layers, by directory (`RunSpec.layer` names one)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +118,8 @@ class RunPlan:
     """The name of the provider that carries the run."""
     body: RunBody | None
     """A provider's own way of running it (`None`: a tether child of `config`)."""
+    transport: ChildTransport
+    """How the run obtains its tether child (`config.transport`; unused with a `body`)."""
     continuation: Continuation | None = None
     approve: ApprovePolicy | None = None
     on_event: EventCallback | None = None
@@ -99,6 +127,23 @@ class RunPlan:
     on_turn: TurnHook | None = None
     budgets: Sequence[Budget] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    trace: TraceSpec | None = None
+    """Where the run is traced (its directory checked: outside the workspace)."""
+    parent_run: str | None = None
+    agent: str = ""
+    """The agent as the caller named it: a role, a custom agent's `module:callable` (file
+    paths absolute), or the definition's type."""
+    layer: layers.LayerPlan | None = None
+    """A layered run's layer, to be made before the spawn (`None`: shared, or `kept`)."""
+    kept: layers.Layer | None = None
+    """The kept layer the run continues in (`RunSpec.layer`)."""
+    apply: ApplyPolicy = "never"
+    layer_read_only: bool = False
+    """The child sees its layer read-only (a read-only agent in a kept layer)."""
+
+    @property
+    def layered(self) -> bool:
+        return self.layer is not None or self.kept is not None
 
 
 def check_agent(spec: RunSpec) -> tuple[AgentDefinition, str | None]:
@@ -161,6 +206,7 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     if name is None:
         name = "command" if spec.command is not None else "spawn"
     chosen, argument = ctx.providers.select(name)
+    mode, policy, kept = check_layering(spec, ctx)
     definition, impl = check_agent(spec)
     if impl is not None and chosen.drives_itself and chosen.isolated:
         raise ValueError(
@@ -188,27 +234,74 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         )
     )
     cfg = request.config
+    # A provider that drives its own agent starts any process it needs itself, locally.
+    transport = transport_named(ctx.transports, PROCESS if chosen.drives_itself else cfg.transport)
+    transport.check(cfg)
     tier = host(cfg.containment)
     launcher = resolve_launcher(cfg.launcher)  # an unknown launcher is bad usage
     check_spawner(cfg)
     remote = launcher.name if launcher.provides.eof_teardown_only else None
-    choice = chosen.isolation(choose_level(cfg.isolation, remote_launcher=remote), cfg)
+    choice = chosen.isolation(transport.isolation(cfg, remote), cfg)
     if not cfg.network_policy.none:
-        cfg = check_network(cfg, chosen, launcher)
+        cfg = check_network(cfg, chosen, launcher, transport)
         request = request.replace(config=cfg)
         if choice.level != "sandbox":
             choice = dataclasses.replace(choice, warning=_joined(choice.warning, UNENFORCED))
     if choice.level == "sandbox":
         protects = probe_host().root and launcher.name == "local"
-        problem = workspace_problem(str(ws), protects_code=protects) or deny_problem(
-            cfg.deny_paths,
-            command=cfg.command,
-            workspace=str(ws),
-            read_paths=cfg.read_paths,
-            can_cover=protects,
+        problem = (
+            workspace_problem(str(ws), protects_code=protects)
+            or deny_problem(
+                cfg.deny_paths,
+                command=cfg.command,
+                workspace=str(ws),
+                read_paths=cfg.read_paths,
+                can_cover=protects,
+            )
+            or unreadable_problem(
+                cfg.command, cfg.read_paths, as_uid=sandbox_uid(cfg.sandbox_user, launcher)
+            )
         )
         if problem is not None:
             raise ValueError(problem)
+    layer_plan = None
+    read_only_layer = False
+    if mode == "layered":
+        if remote is not None:
+            raise ValueError(
+                f"a layered workspace is made on this host; the {remote!r} launcher runs the "
+                "child elsewhere: use workspace_mode='shared' there"
+            )
+        # An overlay is mounted in a sandboxed child process's own mount namespace; anything
+        # else (a child in memory, a provider that drives its own child) works in a copy.
+        overlay_ok = (
+            choice.level == "sandbox"
+            and launcher.name == "local"
+            and not chosen.drives_itself
+            and transport.name == PROCESS
+        )
+        if kept is None:
+            owner = None
+            if probe_host().root:
+                owner = cfg.sandbox_user or (DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)
+            layer_plan = layers.choose(
+                str(ws),
+                spec.run_id or request.run_id,
+                overlay_ok=overlay_ok,
+                owner=owner,
+                directory=cfg.layers_dir,
+            )
+            child_ws = layer_plan.child_workspace
+        else:
+            if kept.plan.overlay and not overlay_ok:
+                raise ValueError(
+                    f"the layer {kept.root} is an overlay, which only a sandboxed child that "
+                    "this host starts itself can mount (not this provider or launcher)"
+                )
+            child_ws = kept.plan.child_workspace
+            read_only_layer = request.agent.read_only
+        if child_ws != request.workspace:
+            request = request.replace(workspace=child_ws)
     model = spec.model
     models = await resolve_models(
         model.provider if isinstance(model, NamedModel) else model,
@@ -228,7 +321,7 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     check_request_size(params)
     if spec.continuation is not None and chosen.drives_itself:
         raise ValueError(
-            f"{once(chosen)}; only a tether child process keeps a run for follow-ups: use "
+            f"{once(chosen)}; only a tether child keeps a run for follow-ups: use "
             f"{follow_up_providers(ctx.providers)}"
         )
     if not chosen.drives_itself or not chosen.isolated:
@@ -236,6 +329,7 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         check_model(cfg.command, request.agent, models.main is not None)
     limits = spec.limits or Limits()
     warn_idle(cfg.command, limits)
+    trace = check_trace(spec.trace if spec.trace is not None else ctx.trace, str(ws))
     return RunPlan(
         spec=spec,
         run_id=request.run_id,
@@ -247,6 +341,7 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         models=models,
         provider=chosen.name,
         body=ProviderBody(chosen, request) if chosen.drives_itself else None,
+        transport=transport,
         continuation=spec.continuation,
         approve=spec.approve,
         on_event=spec.on_event,
@@ -254,6 +349,13 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         on_turn=spec.on_turn,
         budgets=spec.budgets,
         labels=spec.labels,
+        trace=trace,
+        parent_run=spec.parent_run,
+        agent=impl or (spec.agent if isinstance(spec.agent, str) else definition.type),
+        layer=layer_plan,
+        kept=kept,
+        apply=policy,
+        layer_read_only=read_only_layer,
     )
 
 
@@ -267,14 +369,16 @@ def _joined(first: str | None, second: str) -> str:
     return f"{first}; {second}" if first else second
 
 
-def check_network(cfg: ChildConfig, provider: Provider, launcher: Launcher) -> ChildConfig:
+def check_network(
+    cfg: ChildConfig, provider: Provider, launcher: Launcher, transport: ChildTransport
+) -> ChildConfig:
     """The config of a run whose network policy allows anything, or `ValueError`: its egress
     proxy needs a child process of this host (a listener is passed into its sandbox), the
     child is started by exec (the zygote cannot hand it that listener), and every credential
     is set in the parent's environment and reaches the child by no variable."""
     from tether.parent.egress.seat import read_secrets
 
-    if not provider.isolated:
+    if not provider.isolated or transport.name != PROCESS:
         raise ValueError(
             f"a network policy needs a child process: provider {provider.name!r} runs in the "
             "parent's own process"
@@ -312,6 +416,37 @@ def check_network(cfg: ChildConfig, provider: Provider, launcher: Launcher) -> C
     return cfg
 
 
+def check_layering(spec: RunSpec, ctx: PlanContext) -> tuple[str, ApplyPolicy, layers.Layer | None]:
+    """The run's workspace mode, apply policy and the kept layer it continues in; raises
+    `ValueError` for bad usage."""
+    mode = spec.workspace_mode
+    if mode not in WORKSPACE_MODES:
+        raise ValueError(f"workspace_mode {mode!r}: expected one of {', '.join(WORKSPACE_MODES)}")
+    policy = spec.apply
+    if policy not in APPLY_POLICIES:
+        raise ValueError(f"apply {policy!r}: expected one of {', '.join(APPLY_POLICIES)}")
+    if policy == "on_verified":
+        raise ValueError(
+            "apply='on_verified' needs a verifier: a delegation's (orchestrate, tether mcp, "
+            "a Delegator); a single run knows never and on_success (with attempts, choose= "
+            "can run your own check)"
+        )
+    if spec.attempts != 1:
+        raise ValueError("attempts are Supervisor.run's: start() runs one attempt")
+    kept = None
+    if spec.layer is not None:
+        kept = ctx.layers.get(spec.layer)
+        if kept is None or kept.discarded:
+            raise ValueError(
+                f"no kept layer {spec.layer!r} in this supervisor (applied or discarded, or "
+                "another supervisor's)"
+            )
+        mode = "layered"
+    if policy != "never" and mode != "layered":
+        raise ValueError(f"apply={policy!r} is for a layered run (workspace_mode='layered')")
+    return mode, policy, kept  # type: ignore[return-value]
+
+
 def once(provider: Provider) -> str:
     """Why a run of `provider` cannot be continued, as a clause ("provider 'acp' runs its
     agent once: ...")."""
@@ -320,8 +455,8 @@ def once(provider: Provider) -> str:
 
 def follow_up_providers(providers: ProviderRegistry) -> str:
     """The providers of `providers` whose runs can be continued, by name: those that run a
-    tether child (every one that does not drive its own run: `spawn`, `fork`, `command`, and a
-    registered one that only prepares the request)."""
+    tether child (every one that does not drive its own run: `spawn`, `fork`, `command`,
+    `inprocess`, and a registered one that only prepares the request)."""
     names = [p.name for p in providers if not p.drives_itself]
     listed = ", ".join(names) if names else "none here"
     if "command" in names:

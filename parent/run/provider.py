@@ -43,6 +43,7 @@ allows anything; and `cancel_requested`, set when the caller cancels.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import re
@@ -60,8 +61,9 @@ from tether.parent.process.isolation import Choice
 from tether.parent.process.launchers import launcher_name, resolve_launcher
 from tether.parent.process.private_network import PrivateNetwork
 from tether.parent.process.proc import SpawnError
-from tether.parent.process.spawn import child_env, missing_command, spawn_child
 from tether.parent.run.events import ChildEvent, Event, RunStarted
+from tether.parent.run.transport.base import ChildRequest
+from tether.parent.run.transport.local import missing_program, spawned
 from tether.protocol.messages import (
     AgentDefinition,
     AgentRunParams,
@@ -428,40 +430,49 @@ class SubagentRun:
         if level == "none":
             raise SpawnError("a run without process isolation cannot spawn a process")
         launcher = resolve_launcher(cfg.launcher)
-        missing = missing_command(cfg.command, child_env(cfg))
+        missing = missing_program(cfg, launcher)
         if missing is not None:
             self.observed.spawn_error = missing
             raise SpawnError(missing)
         handle = self._handle
+        request = ChildRequest(
+            cfg,
+            handle.limits,
+            handle.host,
+            self.run_id.rsplit("-", 1)[-1],
+            self.request.workspace,
+            level,
+        )
+        spawned_child: SupervisedProcess | None = None
         try:
-            child = await spawn_child(
-                cfg,
-                handle.limits,
-                handle.host,
-                self.run_id.rsplit("-", 1)[-1],
-                launcher=launcher,
-                workspace=self.request.workspace,
-                level=level,
-                wire=wire,
-                network=network,
-                workspace_read_only=workspace_read_only,
-            )
-        except SpawnError as exc:
-            self.observed.spawn_error = str(exc)
-            raise
-        self.observed.limits = handle.limits
-        child.observed = self.observed
-        handle.pid = child.pid
-        handle.register(child)
-        try:
-            handle.publish(
-                RunStarted(self.run_id, child.pid, tuple(cfg.command), launcher_name(cfg.launcher))
-            )
-            async with child:
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    child = await stack.enter_async_context(
+                        spawned(
+                            request,
+                            handle,
+                            launcher=launcher,
+                            wire=wire,
+                            network=network,
+                            workspace_read_only=workspace_read_only,
+                        )
+                    )
+                except SpawnError as exc:
+                    self.observed.spawn_error = str(exc)
+                    raise
+                spawned_child = child
+                self.observed.limits = handle.limits
+                child.observed = self.observed
+                handle.pid = child.pid
+                handle.publish(
+                    RunStarted(
+                        self.run_id, child.pid, tuple(cfg.command), launcher_name(cfg.launcher)
+                    )
+                )
                 yield child
         finally:
-            handle.unregister(child)
-            failed = child.spawn_failure()
+            # Read once the child is gone: its stderr is drained by then.
+            failed = spawned_child.spawn_failure() if spawned_child is not None else None
             if failed:
                 self.observed.spawn_error = f"cannot start {cfg.command[0]!r}: {failed}"
 

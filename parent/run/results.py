@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import msgspec
 
-from tether.parent.process.classify import Observed, classify, failure_of
+from tether.parent.process.classify import Observed, classify, explaining_line, failure_of
 from tether.parent.run.broker import Brokered
 from tether.parent.run.evidence import check_artifacts, parse_verdict
 from tether.protocol.messages import (
@@ -25,6 +25,7 @@ from tether.protocol.messages import (
     Isolation,
     RunResult,
     SensitiveChange,
+    TraceReport,
 )
 
 VERIFIER = "verifier"
@@ -43,11 +44,13 @@ def build_result(
     pid: int | None = None,
     duration_seconds: float | None = None,
     sensitive_changes: list[SensitiveChange] | None = None,
+    trace: TraceReport | None = None,
 ) -> RunResult:
     """The result of one run. `prompts`: user turns the parent sent (the run's prompt, and any
     follow-up messages); `launcher`, `pid`, `duration_seconds`: what the parent saw of the
     run's process; `sensitive_changes`: what the parent saw change among the files the user's
-    tools run (`sensitive.py`; whatever the child claimed there is dropped)."""
+    tools run (`sensitive.py`; whatever the child claimed there is dropped); `trace`: where the
+    parent traced it (whatever the child claimed)."""
     if answer is not None:
         result = _from_answer(answer, observed)
         artifacts, skipped = check_artifacts(params.workspace, answer.artifacts, answer.skipped)
@@ -71,6 +74,7 @@ def build_result(
         turn_count=prompts,
         verdict=verdict,
         sensitive_changes=list(sensitive_changes or []),
+        trace=trace,
     )
     if observed.survivors:
         # The promise is "nothing left running"; when the kernel would not let us keep it (a
@@ -109,8 +113,7 @@ def _unanswered(observed: Observed) -> RunResult:
     assert got is not None and failure is not None  # unanswered always classifies
     kind, message = got
     if failure.stderr_tail and kind in ("exit_nonzero", "crashed", "spawn_failed"):
-        last = failure.stderr_tail.strip().splitlines()[-1:] or [""]
-        message = f"{message}: {last[0][:200]}"
+        message = f"{message}: {explaining_line(failure.stderr_tail)[:200]}"
     return RunResult(
         success=False,
         status="aborted" if kind == "cancelled" else "error",

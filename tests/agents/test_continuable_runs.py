@@ -11,8 +11,12 @@ import pytest
 from agent_models import Commanded
 
 from tether.parent import Continuation, RunFinished, Supervisor
+from tether.parent.process.config import ChildConfig
 
 pytestmark = pytest.mark.anyio
+
+IN_MEMORY = ChildConfig(transport="memory")
+"""The in-memory tier's config: children of tether's runtime run without a process."""
 
 
 async def test_a_continuable_run_takes_follow_ups_until_it_is_closed(workspace: Path) -> None:
@@ -58,18 +62,20 @@ async def test_a_continuable_run_takes_follow_ups_until_it_is_closed(workspace: 
     assert len(finished) == 5  # one RunFinished per activation
 
 
+@pytest.mark.in_memory
 async def test_a_run_that_is_not_continuable_takes_no_follow_up(workspace: Path) -> None:
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         handle = await sup.start("once", workspace=workspace, model=Commanded())
         await handle.result()
         with pytest.raises(RuntimeError, match="not continuable"):
             await handle.message("again")
 
 
+@pytest.mark.in_memory
 async def test_a_follow_up_whose_caller_gives_up_cuts_the_activation_and_the_child(
     workspace: Path,
 ) -> None:
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         handle = await sup.start(
             "first", workspace=workspace, model=Commanded(), continuation=Continuation(60)
         )

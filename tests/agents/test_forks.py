@@ -56,10 +56,7 @@ async def test_a_forked_agent_is_resumed_cold_with_the_turns_it_was_forked_from(
 
 @pytest.mark.parametrize(
     ("provider", "why"),
-    [
-        ("inprocess", "it serves tether's loop inside the parent's own process"),
-        ("acp:true", "tether does not keep an ACP agent's session after its prompt is answered"),
-    ],
+    [("acp:true", "tether does not keep an ACP agent's session after its prompt is answered")],
 )
 async def test_a_provider_that_runs_its_agent_once_cannot_start_a_continuable_agent(
     state: Path, workspace: Path, provider: str, why: str
@@ -74,6 +71,6 @@ async def test_a_provider_that_runs_its_agent_once_cannot_start_a_continuable_ag
     message = str(refused.value)
     assert message.startswith(f"provider {name!r} runs its agent once: {why}")
     assert message.endswith(
-        "only a tether child process keeps a run for follow-ups: use spawn, fork, command "
+        "only a tether child keeps a run for follow-ups: use spawn, fork, command, inprocess "
         "(a command's child must announce agentMessage)"
     )

@@ -1,6 +1,7 @@
-"""Continuable agents in one supervisor, with real children: a warm follow-up in the same child,
-the keep-alive that ends it, a cold resume from the stored transcript, and every answer stored
-before it is handed back."""
+"""Continuable agents in one supervisor: a warm follow-up in the same child, the keep-alive that
+ends it, a cold resume from the stored transcript, and every answer stored before it is handed
+back. Real child processes where a test watches the process; in memory (the in-memory tier)
+where it is about the agent."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ from agent_models import Commanded, users
 
 from tether.parent import Supervisor
 from tether.parent.agents.sessions import SessionStore
+from tether.parent.process.config import ChildConfig
 from tether.protocol.messages import Usage
 
 pytestmark = pytest.mark.anyio
+
+IN_MEMORY = ChildConfig(transport="memory")
+"""The in-memory tier's config: children of tether's runtime run without a process."""
 
 
 def alive(pid: int | None) -> bool:
@@ -106,10 +111,11 @@ async def test_a_child_that_died_while_idle_is_resumed_cold(state: Path, workspa
         assert sup.agents.is_warm(agent.id)
 
 
+@pytest.mark.in_memory
 async def test_keep_alive_zero_disposes_the_child_after_each_answer(
     state: Path, workspace: Path
 ) -> None:
-    async with Supervisor(state_dir=state) as sup:
+    async with Supervisor(IN_MEMORY, state_dir=state) as sup:
         agent = await sup.spawn_agent(
             "one", agent="explorer", workspace=workspace, model=Commanded(), keep_alive=0
         )
@@ -120,11 +126,12 @@ async def test_keep_alive_zero_disposes_the_child_after_each_answer(
         assert again.summary == "seen: one | two"
 
 
+@pytest.mark.in_memory
 async def test_messages_to_one_agent_are_serialized_and_to_two_agents_run_in_parallel(
     state: Path, workspace: Path
 ) -> None:
     model = Commanded()
-    async with Supervisor(state_dir=state) as sup:
+    async with Supervisor(IN_MEMORY, state_dir=state) as sup:
         a = await sup.spawn_agent("a", agent="explorer", workspace=workspace, model=model)
         b = await sup.spawn_agent("b", agent="explorer", workspace=workspace, model=model)
         await a.result()
@@ -149,6 +156,7 @@ async def test_messages_to_one_agent_are_serialized_and_to_two_agents_run_in_par
         assert model.most_in_flight == 2  # side by side
 
 
+@pytest.mark.in_memory
 async def test_a_sub_agent_asks_its_orchestrator_and_the_answer_resumes_it_warm_or_cold(
     state: Path, workspace: Path
 ) -> None:
@@ -160,7 +168,7 @@ async def test_a_sub_agent_asks_its_orchestrator_and_the_answer_resumes_it_warm_
         if isinstance(ev, ChildEvent) and ev.kind == "report":
             reports.append(ev.data["text"])
 
-    async with Supervisor(state_dir=state) as sup:
+    async with Supervisor(IN_MEMORY, state_dir=state) as sup:
         for keep_alive in (30.0, 0.0):
             agent = await sup.spawn_agent(
                 "sort the notes REPORT found 3 notes ASK which order?",
@@ -191,10 +199,11 @@ async def test_a_sub_agent_asks_its_orchestrator_and_the_answer_resumes_it_warm_
     assert reports == ["found 3 notes", "found 3 notes"]
 
 
+@pytest.mark.in_memory
 async def test_a_total_token_budget_caps_each_activation_and_refuses_a_spent_agent(
     state: Path, workspace: Path
 ) -> None:
-    async with Supervisor(state_dir=state) as sup:
+    async with Supervisor(IN_MEMORY, state_dir=state) as sup:
         agent = await sup.spawn_agent(
             "one", agent="explorer", workspace=workspace, model=Commanded(), token_total=40
         )
@@ -212,10 +221,11 @@ async def test_a_total_token_budget_caps_each_activation_and_refuses_a_spent_age
         assert after.usage == summary.usage  # nothing ran
 
 
+@pytest.mark.in_memory
 async def test_each_activation_has_its_own_wall_clock(state: Path, workspace: Path) -> None:
     from tether.parent import Limits
 
-    async with Supervisor(state_dir=state) as sup:
+    async with Supervisor(IN_MEMORY, state_dir=state) as sup:
         agent = await sup.spawn_agent(
             "quick",
             agent="explorer",
@@ -236,13 +246,14 @@ async def test_each_activation_has_its_own_wall_clock(state: Path, workspace: Pa
         assert resumed.success and resumed.summary == "seen: quick | SLEEP 10 | quick again"
 
 
+@pytest.mark.in_memory
 async def test_ids_that_are_garbled_or_unknown_are_refused_before_anything_runs(
     state: Path,
 ) -> None:
     from tether.parent.agents.service import AgentUnavailable
     from tether.parent.agents.sessions import BadAgentId
 
-    async with Supervisor(state_dir=state) as sup:
+    async with Supervisor(IN_MEMORY, state_dir=state) as sup:
         with pytest.raises(BadAgentId, match="not an agent id"):
             await sup.send_message("ag_nope; DROP TABLE agents", "hi")
         with pytest.raises(AgentUnavailable, match="no agent ag_0000"):

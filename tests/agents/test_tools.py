@@ -13,6 +13,7 @@ from agent_models import Commanded
 
 from tether.parent import Supervisor
 from tether.parent.agents.tools import SEND_MESSAGE_SPEC, agent_tools
+from tether.parent.process.config import ChildConfig
 from tether.parent.run.broker import ParentTool
 from tether.protocol.messages import (
     ChatMessage,
@@ -25,6 +26,9 @@ from tether.protocol.messages import (
 
 pytestmark = pytest.mark.anyio
 
+IN_MEMORY = ChildConfig(transport="memory")
+"""The in-memory tier's config: children of tether's runtime run without a process."""
+
 
 async def call(tool: ParentTool, **arguments: Any) -> tuple[bool, dict[str, Any]]:
     got = await tool.call(
@@ -35,10 +39,11 @@ async def call(tool: ParentTool, **arguments: Any) -> tuple[bool, dict[str, Any]
     return got.is_error, body
 
 
+@pytest.mark.in_memory
 async def test_mistakes_and_refusals_are_error_results_naming_the_problem(
     state: Path, workspace: Path
 ) -> None:
-    async with Supervisor(state_dir=state) as sup:
+    async with Supervisor(IN_MEMORY, state_dir=state) as sup:
         send, listing = agent_tools(sup.agents, parent_run="orch-1")
         theirs = await sup.spawn_agent(
             "not yours",
@@ -79,10 +84,11 @@ async def test_mistakes_and_refusals_are_error_results_naming_the_problem(
         assert other.activations == 1 and other.message_count == 3
 
 
+@pytest.mark.in_memory
 async def test_a_message_through_the_tool_is_the_agents_answer_and_the_listing_shows_it(
     state: Path, workspace: Path
 ) -> None:
-    async with Supervisor(state_dir=state) as sup:
+    async with Supervisor(IN_MEMORY, state_dir=state) as sup:
         send, listing = agent_tools(sup.agents, parent_run="orch-1")
         agent = await sup.spawn_agent(
             "plan it ASK which module first?",
@@ -109,8 +115,9 @@ async def test_a_message_through_the_tool_is_the_agents_answer_and_the_listing_s
         assert (await call(listing, status="idle"))[1]["agents"][0]["agentId"] == agent.id
 
 
+@pytest.mark.in_memory
 async def test_a_spent_budget_is_an_error_result(state: Path, workspace: Path) -> None:
-    async with Supervisor(state_dir=state) as sup:
+    async with Supervisor(IN_MEMORY, state_dir=state) as sup:
         send, _ = agent_tools(sup.agents)
         agent = await sup.spawn_agent(
             "one", agent="explorer", workspace=workspace, model=Commanded(), token_total=15
@@ -163,10 +170,11 @@ class Orchestrator:
         )
 
 
+@pytest.mark.in_memory
 async def test_an_orchestrators_model_answers_its_sub_agent_through_the_tools(
     state: Path, workspace: Path
 ) -> None:
-    async with Supervisor(state_dir=state) as sup:
+    async with Supervisor(IN_MEMORY, state_dir=state) as sup:
         sub = await sup.spawn_agent(
             "format ASK tabs or spaces?",
             agent="explorer",
@@ -189,13 +197,14 @@ async def test_an_orchestrators_model_answers_its_sub_agent_through_the_tools(
     assert listed["agents"][0]["question"] == "tabs or spaces?"
 
 
+@pytest.mark.in_memory
 async def test_the_delegation_runner_makes_a_task_sub_agent_continuable(
     state: Path, workspace: Path
 ) -> None:
     from tether.parent.delegation import Delegator, builtin_registry
     from tether.parent.delegation.runner import SupervisorRunner
 
-    async with Supervisor(state_dir=state) as sup:
+    async with Supervisor(IN_MEMORY, state_dir=state) as sup:
         runner = SupervisorRunner(sup, default_model=Commanded(), keep_alive=30, parent_run="orch")
         delegator = Delegator(builtin_registry(), runner, workspace=workspace)
         out = await delegator.execute(
@@ -258,11 +267,12 @@ class Orchestrating:
         )
 
 
+@pytest.mark.in_memory
 async def test_a_continuable_orchestration_lets_its_model_answer_a_sub_agent_that_asked(
     state: Path, workspace: Path
 ) -> None:
     model = Orchestrating()
-    async with Supervisor(state_dir=state) as sup:
+    async with Supervisor(IN_MEMORY, state_dir=state) as sup:
         got = await sup.orchestrate(
             "survey the workspace",
             model=model,
@@ -284,13 +294,14 @@ async def test_a_continuable_orchestration_lets_its_model_answer_a_sub_agent_tha
         assert summary.id == task.output.subagent_id and summary.activations == 1
     # The orchestration is over and its supervisor closed: the session is still on disk, so
     # a new supervisor resumes the agent cold.
-    async with Supervisor(state_dir=state) as sup:
+    async with Supervisor(IN_MEMORY, state_dir=state) as sup:
         again = await sup.send_message(
             task.output.subagent_id, "and the next level", model=model.sub
         )
         assert again.success and again.summary.endswith("| and the next level")
 
 
+@pytest.mark.in_memory
 async def test_only_a_continuable_orchestration_offers_its_model_the_agent_tools(
     workspace: Path, state: Path
 ) -> None:
@@ -308,7 +319,7 @@ async def test_only_a_continuable_orchestration_offers_its_model_the_agent_tools
                 usage=Usage(input_tokens=1, output_tokens=1),
             )
 
-    async with Supervisor(state_dir=state) as sup:
+    async with Supervisor(IN_MEMORY, state_dir=state) as sup:
         for continuable in (False, True):
             got = await sup.orchestrate(
                 "look", model=Looks(continuable), workspace=workspace, continuable=continuable
@@ -325,10 +336,23 @@ async def test_a_continuable_runner_runs_a_definition_of_another_provider_once(
     from tether.parent.delegation import Delegator, Registry
     from tether.parent.delegation.runner import SupervisorRunner
     from tether.parent.roles.definitions import SubagentDefinition
+    from tether.parent.run.provider import Provider, SubagentRun
+    from tether.protocol.messages import RunResult
+
+    class Once(Provider):
+        """Drives its own agent, so runs it once."""
+
+        name = "once-only"
+
+        async def run(self, run: SubagentRun) -> RunResult | None:
+            return RunResult(
+                success=True, status="completed", summary=f"seen: {run.request.prompt}"
+            )
 
     kept = SubagentDefinition(type="kept", description="continuable")
-    once = SubagentDefinition(type="once", description="in process", provider="inprocess")
-    async with Supervisor(state_dir=state) as sup:
+    once = SubagentDefinition(type="once", description="its own driver", provider="once-only")
+    async with Supervisor(IN_MEMORY, state_dir=state) as sup:
+        sup.providers.register(Once())
         runner = SupervisorRunner(sup, default_model=Commanded(), keep_alive=30, parent_run="orch")
         delegator = Delegator(Registry([kept, once]), runner, workspace=workspace)
         outputs = {}

@@ -76,6 +76,9 @@ FIGURES = {
     "tether.agent_spawn",
     "tether.cold_resume",
     "tether.cold_resume_long",
+    "tether.wake_first_turn",
+    "context.wake",
+    "tether.wake_after_restart",
     "context.continue_ping",
     "context.follow_up_unstored",
     "context.fresh_run",
@@ -92,6 +95,10 @@ FIGURES = {
     "tether.egress_download",
     "context.egress_tunnel_download",
     "context.bare_relay_download",
+    "context.trace_untraced",
+    "tether.trace_run",
+    "context.trace_bytes_per_turn",
+    "context.trace_record_turn",
 }
 
 RAY_FIGURES = {
@@ -125,6 +132,7 @@ TARGETS = [
     "acquire",
     "egress proxy adds",
     "through the egress proxy",
+    "traced",
 ]
 
 

@@ -11,7 +11,7 @@ from child_harness import ChildProcess, assistant, run_params
 
 from tether.child.loop import KEPT_PREFIX
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.supervisor import Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import AgentDefinition
 
 
@@ -111,6 +111,7 @@ def test_a_failed_compaction_is_skipped_and_the_run_goes_on(tmp_path: Path) -> N
         assert child.response(run)["result"]["success"] is True
 
 
+@pytest.mark.in_memory
 @pytest.mark.anyio
 async def test_compaction_with_the_real_supervisor_and_scripted_model(tmp_path: Path) -> None:
     (tmp_path / "big.txt").write_text("word " * 400)
@@ -123,7 +124,7 @@ async def test_compaction_with_the_real_supervisor_and_scripted_model(tmp_path: 
         ]
     }
     events: list[Any] = []
-    async with Supervisor() as sup:
+    async with Supervisor(ChildConfig(transport="memory")) as sup:
         result = await sup.run(
             "go",
             agent=AgentDefinition(compaction_threshold=300),

@@ -63,6 +63,7 @@ READ_ESCAPES = [
     ("sub/inside.txt\0../../outside/secret.txt", "NUL byte"),
     ("a/" * 2100 + "x", "too long"),
     ("n" * 300, "longer than 255 bytes"),
+    ("sub/\ud800", "cannot be encoded"),
 ]
 
 
@@ -198,4 +199,13 @@ async def test_complete_skips_paths_that_lead_outside_and_types_the_rest(ws: Pat
         "abs_link": "outside the workspace",
         "dir_link": "outside the workspace",
         "../outside": "outside the workspace",
+    }
+
+
+async def test_complete_skips_a_path_with_a_nul_byte_or_an_unencodable_name(ws: Path) -> None:
+    got = await call(ws, "complete", summary="done", paths=["sub/inside.txt\0", "\ud800"])
+    assert got.completion is not None and got.completion.artifacts == []
+    assert {s.path: s.reason for s in got.completion.skipped} == {
+        "sub/inside.txt\0": "cannot resolve: the path contains a NUL byte",
+        "\ud800": "cannot resolve: the path cannot be encoded as a file name",
     }

@@ -10,7 +10,7 @@ import pytest
 from child_harness import ChildProcess, assistant, run_params
 
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.supervisor import Supervisor
+from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import AgentDefinition, ToolApproveParams, ToolApproveResult
 
 MUTATIONS = [
@@ -92,6 +92,7 @@ def _script(*turns: dict[str, Any]) -> ScriptedModel:
     return ScriptedModel.from_json(json.dumps({"turns": list(turns)}))
 
 
+@pytest.mark.in_memory
 @pytest.mark.anyio
 async def test_with_the_real_supervisor_a_denied_bash_reaches_the_model_and_the_run_goes_on(
     tmp_path: Path,
@@ -113,7 +114,7 @@ async def test_with_the_real_supervisor_a_denied_bash_reaches_the_model_and_the_
         },
         {"toolCalls": [{"name": "complete", "arguments": {"summary": "wrote y", "paths": ["y"]}}]},
     )
-    async with Supervisor() as sup:
+    async with Supervisor(ChildConfig(transport="memory")) as sup:
         events: list[Any] = []
         result = await sup.run(
             "go",
@@ -132,6 +133,7 @@ async def test_with_the_real_supervisor_a_denied_bash_reaches_the_model_and_the_
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.in_memory
 @pytest.mark.anyio
 async def test_with_the_real_supervisor_explore_mode_denies_mutation_even_when_the_policy_allows(
     tmp_path: Path,
@@ -152,7 +154,7 @@ async def test_with_the_real_supervisor_explore_mode_denies_mutation_even_when_t
         {"toolCalls": [{"name": "complete", "arguments": {"summary": "done"}}]},
     )
     definition = AgentDefinition(type="explorer", read_only=True, tools=["write_file", "bash"])
-    async with Supervisor() as sup:
+    async with Supervisor(ChildConfig(transport="memory")) as sup:
         result = await sup.run(
             "go", agent=definition, workspace=tmp_path, model=model, approve=allow_everything
         )

@@ -16,8 +16,9 @@ run's events and summary:
   `{"hang": SECONDS}` waits and ignores `session/cancel`; after any other step a cancel that
   has arrived ends the turn `cancelled`;
 - `{"crash": CODE}` exits at once with CODE; `{"raw": TEXT}` writes TEXT to stdout as it is;
-  `{"post": {"url", "body", "headers"}}` POSTs JSON with urllib and says the status and body
-  (`$NAME` in the url and header values is the agent's environment variable NAME);
+  `{"post": {"url", "body", "headers", "expand"?}}` POSTs JSON with urllib and says the status
+  and body (`$NAME` in the url and header values, and with `"expand": true` in the body too,
+  is the agent's environment variable NAME);
 - `{"burst": {"count": N, "post": POST}}` sends N copies of a `post` step's request at once
   and says `burst: {STATUS: COUNT, ...}` (JSON);
 - `{"flood": {"connections": N, "declare"?: BYTES, "send"?: BYTES, "token"?: bool,
@@ -314,11 +315,16 @@ def _unix_socket() -> str:
     return "unix socket: ok"
 
 
+def _body(arg: dict[str, Any]) -> str:
+    body = json.dumps(arg["body"])
+    return os.path.expandvars(body) if arg.get("expand") else body
+
+
 def _post(arg: dict[str, Any]) -> str:
     headers = {k: os.path.expandvars(v) for k, v in arg.get("headers", {}).items()}
     request = urllib.request.Request(
         os.path.expandvars(arg["url"]),
-        data=json.dumps(arg["body"]).encode(),
+        data=_body(arg).encode(),
         headers={"content-type": "application/json", **headers},
         method="POST",
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.parent.process.spawn import version
+from tether.parent.process.wired import version
 
 TETHER = [sys.executable, "-m", "tether.parent.cli"]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -1,8 +1,9 @@
 """Run as `python -I filtered.py WHAT`: install the sandbox's seccomp filter (WHAT=seccomp), its
 variant for a child that may reach the model gateway (WHAT=seccomp-inet PORT: PORT is a
-listener to connect to), or a Landlock domain granting read of /usr and /proc and read/write
-of argv[2] (WHAT=landlock RW PORT; WHAT=landlock-port RW PORT OTHER: TCP connect to PORT
-granted), then try a list of operations and print {operation: "ok" or errno name} as JSON."""
+listener to connect to), its variant for a child with local sockets (WHAT=seccomp-unix), or
+a Landlock domain granting read of /usr and /proc and read/write of argv[2] (WHAT=landlock RW
+PORT; WHAT=landlock-port RW PORT OTHER: TCP connect to PORT granted), then try a list of
+operations and print {operation: "ok" or errno name} as JSON."""
 
 from __future__ import annotations
 
@@ -84,6 +85,19 @@ def seccomp_inet_checks(port: int) -> dict[str, str]:
         "unshare_net": attempt(lambda: syscall("unshare", 0x40000000)),
         "ptrace": attempt(lambda: syscall("ptrace", 16, os.getppid(), 0, 0)),
         "fork": attempt(lambda: _fork_with(0)),
+    }
+
+
+def seccomp_unix_checks() -> dict[str, str]:
+    privileges.set_no_new_privs()
+    seccomp.install(unix_connect=True)
+    return {
+        "unix_connect": attempt(_connect_unix),
+        "unix_dgram": attempt(lambda: _socket(socket.AF_UNIX, socket.SOCK_DGRAM)),
+        "tcp": attempt(lambda: _socket(socket.AF_INET, socket.SOCK_STREAM)),
+        "udp": attempt(lambda: _socket(socket.AF_INET, socket.SOCK_DGRAM)),
+        "unshare_user": attempt(lambda: syscall("unshare", 0x10000000)),
+        "ptrace": attempt(lambda: syscall("ptrace", 16, os.getppid(), 0, 0)),
     }
 
 
@@ -169,6 +183,8 @@ if __name__ == "__main__":
     what = sys.argv[1]
     if what == "seccomp":
         out = seccomp_checks()
+    elif what == "seccomp-unix":
+        out = seccomp_unix_checks()
     elif what == "seccomp-inet":
         out = seccomp_inet_checks(int(sys.argv[2]))
     elif what == "landlock-port":

@@ -141,6 +141,24 @@ def test_the_gateway_variant_allows_tcp_stream_sockets_and_connect_and_no_unix_s
     assert got["unshare_net"] == "EPERM" and got["ptrace"] == "EPERM"
 
 
+@needs_seccomp
+def test_the_local_sockets_variant_allows_unix_connect_and_still_only_unix_stream_sockets() -> None:
+    got = _run("seccomp-unix")
+    # Past the filter: nobody listens on that abstract name.
+    assert got["unix_connect"] == "ECONNREFUSED", got
+    assert got["unix_dgram"] == "EACCES", got
+    assert got["tcp"] == got["udp"] == "EAFNOSUPPORT", got
+    assert got["unshare_user"] == got["ptrace"] == "EPERM", got
+
+
+@pytest.mark.parametrize("arch", sorted(AUDIT_ARCH))
+def test_the_local_sockets_variant_differs_from_the_default_only_by_connect(arch: str) -> None:
+    default = seccomp.assemble(seccomp.sandbox_program(arch))
+    unix = seccomp.assemble(seccomp.sandbox_program(arch, unix_connect=True))
+    # One comparison fewer (the connect check) and nothing else changed in length.
+    assert len(default) - len(unix) == 8
+
+
 @pytest.mark.parametrize("arch", sorted(AUDIT_ARCH))
 def test_the_default_filter_is_unchanged_by_the_gateway_variant(arch: str) -> None:
     default = seccomp.assemble(seccomp.sandbox_program(arch))

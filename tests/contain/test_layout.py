@@ -15,7 +15,7 @@ OPEN = {"/", "/usr", "/work", "/work/ws", "/opt"}
 
 def traversable(path: str) -> bool:
     """/root and /home/u are closed; everything else is open."""
-    return not (path == "/root" or path.startswith("/root/") or path == "/home/u")
+    return path not in ("/root", "/home/u")
 
 
 def test_a_home_the_sandbox_cannot_enter_is_covered_and_the_interpreter_moved_back() -> None:
@@ -74,7 +74,20 @@ def test_every_grant_is_visible_after_the_layout(reads: list[str], ws: str | Non
         hidden = any(under(path, c) for c in covers)
         restored = any(under(path, r) for r in got.restore)
         in_ws = ws is not None and under(path, ws)
-        assert not hidden or restored or in_ws, (path, got)
+        closed = path != ws and not traversable(path)  # rebuilt: only what is inside comes back
+        assert not hidden or restored or in_ws or closed, (path, got)
+        assert not (closed and path in got.restore), (path, got)
+
+
+def test_a_granted_directory_the_sandbox_cannot_enter_is_rebuilt_with_only_what_is_named() -> None:
+    """The directory of an agent file, closed (0700): covered, and only the file and the
+    workspace beside it come back, never the directory as it is (it would stay closed)."""
+    got = layout(["/home/u", "/home/u/agent.py", "/usr"], "/home/u/ws", traversable)
+    assert ("/home/u", 0o755) in got.covers
+    assert got.restore == ["/home/u/agent.py"]
+    got = layout(["/tmp/d", "/tmp/d/agent.py"], "/tmp/d/ws", lambda d: d != "/tmp/d")
+    assert [c for c, _ in got.covers if c.startswith("/tmp")] == ["/tmp"]
+    assert got.restore == ["/tmp/d/agent.py"]
 
 
 def test_traversal_follows_the_mode_bits_for_owner_group_and_others(tmp_path: Path) -> None:

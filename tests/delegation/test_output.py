@@ -30,6 +30,7 @@ EXPECTED = {
     "spawn_failed": "error",
     "agent_error": "error",
     "placement_lost": "error",
+    "changes_too_large": "error",
 }
 
 

@@ -41,3 +41,37 @@ def test_an_artifact_rewritten_after_the_check_is_skipped_as_changed(tmp_path: P
     got = recheck(str(tmp_path), result)
     assert got.artifacts == []
     assert [(s.path, s.reason) for s in got.skipped] == [(str(tmp_path / "a.md"), CHANGED)]
+
+
+def test_a_claimed_path_with_a_nul_byte_is_skipped_not_raised(tmp_path: Path) -> None:
+    claimed = [Artifact(path=p, size=0, fs_type="file") for p in ("a\0b", f"{tmp_path}/x\0")]
+    kept, skipped = check_artifacts(str(tmp_path), claimed, [])
+    assert kept == []
+    assert [s.reason for s in skipped] == [
+        "cannot be checked by the parent: the path contains a NUL byte"
+    ] * 2
+
+
+def test_an_artifact_reached_through_a_symlinked_directory_inside_is_kept_under_its_real_path(
+    tmp_path: Path,
+) -> None:
+    """The parent walks as the child's tools do: a link that stays inside is followed (and the
+    artifact named where it really is), one that leads out is not."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "a.md").write_text("eleven byte")
+    (tmp_path / "alias").symlink_to("real")
+    (tmp_path / "out").symlink_to("/etc")
+    claimed = [
+        Artifact(path=str(tmp_path / "alias" / "a.md"), size=0, fs_type="file"),
+        Artifact(path=str(tmp_path / "out" / "passwd"), size=0, fs_type="file"),
+    ]
+    kept, skipped = check_artifacts(str(tmp_path), claimed, [])
+    assert [(a.path, a.fs_type, a.size) for a in kept] == [
+        (str(tmp_path / "real" / "a.md"), "file", 11)
+    ]
+    assert [(s.path, s.reason) for s in skipped] == [
+        (
+            str(tmp_path / "out" / "passwd"),
+            "a link leading outside the workspace or nowhere (checked by the parent)",
+        )
+    ]

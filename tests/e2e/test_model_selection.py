@@ -15,6 +15,7 @@ import pytest
 
 from tether.parent import models as model_registry
 from tether.parent.models.scripted import ScriptedModel
+from tether.parent.process.config import ChildConfig
 from tether.parent.supervisor import Supervisor
 from tether.protocol import ErrorCode
 from tether.protocol.messages import AgentDefinition
@@ -23,6 +24,9 @@ CHILDREN = Path(__file__).resolve().parent.parent / "children"
 NAMES_MODELS = [sys.executable, "-I", str(CHILDREN / "names_models.py")]
 
 pytestmark = pytest.mark.anyio
+
+IN_MEMORY = ChildConfig(transport="memory")
+"""The in-memory tier's config: children of tether's runtime run without a process."""
 
 
 class Listener:
@@ -170,11 +174,12 @@ async def test_the_definitions_compaction_model_is_resolved_by_the_parent_and_se
     assert outcomes(result.summary) == ["ok first", "ok second"]
 
 
+@pytest.mark.in_memory
 async def test_a_fifo_given_as_the_runs_own_model_script_is_bad_usage_not_a_hang(
     tmp_path: Path,
 ) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         with anyio.fail_after(10), pytest.raises(ValueError, match="not a regular file"):
             await sup.run("go", workspace=tmp_path, model=f"scripted:{fifo}")

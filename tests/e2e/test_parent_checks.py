@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tether.parent import AgentDefinition, RunResult, ScriptedModel, Supervisor
@@ -76,6 +77,27 @@ async def test_claimed_artifacts_outside_missing_or_strange_are_skipped_by_the_p
     assert "leading outside the workspace" in reasons[str(ws / "escape")]
     assert "outside the workspace" in reasons[str(ws / "dir" / ".." / ".." / "ws" / "report.md")]
     assert "not a file, directory or symbolic link" in reasons[str(ws / "pipe")]
+
+
+async def test_a_claimed_artifact_path_with_a_nul_byte_is_skipped_and_the_run_still_answers(
+    tmp_path: Path,
+) -> None:
+    """It once raised while the parent built the result, and the run never answered."""
+    (tmp_path / "report.md").write_text("kept")
+    claimed = [
+        {"path": "report.md\u0000.txt", "size": 1, "fsType": "file"},
+        {"path": str(tmp_path / "report.md"), "size": 1, "fsType": "file"},
+    ]
+    with anyio.fail_after(60):
+        result = await forged(tmp_path, {"answer": answer(artifacts=claimed)}, turns(0))
+    assert result.success
+    assert [a.path for a in result.artifacts] == [str(tmp_path / "report.md")]
+    assert [(s.path, s.reason) for s in result.skipped] == [
+        (
+            "report.md\0.txt",
+            "cannot be checked by the parent: the path contains a NUL byte",
+        )
+    ]
 
 
 async def test_usage_and_turns_are_the_parents_count_not_the_childs_claim(tmp_path: Path) -> None:

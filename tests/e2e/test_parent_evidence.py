@@ -21,6 +21,9 @@ from tether.protocol.messages import RUNGS
 
 pytestmark = pytest.mark.anyio
 
+IN_MEMORY = ChildConfig(transport="memory")
+"""The in-memory tier's config: children of tether's runtime run without a process."""
+
 AGENTS = Path(__file__).with_name("failing_agents.py")
 FAST = ChildConfig(dispose=DisposePolicy(shutdown=0.5, eof=0.5, term=0.5, kill=1.0))
 STEPS_THEN_STALL = """{"turns": [
@@ -61,6 +64,7 @@ async def test_a_cancelled_run_records_the_rung_its_child_needed(tmp_path: Path)
     assert result.failure.rung in RUNGS
 
 
+@pytest.mark.in_memory
 async def test_a_run_cut_off_by_its_deadline_reports_the_steps_it_took(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("hello\n")
     steps = 0
@@ -70,7 +74,7 @@ async def test_a_run_cut_off_by_its_deadline_reports_the_steps_it_took(tmp_path:
         if isinstance(ev, ChildEvent) and ev.kind == "step":
             steps += 1
 
-    async with Supervisor(FAST) as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         result = await sup.run(
             "go",
             agent="explorer",

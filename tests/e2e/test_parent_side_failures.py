@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tether.parent.models.scripted import ScriptedModel
+from tether.parent.process.config import ChildConfig
 from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import (
     AgentDefinition,
@@ -18,16 +19,20 @@ from tether.protocol.messages import (
 
 pytestmark = pytest.mark.anyio
 
+IN_MEMORY = ChildConfig(transport="memory")
+"""The in-memory tier's config: children of tether's runtime run without a process."""
+
 
 class BrokenModel:
     async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
         raise KeyError("secret-internal-detail")
 
 
+@pytest.mark.in_memory
 async def test_a_provider_that_raises_fails_the_run_with_the_class_name_only(
     tmp_path: Path,
 ) -> None:
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         result = await sup.run("go", workspace=tmp_path, model=BrokenModel())
     assert not result.success
     assert result.failure is not None and result.failure.kind == "agent_error"
@@ -35,6 +40,7 @@ async def test_a_provider_that_raises_fails_the_run_with_the_class_name_only(
     assert "secret-internal-detail" not in result.message
 
 
+@pytest.mark.in_memory
 async def test_an_approval_policy_that_raises_is_a_denial_and_the_run_goes_on(
     tmp_path: Path,
 ) -> None:
@@ -48,7 +54,7 @@ async def test_an_approval_policy_that_raises_is_a_denial_and_the_run_goes_on(
     def policy(params: ToolApproveParams) -> ToolApproveResult:
         raise RuntimeError("policy bug with private detail")
 
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         result = await sup.run(
             "go",
             workspace=tmp_path,

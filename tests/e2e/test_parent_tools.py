@@ -17,10 +17,14 @@ from tether.parent import (
     ToolCallResult,
     ToolSpec,
 )
+from tether.parent.process.config import ChildConfig
 
 CHILDREN = Path(__file__).resolve().parent.parent / "children"
 
 pytestmark = pytest.mark.anyio
+
+IN_MEMORY = ChildConfig(transport="memory")
+"""The in-memory tier's config: children of tether's runtime run without a process."""
 
 SCRIPT = json.dumps(
     [
@@ -30,6 +34,7 @@ SCRIPT = json.dumps(
 )
 
 
+@pytest.mark.in_memory
 async def test_a_parent_tool_is_called_by_the_childs_model_and_answered_by_the_parent(
     tmp_path: Path,
 ) -> None:
@@ -40,7 +45,7 @@ async def test_a_parent_tool_is_called_by_the_childs_model_and_answered_by_the_p
         return ToolCallResult(content="the sub-agent found 3 things")
 
     spec = ToolSpec(name="task", description="Delegate.", input_schema={"type": "object"})
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         result = await sup.run(
             "orchestrate",
             workspace=tmp_path,
@@ -71,6 +76,7 @@ async def test_a_run_offered_no_parent_tools_cannot_call_one(tmp_path: Path) -> 
     assert hostile.summary.startswith("error -32601 no parent tool 'task' is offered")
 
 
+@pytest.mark.in_memory
 async def test_the_broker_knows_the_runs_completed_turns_and_reports_each_turn(
     tmp_path: Path,
 ) -> None:
@@ -91,7 +97,7 @@ async def test_the_broker_knows_the_runs_completed_turns_and_reports_each_turn(
         return ToolCallResult(content="done")
 
     spec = ToolSpec(name="task", description="Delegate.", input_schema={"type": "object"})
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         handle = await sup.start(
             "orchestrate",
             workspace=tmp_path,

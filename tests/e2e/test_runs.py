@@ -1,4 +1,5 @@
-"""A sub-agent run end to end: the real supervisor driving the real child runtime."""
+"""A sub-agent run end to end: the real supervisor driving the real child runtime — a child
+process, or (the in-memory tier) the same runtime in memory where no process is the point."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from tether.parent.supervisor import ChildConfig, Supervisor
 from tether.protocol.messages import AgentDefinition
 
 pytestmark = pytest.mark.anyio
+
+IN_MEMORY = ChildConfig(transport="memory")
+"""The in-memory tier's config: children of tether's runtime run without a process."""
 
 COMPLETE = """{"turns": [
   {"text": "Reading the notes."},
@@ -52,11 +56,12 @@ async def test_a_scripted_run_completes_with_artifacts_and_skipped_paths(workspa
     assert isinstance(events[-1], RunFinished) and events[-1].result == result
 
 
+@pytest.mark.in_memory
 async def test_child_events_arrive_in_order_with_a_strictly_increasing_seq(
     workspace: Path,
 ) -> None:
     seen: list[ChildEvent] = []
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         sup.subscribe(lambda ev: seen.append(ev) if isinstance(ev, ChildEvent) else None)
         result = await sup.run("go", workspace=workspace, model=ScriptedModel.from_json(COMPLETE))
     assert result.success
@@ -69,8 +74,9 @@ async def test_child_events_arrive_in_order_with_a_strictly_increasing_seq(
     assert {ev.run_id for ev in seen} == {result.run_id}
 
 
+@pytest.mark.in_memory
 async def test_the_events_stream_yields_what_the_run_reported(workspace: Path) -> None:
-    async with Supervisor() as sup, sup.events() as stream:
+    async with Supervisor(IN_MEMORY) as sup, sup.events() as stream:
         result = await sup.run("go", workspace=workspace, model=ScriptedModel.from_json(COMPLETE))
         got = []
         async for ev in stream:
@@ -80,10 +86,11 @@ async def test_the_events_stream_yields_what_the_run_reported(workspace: Path) -
     assert got[-1] == RunFinished(result.run_id, result)
 
 
+@pytest.mark.in_memory
 async def test_the_builtin_loop_without_a_model_is_refused_before_spawning(
     workspace: Path,
 ) -> None:
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         with pytest.raises(ValueError, match="built-in agent loop, which needs a model"):
             await sup.start("go", workspace=workspace)
         assert not sup._live
@@ -102,9 +109,10 @@ async def test_a_custom_agent_that_asks_for_a_model_without_one_fails_with_a_cle
     assert "no model is configured" in result.failure.stderr_tail
 
 
+@pytest.mark.in_memory
 async def test_a_run_that_exhausts_its_iterations_keeps_its_last_text(workspace: Path) -> None:
     script = '[{"text": "one"}, {"text": "two"}, {"text": "three"}]'
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         result = await sup.run(
             "go",
             workspace=workspace,
@@ -178,13 +186,14 @@ async def test_the_child_sees_a_scrubbed_environment(
     assert core.split()[4:6] == ["0", "0"]
 
 
+@pytest.mark.in_memory
 async def test_compaction_goes_to_the_definitions_compaction_model(workspace: Path) -> None:
     summaries = workspace / "compact.json"
     summaries.write_text('[{"text": "unused"}]')
     long_text = "x" * 4000
     script = f'[{{"text": "{long_text}"}}, {{"text": "{long_text}"}}, {{"text": "done"}}]'
     seen: list[str] = []
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         result = await sup.run(
             "go",
             workspace=workspace,

@@ -212,9 +212,10 @@ async def test_a_fork_sub_agent_is_resumed_cold_once_its_keep_alive_has_passed(
 async def test_a_follow_up_to_a_sub_agent_that_ran_once_is_refused_with_why_and_who_can(
     tmp_path: Path, workspace: Path
 ) -> None:
-    """`inprocess` (a provider that drives its own run) and a `providers=` runner run their
-    sub-agent once; the model's follow-up is refused before anything runs, saying why and
-    which providers keep a session."""
+    """A `providers=` runner runs its sub-agent once; the model's follow-up is refused before
+    anything runs, saying why and which providers keep a session. An `inprocess` sub-agent
+    keeps one (its runtime in memory holds the run as a child process would): its follow-up
+    is served."""
     runs: list[str] = []
 
     async def once(request: RunRequest) -> RunResult:
@@ -245,26 +246,23 @@ async def test_a_follow_up_to_a_sub_agent_that_ran_once_is_refused_with_why_and_
         )
         agents = await sup.list_agents()
     assert got.success, got.result
-    inprocess, refused, outside, refused_too = models.results
-    assert inprocess["status"] == "completed" and inprocess["subagentId"] == "sa-1"
+    inprocess, continued, outside, refused = models.results
+    assert inprocess["status"] == "completed" and inprocess["subagentId"].startswith("ag_")
+    assert continued["status"] == "completed" and continued["subagentId"] == inprocess["subagentId"]
+    assert continued["summary"].endswith("| more?")
     assert outside["status"] == "completed" and outside["subagentId"] == "sa-2"
-    assert agents == [] and runs == ["Elsewhere."]  # neither became a session; nothing re-ran
+    assert [a.id for a in agents] == [inprocess["subagentId"]]
+    assert runs == ["Elsewhere."]  # the outsider became no session; nothing re-ran
     who_can = (
-        "only sub-agents run by spawn, fork, command (a command's child must announce "
-        "agentMessage) keep a session. Start a new task call instead."
+        "only sub-agents run by spawn, fork, command, inprocess (a command's child must "
+        "announce agentMessage) keep a session. Start a new task call instead."
     )
     assert refused["error"] == "cannot_continue"
     assert refused["message"] == (
-        "Sub-agent sa-1 cannot be continued: provider 'inprocess' runs its agent once: "
-        "it serves tether's loop inside the parent's own process, and keeps nothing of the run "
-        f"after it answers; {who_can}"
-    )
-    assert refused_too["error"] == "cannot_continue"
-    assert refused_too["message"] == (
         "Sub-agent sa-2 cannot be continued: it ran on 'outside', a runner this delegation was "
         f"given (providers=), which runs a sub-agent once and keeps no session; {who_can}"
     )
-    assert [r.role for r in got.ledger.records] == ["task", "task"]
+    assert [r.role for r in got.ledger.records] == ["task", "follow_up", "task"]
 
 
 def test_tether_agents_send_resumes_a_fork_of_a_continuable_orchestration_cold(

@@ -1,8 +1,8 @@
 """A follow-up to a continuable sub-agent is a delegated run like its task: it passes the same
 gate (tree budget, admission, the parent's diff and the verifier, the ledger, the events), its
-fix cycles go to the same session, and no verifier becomes a session of its own. Real children,
-scripted models; the orchestrator's model is written in Python because it has to read the
-agent id a task handed back."""
+fix cycles go to the same session, and no verifier becomes a session of its own. Children in
+memory (the in-memory tier), scripted models; the orchestrator's model is written in Python
+because it has to read the agent id a task handed back."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from tether.parent import Supervisor
 from tether.parent.agents.tools import SEND_MESSAGE_SPEC
 from tether.parent.delegation import Delegator, builtin_registry
 from tether.parent.delegation.runner import SupervisorRunner
+from tether.parent.process.config import ChildConfig
 from tether.parent.run.spec import NamedModel
 from tether.parent.run.subagent_events import SubagentCompleted, SubagentStarted
 from tether.protocol.messages import (
@@ -29,6 +30,9 @@ from tether.protocol.messages import (
 )
 
 pytestmark = pytest.mark.anyio
+
+IN_MEMORY = ChildConfig(transport="memory")
+"""The in-memory tier's config: children of tether's runtime run without a process."""
 
 MODEL = "scripted:follow-ups"
 """The name the tests give the shared scripted model (what the ledger must bill)."""
@@ -97,13 +101,14 @@ def workspace(tmp_path: Path) -> Path:
     return ws
 
 
+@pytest.mark.in_memory
 async def test_a_follow_up_is_diffed_verified_counted_and_recorded_like_a_task(
     tmp_path: Path, workspace: Path
 ) -> None:
     sub = Recorder(two_activations_of_the_tester(), verifier("PASS"))
     model = Orchestrator(sub, "Now write B.md, C.md and D.md.")
     seen: list[Any] = []
-    async with Supervisor(state_dir=tmp_path / "state") as sup:
+    async with Supervisor(IN_MEMORY, state_dir=tmp_path / "state") as sup:
         got = await sup.orchestrate(
             "Write the notes.",
             model=NamedModel(MODEL, model),
@@ -147,6 +152,7 @@ async def test_a_follow_up_is_diffed_verified_counted_and_recorded_like_a_task(
     assert [e.run_id for e in starts[:2]] == [r.run_id for r in records[:2]]
 
 
+@pytest.mark.in_memory
 async def test_a_verifier_and_its_fix_cycles_belong_to_the_task_sub_agent(
     tmp_path: Path, workspace: Path
 ) -> None:
@@ -167,7 +173,7 @@ async def test_a_verifier_and_its_fix_cycles_belong_to_the_task_sub_agent(
         script("Role: verifier", turn(complete("1. D.md says bad.\nVERDICT: FAIL"))),
     ]
     sub = Recorder(tester, *failing_then_passing)
-    async with Supervisor(state_dir=tmp_path / "state") as sup:
+    async with Supervisor(IN_MEMORY, state_dir=tmp_path / "state") as sup:
         runner = SupervisorRunner(sup, default_model=NamedModel(MODEL, sub), keep_alive=30)
         runner.parent_run = "orch-fixes"
         delegator = Delegator(builtin_registry(), runner, workspace=workspace)
@@ -193,11 +199,12 @@ async def test_a_verifier_and_its_fix_cycles_belong_to_the_task_sub_agent(
     assert task_run == fix_run
 
 
+@pytest.mark.in_memory
 async def test_a_follow_up_once_the_tree_budget_is_spent_is_refused_before_it_runs(
     tmp_path: Path, workspace: Path
 ) -> None:
     sub = Recorder(two_activations_of_the_tester(tokens=100))
-    async with Supervisor(state_dir=tmp_path / "state") as sup:
+    async with Supervisor(IN_MEMORY, state_dir=tmp_path / "state") as sup:
         runner = SupervisorRunner(sup, default_model=NamedModel(MODEL, sub), keep_alive=30)
         delegator = Delegator(builtin_registry(), runner, workspace=workspace, token_budget=150)
         out = await delegator.execute(
@@ -222,13 +229,14 @@ async def test_a_follow_up_once_the_tree_budget_is_spent_is_refused_before_it_ru
     assert [r.role for r in delegator.ledger.records] == ["task"]
 
 
+@pytest.mark.in_memory
 async def test_a_follow_up_that_passes_the_tree_budget_while_it_runs_is_cut(
     tmp_path: Path, workspace: Path
 ) -> None:
     """Its turns are reserved against the tree's budget by the parent's broker, like a task's:
     the turn that would pass it is refused, and the run ends `budget_exhausted`."""
     sub = Recorder(two_activations_of_the_tester(tokens=100))
-    async with Supervisor(state_dir=tmp_path / "state") as sup:
+    async with Supervisor(IN_MEMORY, state_dir=tmp_path / "state") as sup:
         runner = SupervisorRunner(sup, default_model=NamedModel(MODEL, sub), keep_alive=30)
         delegator = Delegator(builtin_registry(), runner, workspace=workspace, token_budget=300)
         out = await delegator.execute(
@@ -245,10 +253,11 @@ async def test_a_follow_up_that_passes_the_tree_budget_while_it_runs_is_cut(
     assert follow_up.usage.input_tokens > 0
 
 
+@pytest.mark.in_memory
 async def test_a_follow_up_to_an_agent_this_delegation_did_not_start_is_refused(
     tmp_path: Path, workspace: Path
 ) -> None:
-    async with Supervisor(state_dir=tmp_path / "state") as sup:
+    async with Supervisor(IN_MEMORY, state_dir=tmp_path / "state") as sup:
         other = await sup.spawn_agent(
             "not yours",
             agent="explorer",
@@ -264,10 +273,11 @@ async def test_a_follow_up_to_an_agent_this_delegation_did_not_start_is_refused(
     assert delegator.ledger.records == []
 
 
+@pytest.mark.in_memory
 async def test_completed_events_close_every_started_one(tmp_path: Path, workspace: Path) -> None:
     sub = Recorder(two_activations_of_the_tester(), verifier("PASS"))
     seen: list[Any] = []
-    async with Supervisor(state_dir=tmp_path / "state") as sup:
+    async with Supervisor(IN_MEMORY, state_dir=tmp_path / "state") as sup:
         runner = SupervisorRunner(sup, default_model=NamedModel(MODEL, sub), keep_alive=30)
         delegator = Delegator(builtin_registry(), runner, workspace=workspace, on_event=seen.append)
         out = await delegator.execute(

@@ -1,6 +1,8 @@
-"""Orchestration end to end: a real orchestrator child whose model delegates through `task`, real
-sub-agent children, scripted models. What the orchestrator's model reads back, what each
-sub-agent's model was sent, and what the parent counted."""
+"""Orchestration end to end: an orchestrator whose model delegates through `task`, its sub-agents,
+scripted models. What the orchestrator's model reads back, what each sub-agent's model was sent,
+and what the parent counted. In memory (the in-memory tier) unless a test is about processes:
+a sub-agent that crashes or forges its result, cancellation taking every child down, the demo
+book on real children."""
 
 from __future__ import annotations
 
@@ -32,6 +34,9 @@ from tether.parent.run.subagent_events import (
 )
 
 pytestmark = pytest.mark.anyio
+
+IN_MEMORY = ChildConfig(transport="memory")
+"""The in-memory tier's config: children of tether's runtime run without a process."""
 
 TESTS = Path(__file__).resolve().parent.parent
 CHILDREN = TESTS / "children"
@@ -77,6 +82,7 @@ class Timeline:
 # --- parallel, queued -------------------------------------------------------------------------
 
 
+@pytest.mark.in_memory
 async def test_two_delegations_in_one_turn_run_in_parallel(workspace: Path) -> None:
     model = Recorder(
         fan_out(
@@ -86,7 +92,7 @@ async def test_two_delegations_in_one_turn_run_in_parallel(workspace: Path) -> N
         explorer_script(delay=1.0),
     )
     seen = Timeline()
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         got = await sup.orchestrate("Survey.", model=model, workspace=workspace, on_event=seen)
     assert got.success and got.result.summary == "all done"
     # Both started before either finished: they overlapped (each spends 1 s in its first turn).
@@ -100,6 +106,7 @@ async def test_two_delegations_in_one_turn_run_in_parallel(workspace: Path) -> N
     assert model.task_output("c2")["artifacts"][0]["path"] == str(workspace / "notes.md")
 
 
+@pytest.mark.in_memory
 async def test_a_spawn_over_the_cap_queues_with_its_position_and_runs_after(
     workspace: Path,
 ) -> None:
@@ -111,7 +118,7 @@ async def test_a_spawn_over_the_cap_queues_with_its_position_and_runs_after(
         explorer_script(delay=0.3),
     )
     seen = Timeline()
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         got = await sup.orchestrate(
             "Survey.", model=model, workspace=workspace, max_concurrent=1, on_event=seen
         )
@@ -142,9 +149,10 @@ async def test_a_crashing_sub_agent_is_reported_crashed_never_completed(workspac
     assert (record.status, record.failure) == ("crashed", "crashed")
 
 
+@pytest.mark.in_memory
 async def test_a_sub_agent_past_its_wall_limit_is_reported_truncated(workspace: Path) -> None:
     model = Recorder(fan_out(task("c1", "explorer", "slow", "Find it.")), explorer_script(delay=30))
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         started = time.monotonic()
         got = await sup.orchestrate(
             "Go.", model=model, workspace=workspace, subagent_limits=Limits(wall="1s")
@@ -183,6 +191,7 @@ async def test_usage_in_the_ledger_is_the_brokers_count_not_the_childs_claim(
 # --- modes, nesting, asking -------------------------------------------------------------------
 
 
+@pytest.mark.in_memory
 async def test_read_only_override_puts_a_build_role_in_explore_mode_hard_denied(
     workspace: Path,
 ) -> None:
@@ -195,7 +204,7 @@ async def test_read_only_override_puts_a_build_role_in_explore_mode_hard_denied(
             turn(complete("could not write")),
         ),
     )
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         got = await sup.orchestrate("Go.", model=model, workspace=workspace)
     [tester] = model.runs("Role: tester")
     offered = {t.name for t in tester[0].tools}
@@ -207,6 +216,7 @@ async def test_read_only_override_puts_a_build_role_in_explore_mode_hard_denied(
     assert record.read_only and model.task_output("c1")["status"] == "completed"
 
 
+@pytest.mark.in_memory
 async def test_a_sub_agent_has_no_task_and_no_ask_tool_and_its_call_of_task_is_refused(
     workspace: Path,
 ) -> None:
@@ -218,7 +228,7 @@ async def test_a_sub_agent_has_no_task_and_no_ask_tool_and_its_call_of_task_is_r
             turn(complete("could not delegate")),
         ),
     )
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         got = await sup.orchestrate("Go.", model=model, workspace=workspace)
     [orchestrator] = model.runs(ORCHESTRATOR)
     [general] = model.runs("Role: general")
@@ -247,6 +257,7 @@ async def test_a_hostile_sub_agent_asking_the_parent_to_delegate_is_refused(
 # --- fork context -----------------------------------------------------------------------------
 
 
+@pytest.mark.in_memory
 async def test_what_a_sub_agents_model_receives_with_and_without_fork_context(
     workspace: Path,
 ) -> None:
@@ -263,7 +274,7 @@ async def test_what_a_sub_agents_model_receives_with_and_without_fork_context(
         ),
         explorer_script(),
     )
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         got = await sup.orchestrate("Fix the stock bug.", model=model, workspace=workspace)
     assert got.success
     isolated, forked = (run[0].messages for run in model.runs("Role: explorer"))
@@ -387,6 +398,7 @@ def scripts_of_the_verifier(*, passes_after_fix: bool) -> list[dict[str, Any]]:
     return [passing, fail]
 
 
+@pytest.mark.in_memory
 async def test_a_three_file_change_is_verified_failed_fixed_and_verified_again(
     workspace: Path,
 ) -> None:
@@ -395,7 +407,7 @@ async def test_a_three_file_change_is_verified_failed_fixed_and_verified_again(
         *scripts_of_the_tester(),
         *scripts_of_the_verifier(passes_after_fix=True),
     )
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         got = await sup.orchestrate("Fix the stock bug.", model=model, workspace=workspace)
     out = model.task_output("c1")
     assert out["status"] == "completed"
@@ -421,13 +433,14 @@ async def test_a_three_file_change_is_verified_failed_fixed_and_verified_again(
         )
 
 
+@pytest.mark.in_memory
 async def test_a_change_still_failing_after_two_fix_cycles_is_surfaced(workspace: Path) -> None:
     model = Recorder(
         fan_out(task("c1", "tester", "guard below zero", TESTER_TASK)),
         *scripts_of_the_tester(),
         *scripts_of_the_verifier(passes_after_fix=False),
     )
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         got = await sup.orchestrate("Fix the stock bug.", model=model, workspace=workspace)
     out = model.task_output("c1")
     assert out["status"] == "failed_verification"
@@ -442,6 +455,7 @@ async def test_a_change_still_failing_after_two_fix_cycles_is_surfaced(workspace
     ]
 
 
+@pytest.mark.in_memory
 async def test_a_small_change_is_not_verified(workspace: Path) -> None:
     model = Recorder(
         fan_out(task("c1", "tester", "one test", "Write tests/test_one.py.")),
@@ -451,7 +465,7 @@ async def test_a_small_change_is_not_verified(workspace: Path) -> None:
             turn(complete("wrote one test", "tests/test_one.py")),
         ),
     )
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         got = await sup.orchestrate("Go.", model=model, workspace=workspace)
     out = model.task_output("c1")
     assert out["status"] == "completed" and "verification" not in out
@@ -522,6 +536,7 @@ async def test_a_one_line_change_that_plants_files_the_users_tools_run_reaches_t
 # --- the ledger, the budget, providers and models ----------------------------------------------
 
 
+@pytest.mark.in_memory
 async def test_each_result_is_in_the_ledger_before_the_orchestrators_model_reads_it(
     workspace: Path, tmp_path: Path
 ) -> None:
@@ -544,11 +559,12 @@ async def test_each_result_is_in_the_ledger_before_the_orchestrators_model_reads
                 checked.append(call_id)
 
     model.before_answer = before_answer
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         got = await sup.orchestrate("Go.", model=model, workspace=workspace, ledger=ledger)
     assert got.success and sorted(set(checked)) == ["c1", "c2"]
 
 
+@pytest.mark.in_memory
 async def test_the_tree_budget_stops_the_sub_agent_and_the_orchestrator(workspace: Path) -> None:
     model = Recorder(
         fan_out(task("c1", "explorer", "spender", "Find it.")),
@@ -557,7 +573,7 @@ async def test_the_tree_budget_stops_the_sub_agent_and_the_orchestrator(workspac
             *(turn(call("list_dir", path="."), tokens=200) for _ in range(5)),
         ),
     )
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         got = await sup.orchestrate("Go.", model=model, workspace=workspace, token_budget=300)
     [record] = got.ledger.records
     assert (record.status, record.failure) == ("truncated", "budget_exhausted")
@@ -571,11 +587,12 @@ async def test_the_tree_budget_stops_the_sub_agent_and_the_orchestrator(workspac
     assert got.totals().total.input_tokens <= 300 + 200  # at most the one turn that passed it
 
 
+@pytest.mark.in_memory
 async def test_an_unknown_provider_is_an_error_result_and_spawns_nothing(workspace: Path) -> None:
     odd = SubagentDefinition(type="remote", description="Runs elsewhere.", provider="elsewhere")
     model = Recorder(fan_out(task("c1", "remote", "elsewhere", "Go.")))
     pids: list[int] = []
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         sup.subscribe(lambda e: pids.append(e.pid) if isinstance(e, RunStarted) else None)
         await sup.orchestrate("Go.", model=model, workspace=workspace, definitions=[odd])
     out = model.task_output("c1")
@@ -584,6 +601,7 @@ async def test_an_unknown_provider_is_an_error_result_and_spawns_nothing(workspa
     assert len(pids) == 1  # the orchestrator only
 
 
+@pytest.mark.in_memory
 async def test_a_definition_runs_on_its_own_model_else_on_the_orchestrators(
     workspace: Path, tmp_path: Path
 ) -> None:
@@ -602,7 +620,7 @@ async def test_a_definition_runs_on_its_own_model_else_on_the_orchestrators(
         ),
         explorer_script(),
     )
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         await sup.orchestrate("Go.", model=model, workspace=workspace, definitions=definitions)
     assert model.task_output("c1")["summary"] == "answered by my own model"
     assert model.task_output("c2")["summary"] == "found the notes"
@@ -611,11 +629,12 @@ async def test_a_definition_runs_on_its_own_model_else_on_the_orchestrators(
     assert bad["status"] == "error" and "unknown model 'nope:x'" in bad["message"]
 
 
+@pytest.mark.in_memory
 async def test_sub_agent_events_are_on_the_supervisors_stream_with_the_orchestrators_run(
     workspace: Path,
 ) -> None:
     model = Recorder(fan_out(task("c1", "explorer", "look", "Find it.")), explorer_script())
-    async with Supervisor() as sup, sup.events() as stream:
+    async with Supervisor(IN_MEMORY) as sup, sup.events() as stream:
         got = await sup.orchestrate("Go.", model=model, workspace=workspace)
         stream.close()
         events = [e async for e in stream]
@@ -675,6 +694,7 @@ async def test_the_demo_book_runs_and_its_claims_hold_on_the_files(tmp_path: Pat
 # --- live visibility --------------------------------------------------------------------------
 
 
+@pytest.mark.in_memory
 async def test_running_sub_agents_can_be_listed_and_a_slow_turn_sends_heartbeats(
     workspace: Path,
 ) -> None:
@@ -698,7 +718,7 @@ async def test_running_sub_agents_can_be_listed_and_a_slow_turn_sends_heartbeats
             listed.append([(s.label, s.state, s.position) for s in live[0].status()])
             limits.append(live[0].limits())
 
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         got = await sup.orchestrate(
             "Go.",
             model=model,
@@ -715,6 +735,7 @@ async def test_running_sub_agents_can_be_listed_and_a_slow_turn_sends_heartbeats
     assert live[0].status() == []  # nothing queued or running once it is over
 
 
+@pytest.mark.in_memory
 async def test_a_step_limit_and_a_model_error_reach_the_model_as_truncated_and_error(
     workspace: Path,
 ) -> None:
@@ -730,7 +751,7 @@ async def test_a_step_limit_and_a_model_error_reach_the_model_as_truncated_and_e
         script("Look around", *(turn(call("list_dir", path=".")) for _ in range(5))),
         script("Try\\.", {"error": "the provider is down"}),
     )
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         got = await sup.orchestrate(
             "Go.", model=model, workspace=workspace, definitions=definitions
         )
@@ -745,6 +766,7 @@ async def test_a_step_limit_and_a_model_error_reach_the_model_as_truncated_and_e
     assert got.success and sorted(r.status for r in got.ledger.records) == ["error", "truncated"]
 
 
+@pytest.mark.in_memory
 async def test_read_only_false_puts_a_read_only_role_in_build_mode(workspace: Path) -> None:
     model = Recorder(
         fan_out(task("c1", "general", "write one", "Write out.txt.", readOnly=False)),
@@ -754,7 +776,7 @@ async def test_read_only_false_puts_a_read_only_role_in_build_mode(workspace: Pa
             turn(complete("wrote out.txt", "out.txt")),
         ),
     )
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         got = await sup.orchestrate("Go.", model=model, workspace=workspace)
     out = model.task_output("c1")
     assert out["status"] == "completed" and out["changedFiles"] == ["out.txt"]

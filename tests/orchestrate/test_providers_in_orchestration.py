@@ -15,9 +15,13 @@ from book import ORCHESTRATOR, Recorder, complete, script, task, turn
 
 from tether.parent import Supervisor
 from tether.parent.delegation import SubagentDefinition, builtin_registry
+from tether.parent.process.config import ChildConfig
 from tether.parent.run.events import Event, RunFinished
 
 pytestmark = pytest.mark.anyio
+
+IN_MEMORY = ChildConfig(transport="memory")
+"""The in-memory tier's config: children of tether's runtime run without a process."""
 
 TESTS = Path(__file__).resolve().parent.parent
 ACP_AGENT = TESTS / "children" / "acp_agent.py"
@@ -45,11 +49,12 @@ def orchestrator_tool(model: Recorder) -> dict[str, Any]:
     return tool.input_schema
 
 
+@pytest.mark.in_memory
 async def test_the_task_tool_offers_the_out_of_process_providers_that_can_run_here(
     workspace: Path,
 ) -> None:
     model = Recorder(fan_out(task("c1", "explorer", "look", "Look.")), explorer())
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         got = await sup.orchestrate("Go.", model=model, workspace=workspace)
     assert got.success
     offered = orchestrator_tool(model)["properties"]["agentType"]
@@ -57,19 +62,20 @@ async def test_the_task_tool_offers_the_out_of_process_providers_that_can_run_he
     assert offered["enum"] == ["spawn", "fork"]
 
 
+@pytest.mark.in_memory
 async def test_agent_type_inprocess_is_refused_unless_the_caller_offers_it(
     workspace: Path,
 ) -> None:
     call = task("c1", "explorer", "look", "Look.", agentType="inprocess")
     model = Recorder(fan_out(call), explorer())
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         await sup.orchestrate("Go.", model=model, workspace=workspace)
     out = model.task_output("c1")
     assert out["status"] == "error" and "unknown agent type" in out["message"]
 
     model = Recorder(fan_out(call), explorer("looked in-process"))
     finished: list[Event] = []
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         sup.subscribe(lambda e: finished.append(e) if isinstance(e, RunFinished) else None)
         got = await sup.orchestrate(
             "Go.", model=model, workspace=workspace, agent_types=["spawn", "inprocess"]
@@ -82,12 +88,13 @@ async def test_agent_type_inprocess_is_refused_unless_the_caller_offers_it(
     assert levels >= {"none"}
 
 
+@pytest.mark.in_memory
 async def test_agent_type_fork_seeds_the_sub_agent_with_the_orchestrators_turns(
     workspace: Path,
 ) -> None:
     call = task("c1", "explorer", "look", "Look again.", agentType="fork")
     model = Recorder(fan_out(call), explorer("forked"))
-    async with Supervisor() as sup:
+    async with Supervisor(IN_MEMORY) as sup:
         got = await sup.orchestrate("The original request.", model=model, workspace=workspace)
     assert got.success and model.task_output("c1")["summary"] == "forked"
     [sub] = model.runs("Role: explorer")

@@ -8,7 +8,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+# One worker builds the project's wheels at a time (see test_install_modes.py).
+pytestmark = pytest.mark.xdist_group("wheel_builds")
 
 
 def _build_wheel(tmp_path: Path) -> Path:
@@ -51,6 +55,8 @@ def test_the_wheel_holds_parent_child_protocol_their_data_and_the_tether_script(
         "tether/parent/process/_pidns.py",
         "tether/parent/placement/nodehost.py",
         "tether/parent/models/scripted.py",
+        "tether/parent/run/transport/memory.py",
+        "tether/parent/trace/schema.json",
         "tether/parent/py.typed",
     ):
         assert required in names, required

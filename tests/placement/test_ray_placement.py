@@ -130,6 +130,15 @@ async def test_every_ray_socket_listens_on_loopback_and_every_node_is_127_0_0_1(
     assert {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]} == {"127.0.0.1"}
 
 
+async def test_a_placed_run_asked_for_a_trace_is_refused_before_anything_is_placed(
+    ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    async with placement(ray_cluster) as sup:
+        with pytest.raises(ValueError, match="a placed run takes no trace"):
+            await sup.start("x", workspace=tmp_path, trace=tmp_path.parent / "traces")
+        assert not sup._runs
+
+
 async def test_a_run_on_a_chosen_node_is_the_local_run_event_for_event(
     ray_cluster: RayCluster, tmp_path: Path
 ) -> None:

@@ -18,6 +18,7 @@ AGENT_MACHINERY = (
     "tether.child.tools",
     "tether.child.tools.base",
     "tether.child.workspace",
+    "tether.contain.confined",
     "tether.child.tools.bash",
 )
 

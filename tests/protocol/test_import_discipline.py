@@ -1,7 +1,7 @@
 """Dependency direction: protocol stays light; child and parent never import each other — with
-one documented exception: the `inprocess` provider serves tether's own runtime inside the
-parent, so `parent/providers/inprocess.py` imports `tether.child`, lazily (inside the function
-that runs it), and nothing else in the parent imports that module's child side at import
+one documented exception: the in-memory transport serves tether's own runtime inside the
+parent, so `parent/run/transport/memory.py` imports `tether.child`, lazily (inside the function
+that opens a child), and nothing else in the parent imports that module's child side at import
 time."""
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ ALLOWED_THIRD_PARTY = {
     # The curated `tether` package: its names load lazily from the folders above.
     "api": set(),
 }
-EXCEPTIONS = {"parent/providers/inprocess.py": ("tether.child",)}
+MEMORY_TRANSPORT = "parent/run/transport/memory.py"
+EXCEPTIONS = {MEMORY_TRANSPORT: ("tether.child",)}
 """Files allowed one otherwise forbidden sibling (see the module docstring)."""
 FORBIDDEN_SIBLING = {
     "protocol": ("tether.child", "tether.parent", "tether.wire"),
@@ -101,8 +102,8 @@ def _violations(folder: str, banned: tuple[str, ...]) -> list[str]:
     return bad
 
 
-def test_the_inprocess_provider_imports_the_child_runtime_only_inside_its_run() -> None:
-    path = ROOT / "parent" / "providers" / "inprocess.py"
+def test_the_memory_transport_imports_the_child_runtime_only_when_it_opens_a_child() -> None:
+    path = ROOT / MEMORY_TRANSPORT
     tree = ast.parse(path.read_text(encoding="utf-8"))
     top_level = []
     for node in tree.body:
@@ -118,7 +119,8 @@ def test_the_inprocess_provider_imports_the_child_runtime_only_inside_its_run() 
 def test_importing_the_supervisor_and_its_providers_loads_no_child_code() -> None:
     code = (
         "import json, sys\n"
-        "import tether.parent.supervisor, tether.parent.providers.builtin\n"
+        "import tether.parent.supervisor, tether.parent.providers.builtin, "
+        "tether.parent.run.transport\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('tether.child') "
         "or m == 'acp')))\n"
     )
@@ -169,6 +171,7 @@ def test_the_import_scan_sees_from_imports_of_submodules(tmp_path: Path) -> None
 
 CONTAIN_MODULES = [
     "tether.contain",
+    "tether.contain.confined",
     "tether.contain.landlock",
     "tether.contain.mounts",
     "tether.contain.plan",
@@ -226,6 +229,17 @@ PARENT_LAYERS = {
         "tether.parent.supervisor",
     ),
     "tether.parent.process": (
+        "tether.parent.run",
+        "tether.parent.agents",
+        "tether.parent.delegation",
+        "tether.parent.providers",
+        "tether.parent.mcp_server",
+        "tether.parent.placement",
+        "tether.parent.cli",
+        "tether.parent.supervisor",
+    ),
+    # Traces sit below the run core: the broker records into them, the replay model reads them.
+    "tether.parent.trace": (
         "tether.parent.run",
         "tether.parent.agents",
         "tether.parent.delegation",

@@ -32,6 +32,8 @@ from tether.protocol import (
     decode_result,
 )
 from tether.protocol import messages as m
+from tether.protocol.codec import encode_notification
+from tether.protocol.connection import Connection, NotificationDropped
 from tether.protocol.schema import build_schema
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
@@ -193,3 +195,32 @@ def test_the_failure_kind_table_lists_every_kind() -> None:
 def test_the_event_table_lists_every_event_kind() -> None:
     rows = _rows(_section("`agent/event`"))
     assert [r[0].strip("`") for r in rows] == list(m.EventKind.__args__)
+
+
+def _bullets(text: str) -> list[str]:
+    """The top-level `- ` items of `text`, each with its continuation lines joined."""
+    items: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("- "):
+            items.append(line[2:])
+        elif line.startswith("  ") and items:
+            items[-1] += " " + line.strip()
+    return [" ".join(i.split()) for i in items]
+
+
+def test_the_malformed_notification_rule_is_stated_once_and_is_what_the_code_does() -> None:
+    """One rule for `agent/event` params that do not fit: dropped and counted, never fatal.
+    The parent's list of what it does names `agent/event` in exactly one item, that item says
+    so, and no item that fails the run with `protocol` mentions notifications."""
+    section = _section("What the tether parent does")
+    items = _bullets(section)
+    naming = [i for i in items if "agent/event" in i or "notification whose params" in i]
+    assert len(naming) == 1, naming
+    assert "dropped and counted" in naming[0] and "never fatal" in naming[0], naming[0]
+    fatal = [i for i in items if '`failure.kind: "protocol"`' in i]
+    assert fatal and not any("agent/event" in i or "notification" in i for i in fatal), fatal
+    # ... and the code agrees: a known notification with bad params is dropped, not fatal.
+    parent = Connection("parent")
+    [ev] = parent.receive_data(encode_notification("agent/event", {"runId": "r", "kind": 7}))
+    assert isinstance(ev, NotificationDropped) and ev.known
+    assert parent.closed is None

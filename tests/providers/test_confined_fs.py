@@ -54,6 +54,7 @@ def test_reads_select_lines(tree: tuple[ConfinedFiles, Path, Path]) -> None:
         ("dir", "is a directory"),
         ("nope.txt", "does not exist"),
         ("a\0b", "NUL"),
+        ("\ud800", "cannot be encoded"),
         ("x" * 300, "longer than"),
     ],
 )
@@ -137,3 +138,12 @@ def test_no_path_of_links_and_dots_writes_outside_the_workspace(
     assert sorted(p.name for p in outside.iterdir()) == ["secret"]
     assert (outside / "secret").read_text() == "secret"
     assert not (ws.parent / "f").exists() and not (ws.parent / "new").exists()
+
+
+def test_a_name_that_cannot_be_encoded_is_refused_for_writes_too(
+    tree: tuple[ConfinedFiles, Path, Path],
+) -> None:
+    files, _, _ = tree
+    with pytest.raises(FileRefused, match="cannot be encoded"):
+        files.write_text("dir/\udcff\ud800", "x")
+    assert files.describe("\ud800") is None

@@ -122,23 +122,23 @@ async def test_spawn_is_the_default_and_runs_a_fresh_tether_child(
     assert started and started[0].pid != os.getpid() and "tether.child" in started[0].argv
 
 
-async def test_fork_starts_from_the_callers_completed_turns(
-    sup: Supervisor, tmp_path: Path
-) -> None:
-    first = Recording("first done")
-    caller = await sup.start("the caller's own task", workspace=tmp_path, model=first)
-    assert (await caller.result()).success
-    forked = Recording("fork done")
-    result = await sup.run(
-        "the fork's task", workspace=tmp_path, model=forked, provider="fork", fork_from=caller
-    )
+@pytest.mark.in_memory
+async def test_fork_starts_from_the_callers_completed_turns(tmp_path: Path) -> None:
+    async with Supervisor(ChildConfig(transport="memory")) as sup:
+        first = Recording("first done")
+        caller = await sup.start("the caller's own task", workspace=tmp_path, model=first)
+        assert (await caller.result()).success
+        forked = Recording("fork done")
+        result = await sup.run(
+            "the fork's task", workspace=tmp_path, model=forked, provider="fork", fork_from=caller
+        )
+        # A plain spawn of the same task sees only its prompt.
+        plain = Recording()
+        await sup.run("the fork's task", workspace=tmp_path, model=plain)
     assert result.success and result.summary == "fork done"
     sent = [(m.role, m.content) for m in forked.requests[0].messages if m.role != "system"]
     assert sent[0] == ("user", "the caller's own task")
     assert sent[-1] == ("user", "the fork's task")
-    # A plain spawn of the same task sees only its prompt.
-    plain = Recording()
-    await sup.run("the fork's task", workspace=tmp_path, model=plain)
     assert [m.content for m in plain.requests[0].messages if m.role != "system"] == [
         "the fork's task"
     ]
@@ -193,6 +193,7 @@ async def test_a_child_that_crashes_is_a_failed_result_with_the_same_kind_under_
 # --- inprocess ----------------------------------------------------------------------------------
 
 
+@pytest.mark.in_memory
 async def test_inprocess_runs_the_same_loop_without_a_process_and_says_so(
     sup: Supervisor, tmp_path: Path
 ) -> None:
@@ -232,6 +233,7 @@ async def test_inprocess_runs_the_same_loop_without_a_process_and_says_so(
     assert any(isinstance(e, ChildEvent) and e.kind == "tool_call" for e in events)
 
 
+@pytest.mark.in_memory
 async def test_inprocess_keeps_explore_mode_and_the_workspace_confinement(
     sup: Supervisor, tmp_path: Path
 ) -> None:
@@ -279,6 +281,7 @@ async def test_inprocess_bash_gets_the_scrubbed_environment_not_the_supervisors_
     assert "PATH=" in dumped and canary not in dumped
 
 
+@pytest.mark.in_memory
 async def test_inprocess_is_cancelled_like_a_child(sup: Supervisor, tmp_path: Path) -> None:
     slow = ScriptedModel.from_json('[{"text": "thinking", "delay": 30}]')
     events: list[Event] = []
@@ -293,6 +296,7 @@ async def test_inprocess_is_cancelled_like_a_child(sup: Supervisor, tmp_path: Pa
     assert result.failure.kind == "cancelled"
 
 
+@pytest.mark.in_memory
 async def test_inprocess_honours_the_wall_clock(sup: Supervisor, tmp_path: Path) -> None:
     slow = ScriptedModel.from_json('[{"text": "thinking", "delay": 30}]')
     with anyio.fail_after(20):
@@ -302,6 +306,7 @@ async def test_inprocess_honours_the_wall_clock(sup: Supervisor, tmp_path: Path)
     assert result.failure is not None and result.failure.kind == "timeout"
 
 
+@pytest.mark.in_memory
 async def test_inprocess_cannot_promise_a_sandbox(tmp_path: Path) -> None:
     async with Supervisor(ChildConfig(isolation="process")) as sup:
         with pytest.raises(ValueError, match="cannot give isolation='process'"):
@@ -410,7 +415,7 @@ async def test_a_provider_that_drives_its_own_run_cannot_be_continuable(
     from tether.parent import Continuation
 
     sup.providers.register(Broken())
-    with pytest.raises(ValueError, match="only a tether child process keeps a run for follow-ups"):
+    with pytest.raises(ValueError, match="only a tether child keeps a run for follow-ups"):
         await sup.start(
             "x", workspace=tmp_path, provider="broken", continuation=Continuation(keep_alive=1)
         )

@@ -57,11 +57,12 @@ async def test_a_hostile_protocol_child_is_refused_every_attack(
     ws = targets.workspace
     cfg = config(read_paths=[str(targets.outside), str(CHILDREN)], launcher=launcher)
     async with Supervisor(cfg) as sup:
-        assert sup._keeper is not None
-        targets.write(supervisor=os.getpid(), keeper=sup._keeper.pid)
+        keeper = sup._keeper_ready()  # started with the first child; the attack needs it now
+        assert keeper is not None
+        targets.write(supervisor=os.getpid(), keeper=keeper.pid)
         with anyio.fail_after(60):
             result = await sup.run("attack", workspace=ws, command=[PY, "-I", str(HOSTILE)])
-        keeper_alive = sup._keeper.proc.poll() is None
+        keeper_alive = keeper.proc.poll() is None
     report = json.loads((ws / "report.json").read_text())
     assert not_refused(report, REFUSED) == {}
     assert _zombies_of(os.getpid()) == [], "the child left zombies in the supervisor"
@@ -85,7 +86,8 @@ async def test_a_hostile_model_driving_bash_is_refused_every_attack_and_cannot_f
     if spawner == "zygote":
         monkeypatch.setattr(zygote_module, "STANDBY_AFTER", None)  # forked on request
     async with Supervisor(cfg) as sup:
-        assert sup._keeper is not None
+        keeper = sup._keeper_ready()  # started with the first child; the attack needs it now
+        assert keeper is not None
         others: list[int] = []
         if spawner != "exec":
             zygote = await sup._zygote_ready()
@@ -94,10 +96,10 @@ async def test_a_hostile_model_driving_bash_is_refused_every_attack_and_cannot_f
             # The run is handed to the standby parked here; it attacks the zygote all the same.
             standby = await zygote.parked()
             assert standby is not None
-        targets.write(supervisor=os.getpid(), keeper=sup._keeper.pid, others=others, wire=True)
+        targets.write(supervisor=os.getpid(), keeper=keeper.pid, others=others, wire=True)
         with anyio.fail_after(60):
             result = await sup.run("attack", agent="tester", workspace=ws, model=model)
-        keeper_alive = sup._keeper.proc.poll() is None
+        keeper_alive = keeper.proc.poll() is None
         if spawner != "exec":
             assert _zombies_of(zygote.pid) == [], "the child left zombies in the zygote"
     assert _zombies_of(os.getpid()) == [], "the child left zombies in the supervisor"
@@ -142,8 +144,9 @@ async def test_the_parents_fields_win_over_what_a_process_level_child_claims(
     targets: Targets,
 ) -> None:
     async with Supervisor(config(isolation="process", read_paths=[str(CHILDREN)])) as sup:
-        assert sup._keeper is not None
-        targets.write(supervisor=os.getpid(), keeper=sup._keeper.pid, claim_only=True)
+        keeper = sup._keeper_ready()  # started with the first child; the attack needs it now
+        assert keeper is not None
+        targets.write(supervisor=os.getpid(), keeper=keeper.pid, claim_only=True)
         with anyio.fail_after(60):
             result = await sup.run(
                 "x", workspace=targets.workspace, command=[PY, "-I", str(HOSTILE)]

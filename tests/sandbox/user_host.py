@@ -56,10 +56,11 @@ async def attack(c: dict) -> None:  # type: ignore[type-arg]
         ]
     }
     async with Supervisor(_config(c)) as sup:
-        assert sup._keeper is not None
+        keeper = sup._keeper_ready()  # started with the first child; the attack needs it now
+        assert keeper is not None
         path = Path(ws, "targets.json")
         targets = json.loads(path.read_text())
-        targets.update(supervisor=os.getpid(), keeper=sup._keeper.pid, wire=True)
+        targets.update(supervisor=os.getpid(), keeper=keeper.pid, wire=True)
         path.write_text(json.dumps(targets))
         result = await sup.run(
             "x", agent="tester", workspace=ws, model=ScriptedModel.from_json(json.dumps(turns))
@@ -75,8 +76,9 @@ async def hold(c: dict) -> None:  # type: ignore[type-arg]
             while handle._child is None or handle._child.endpoint.quiet_for() > 5:
                 await anyio.sleep(0.02)
             await anyio.sleep(0.5)  # the handshake is answered: the wire is claimed
-        assert sup._keeper is not None
-        pids = {"supervisor": os.getpid(), "keeper": sup._keeper.pid, "child": handle.pid}
+        keeper = sup._keeper  # started with the run's child
+        assert keeper is not None
+        pids = {"supervisor": os.getpid(), "keeper": keeper.pid, "child": handle.pid}
         sys.stdout.write(json.dumps(pids) + "\n")
         sys.stdout.flush()
         await anyio.to_thread.run_sync(sys.stdin.read)

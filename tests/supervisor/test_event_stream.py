@@ -1,5 +1,6 @@
 """The supervisor's event stream is bounded: a consumer that falls behind loses the oldest
-progress events (counted), never a run's start or end."""
+progress events (counted), never a run's start or end. One event bus serves a local supervisor
+and a Ray placement alike."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import anyio
 import pytest
 
 from tether.parent import (
+    ChildConfig,
     ChildEvent,
     EventStream,
     RunFinished,
@@ -16,6 +18,7 @@ from tether.parent import (
     ScriptedModel,
     Supervisor,
 )
+from tether.parent.run.events import Event, EventBus
 from tether.protocol.messages import RunResult
 
 pytestmark = pytest.mark.anyio
@@ -49,9 +52,10 @@ async def test_lifecycle_events_are_kept_even_when_they_alone_fill_the_buffer() 
     assert stream.dropped == 0
 
 
+@pytest.mark.in_memory
 async def test_a_consumer_that_never_reads_holds_at_most_the_buffer(tmp_path: Path) -> None:
     turns = ",".join('{"text": "t"}' for _ in range(30))
-    async with Supervisor() as sup, sup.events(buffer=5) as stream:
+    async with Supervisor(ChildConfig(transport="memory")) as sup, sup.events(buffer=5) as stream:
         for _ in range(3):
             await sup.run(
                 "go",
@@ -96,3 +100,37 @@ async def test_a_sub_agents_start_and_end_are_kept_while_its_progress_and_queue_
     got = [ev async for ev in stream]
     assert got == [started, relayed(5), completed]
     assert stream.dropped == 2 + 5
+
+
+async def test_a_listener_that_raises_is_skipped_and_every_other_one_still_hears() -> None:
+    bus = EventBus()
+    heard: list[Event] = []
+    own: list[Event] = []
+
+    def broken(event: Event) -> None:
+        raise RuntimeError("a listener's own bug")
+
+    bus.subscribe(broken)
+    unsubscribe = bus.subscribe(heard.append)
+    async with bus.events() as stream:
+        bus.publish(progress(1), own.append)
+        unsubscribe()
+        bus.publish(progress(2))
+        stream.close()
+        streamed = [ev async for ev in stream]
+    assert own == [progress(1)] and heard == [progress(1)]
+    assert streamed == [progress(1), progress(2)]
+
+
+@pytest.mark.parametrize("owner", ["bus", "placement"])
+async def test_the_event_buffer_an_owner_was_given_bounds_its_events(owner: str) -> None:
+    # A placement's `event_buffer` bounded its nodes' batches but not its own `events()`.
+    from tether.parent.placement import RayPlacement
+
+    bus = RayPlacement(event_buffer=2) if owner == "placement" else EventBus(2)
+    async with bus.events() as stream:
+        for seq in range(5):
+            bus.publish(progress(seq))
+        stream.close()
+        got = [ev async for ev in stream]
+    assert got == [progress(3), progress(4)] and stream.dropped == 3

@@ -1,6 +1,6 @@
-"""The keeper: a process per Supervisor that takes children's trees down if the supervisor's
-process dies; on a normal close it leaves, killing nothing. (Its purpose, a SIGKILLed parent,
-is tested in test_parent_death.py.)"""
+"""The keeper: a process per Supervisor, started with its first child process, that takes
+children's trees down if the supervisor's process dies; on a normal close it leaves, killing
+nothing. (Its purpose, a SIGKILLed parent, is tested in test_parent_death.py.)"""
 
 from __future__ import annotations
 
@@ -35,13 +35,41 @@ def test_every_tree_marker_starts_with_the_prefix_the_keeper_looks_for() -> None
     assert new_tree_marker().startswith(marker_prefix())
 
 
-async def test_the_keeper_runs_while_the_supervisor_is_open_and_is_gone_after() -> None:
+async def test_the_keeper_starts_with_the_first_child_process_and_is_gone_after(
+    tmp_path: Path,
+) -> None:
     async with Supervisor(CONFIG) as sup:
+        assert sup._keeper is None
+        command = [sys.executable, "-I", str(CHILDREN / "answer_and_exit.py")]
+        with anyio.fail_after(20):
+            result = await sup.run("x", workspace=tmp_path, command=command)
+        assert result.success, result
         assert sup._keeper is not None
         pid = sup._keeper.pid
         assert _running(pid)
         assert psutil.Process(pid).ppid() == psutil.Process().pid
     assert not _running(pid)
+
+
+@pytest.mark.parametrize("how", ["config", "provider"])
+async def test_a_supervisor_whose_children_run_in_memory_starts_no_process(
+    tmp_path: Path, how: str
+) -> None:
+    from tether.parent.models.scripted import ScriptedModel
+
+    model = ScriptedModel.from_json(
+        '[{"text": "", "toolCalls": [{"name": "complete", "arguments": {"summary": "ok"}}]}]'
+    )
+    config = ChildConfig(transport="memory") if how == "config" else CONFIG
+    provider = "inprocess" if how == "provider" else None
+    async with Supervisor(config) as sup:
+        with anyio.fail_after(20):
+            result = await sup.run("x", workspace=tmp_path, model=model, provider=provider)
+        assert result.success, result
+        assert result.pid is None and result.isolation is not None
+        assert result.isolation.level == "none"
+        assert sup._keeper is None
+        assert psutil.Process().children(recursive=True) == []
 
 
 async def test_closing_one_supervisor_leaves_another_supervisors_child_running(

@@ -13,8 +13,9 @@ import pytest
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.host import host
 from tether.parent.process.limits import DisposePolicy, Limits
-from tether.parent.process.spawn import handshake, spawn_child
+from tether.parent.process.spawn import spawn_child
 from tether.parent.process.supervised import SupervisedChild
+from tether.parent.process.wired import handshake
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

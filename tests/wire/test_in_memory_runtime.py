@@ -24,8 +24,9 @@ from tether.protocol.messages import (
     InitializeParams,
     PeerInfo,
 )
-from tether.wire import Endpoint, memory_pipe
+from tether.wire import Endpoint
 from tether.wire.child_session import ChildSession
+from tether.wire.in_memory import InMemoryPeer, serve_in_memory
 
 pytestmark = pytest.mark.anyio
 
@@ -35,45 +36,32 @@ COMPLETE = (
 
 
 class Linked:
-    def __init__(self, session: ChildSession, events: list[ChildEvent], exit_code: list[int]):
+    def __init__(self, session: ChildSession, events: list[ChildEvent], peer: InMemoryPeer[int]):
         self.session = session
         self.events = events
-        self.exit_code = exit_code
+        self.peer = peer
 
 
 @asynccontextmanager
 async def linked(model: ScriptedModel, run_id: str = "r1") -> AsyncIterator[Linked]:
-    to_child_w, to_child_r = memory_pipe()
-    to_parent_w, to_parent_r = memory_pipe()
     events: list[ChildEvent] = []
     broker = Broker(run_id, RunModels(main=model), None, events.append)
-    parent = Endpoint(
-        Connection("parent"),
-        to_parent_r,
-        to_child_w,
-        on_request=broker.on_request,
-        on_notification=broker.on_notification,
-        strict=True,
-    )
-    exit_code: list[int] = []
-
-    async def child() -> None:
-        exit_code.append(await serve_streams(to_child_r, to_parent_w))
-        await to_parent_w.aclose()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(child)
-        tg.start_soon(parent.run)
-        try:
-            yield Linked(ChildSession(parent), events, exit_code)
-        finally:
-            await to_child_w.aclose()  # the child's lifeline: end of its input
+    async with serve_in_memory(serve_streams, grace=5) as peer:
+        parent = Endpoint(
+            Connection("parent"),
+            peer.receive,
+            peer.send,
+            on_request=broker.on_request,
+            on_notification=broker.on_notification,
+            strict=True,
+        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(parent.run)
+            yield Linked(ChildSession(parent), events, peer)
+            await peer.close_input()  # the child's lifeline: end of its input
             with anyio.fail_after(5):
-                while not exit_code:
-                    await anyio.sleep(0.01)
+                await peer.stopped.wait()
             tg.cancel_scope.cancel()
-    for end in (to_child_r, to_parent_r):
-        await end.aclose()
 
 
 def params(workspace: Path, run_id: str = "r1", **agent: Any) -> AgentRunParams:
@@ -100,7 +88,7 @@ async def test_a_whole_run_in_the_real_runtime_without_a_process(tmp_path: Path)
     kinds = [e.kind for e in link.events]
     assert kinds[0] == "started" and "tool_call" in kinds
     assert [e.seq for e in link.events] == sorted(e.seq for e in link.events)
-    assert link.exit_code == [0]  # end of input is the child's lifeline
+    assert link.peer.result == 0  # end of input is the child's lifeline
 
 
 async def test_a_request_before_initialize_is_refused_and_the_child_serves_on() -> None:
@@ -138,8 +126,7 @@ async def test_shutdown_then_exit_ends_the_runtime_with_status_0() -> None:
             await handshake(link)
             await link.session.shutdown()
             await link.session.exit()
-            while not link.exit_code:
-                await anyio.sleep(0.01)
+            await link.peer.stopped.wait()
             with pytest.raises(ConnectionClosed):
                 await link.session.ping()
-    assert link.exit_code == [0]
+    assert link.peer.result == 0

@@ -98,6 +98,8 @@ class SpawnSettings(Record, frozen=True):
     launcher: str = "local"
     containment: str = "auto"
     spawner: str = "exec"
+    transport: str = "process"
+    """How the agent's children are obtained (`ChildConfig.transport`: `process`, `memory`)."""
     pass_env: list[str] = msgspec.field(default_factory=list)
     keep_alive: float = 0.0
     token_total: int | None = None
@@ -159,7 +161,8 @@ class TakenOver(Record, frozen=True):
 
     pid: int
     since: float
-    why: Literal["owner_dead", "stale"]
+    why: Literal["owner_dead", "stale", "orphaned"]
+    """`orphaned`: this process's own lease, left by a release that failed."""
 
 
 @dataclass(frozen=True)
