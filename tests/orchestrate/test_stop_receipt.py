@@ -57,7 +57,10 @@ class LoopingModel:
     def _daemon(self, name: str) -> str:
         path = self.ws / name
         loop = f"while :; do date +%s.%N >> {path}; sleep 0.05; done # {self.token}"
-        return f"touch {path}; setsid -f bash -c '{loop}' >/dev/null 2>&1; echo started"
+        # Back only once the loop has written: until its `setsid` the daemon is still in the
+        # tool's process group, which the tool takes down when the command returns.
+        started = f"while [ ! -s {path} ]; do sleep 0.01; done"
+        return f"touch {path}; setsid -f bash -c '{loop}' >/dev/null 2>&1; {started}; echo started"
 
     def _call(self, name: str, **arguments: Any) -> ToolCall:
         self._ids += 1
