@@ -30,11 +30,15 @@ if TYPE_CHECKING:
     from tether.parent.delegation.ledger import Ledger
     from tether.parent.delegation.orchestrator import Orchestration
     from tether.parent.delegation.output import TaskOutput
+    from tether.parent.delegation.verification import VerifierPolicy
+    from tether.parent.egress.policy import Credential, NetworkPolicy
+    from tether.parent.egress.seat import EgressOptions
     from tether.parent.models import ModelProvider, resolve_model
     from tether.parent.models.replay import TraceModel
     from tether.parent.models.scripted import ScriptedModel
     from tether.parent.placement.rayplacement import RayPlacement
     from tether.parent.process.config import ChildConfig, PoolSpec
+    from tether.parent.process.layers import LayerLimits
     from tether.parent.process.limits import DisposePolicy, Limits
     from tether.parent.roles.builtins import role
     from tether.parent.roles.definitions import Registry, SubagentDefinition
@@ -44,7 +48,7 @@ if TYPE_CHECKING:
     from tether.parent.supervisor import Supervisor
     from tether.parent.trace.reader import read_trace
     from tether.parent.trace.spec import TraceSpec
-    from tether.protocol.messages import AgentDefinition, RunResult
+    from tether.protocol.messages import AgentDefinition, ApplyOutcome, ChangeSet, RunResult
 
 _LAZY = {
     # running sub-agents
@@ -57,6 +61,10 @@ _LAZY = {
     "ChildConfig": "tether.parent.process.config",
     "PoolSpec": "tether.parent.process.config",
     "Continuation": "tether.parent.run.spec",
+    # network by policy
+    "NetworkPolicy": "tether.parent.egress.policy",
+    "Credential": "tether.parent.egress.policy",
+    "EgressOptions": "tether.parent.egress.seat",
     # what a run tells its listeners
     "Event": "tether.parent.run.events",
     "RunStarted": "tether.parent.run.events",
@@ -80,6 +88,11 @@ _LAZY = {
     "Orchestration": "tether.parent.delegation.orchestrator",
     "TaskOutput": "tether.parent.delegation.output",
     "Ledger": "tether.parent.delegation.ledger",
+    "VerifierPolicy": "tether.parent.delegation.verification",
+    # layered workspaces
+    "ChangeSet": "tether.protocol.messages",
+    "ApplyOutcome": "tether.protocol.messages",
+    "LayerLimits": "tether.parent.process.layers",
     # traces and their replay
     "TraceSpec": "tether.parent.trace.spec",
     "read_trace": "tether.parent.trace.reader",
@@ -108,16 +121,22 @@ __all__ = [
     "AgentBusy",
     "AgentDefinition",
     "AgentHandle",
+    "ApplyOutcome",
     "CannotResume",
+    "ChangeSet",
     "ChildConfig",
     "ChildEvent",
     "Continuation",
+    "Credential",
     "DisposePolicy",
+    "EgressOptions",
     "Event",
+    "LayerLimits",
     "Ledger",
     "Limits",
     "ModelProvider",
     "NamedModel",
+    "NetworkPolicy",
     "Orchestration",
     "PoolSpec",
     "RayPlacement",
@@ -133,6 +152,7 @@ __all__ = [
     "TaskOutput",
     "TraceModel",
     "TraceSpec",
+    "VerifierPolicy",
     "__version__",
     "read_trace",
     "resolve_model",

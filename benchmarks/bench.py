@@ -39,8 +39,10 @@ import anyio
 import msgspec
 import psutil
 
+from benchmarks.egress import egress_group
 from benchmarks.fanout import fanout_group
 from benchmarks.followup import follow_up_group
+from benchmarks.layered import layered_group
 from benchmarks.providers import providers_group
 from benchmarks.report import SOAK_HEADING, Figure, Results, render, section, with_section
 from benchmarks.traces import traces_group
@@ -144,6 +146,10 @@ class Plan:
     fleet_runs: int = 3
     fleet_stretch: int = 1024
     """The stretch line's children (0: none)."""
+    egress_rounds: int = 10
+    """Rounds of the egress group (a block of small requests and three downloads each)."""
+    egress_requests: int = 200
+    """Small requests per round and way (direct, through the proxy)."""
     only: tuple[str, ...] = ()
     """Run only these groups (by name, as printed); empty: every group."""
 
@@ -181,6 +187,8 @@ class Plan:
             fleet=8,
             fleet_runs=1,
             fleet_stretch=0,
+            egress_rounds=2,
+            egress_requests=20,
         )
 
 
@@ -1828,6 +1836,39 @@ class CompletingModel:
         )
 
 
+class StampingModel(CompletingModel):
+    """`CompletingModel` that notes when it answered its first turn after `mark()`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first: int | None = None
+
+    def mark(self) -> None:
+        self.first = None
+
+    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+        answer = await super().complete(params)
+        if self.first is None:
+            self.first = time.perf_counter_ns()
+        return answer
+
+
+HIBERNATE_AFTER = 0.05
+"""The keep-alive of the agent the wake-up figures wake: its child goes 50 ms after an answer."""
+
+
+async def _hibernated(sup: Supervisor, agent_id: str) -> None:
+    """Wait until the agent's child has gone by its keep-alive and its lease is released."""
+    handle = sup.agents.live_handle(agent_id)
+    if handle is not None:
+        await handle.wait()  # the keep-alive passed: the child went down the ladder
+    with anyio.fail_after(60):
+        # The release is the agents' tending task's, right after the child went; the store is
+        # where it shows.
+        while (got := await sup.agents.show(agent_id, tail=0)) and got.summary.holder:  # noqa: ASYNC110
+            await anyio.sleep(0.005)
+
+
 LONG_TRANSCRIPT = 1000
 """Messages in the transcript the long cold resume replays."""
 
@@ -1872,6 +1913,11 @@ async def continue_group(res: Results, p: Plan, workspace: str) -> None:
             await short.result()
             await long.result()
             long_bytes = await _pad_transcript(sup, long.id, LONG_TRANSCRIPT)
+            stamping = StampingModel()
+            sleepy = await sup.spawn_agent(
+                "bench", workspace=workspace, model=stamping, keep_alive=HIBERNATE_AFTER
+            )
+            await sleepy.result()
             for rnd in range(rounds + 1):  # round 0 warms everything up and is dropped
                 n = per if rnd <= p.rounds else 0
                 s["context.continue_ping"] += [us(x) for x in await tether_pings(pinger, n)]
@@ -1914,6 +1960,26 @@ async def continue_group(res: Results, p: Plan, workspace: str) -> None:
                         got = await sup.send_message(agent.id, "again")
                         s[key].append(ms(time.perf_counter_ns() - t0))
                         assert got.success, got.message
+                    # Wake: hibernated by its keep-alive, woken by a message (a cold resume).
+                    await _hibernated(sup, sleepy.id)
+                    stamping.mark()
+                    t0 = time.perf_counter_ns()
+                    got = await sup.send_message(sleepy.id, "wake up")
+                    done = time.perf_counter_ns()
+                    assert got.success and stamping.first is not None, got.message
+                    s["tether.wake_first_turn"].append(ms(stamping.first - t0))
+                    s["context.wake"].append(ms(done - t0))
+                    # And after a restart: a new supervisor on the same state directory finds
+                    # the agent and wakes it.
+                    await _hibernated(sup, sleepy.id)
+                    stamping.mark()
+                    t0 = time.perf_counter_ns()
+                    async with Supervisor(state_dir=state) as restarted:
+                        found = await restarted.list_agents()
+                        assert sleepy.id in {a.id for a in found}
+                        got = await restarted.send_message(sleepy.id, "again", model=stamping)
+                        assert got.success and stamping.first is not None, got.message
+                        s["tether.wake_after_restart"].append(ms(stamping.first - t0))
                 if rnd == 0:
                     s.clear()
     res.add(
@@ -1989,6 +2055,42 @@ async def continue_group(res: Results, p: Plan, workspace: str) -> None:
     )
     res.add(
         Figure(
+            "tether.wake_first_turn",
+            "wake a hibernated agent: cold resume → first answered turn",
+            "ms",
+            s["tether.wake_first_turn"],
+            f"an agent whose child went {HIBERNATE_AFTER * 1000:.0f} ms after its last answer "
+            "(its keep-alive; the lease released) gets `send_message`: the lease taken, the "
+            "transcript read, the message stored, a fresh child spawned with the transcript "
+            "as its history, its first model turn answered; from the call to that answer",
+            floor="context.fresh_run",
+        )
+    )
+    res.add(
+        Figure(
+            "context.wake",
+            "wake a hibernated agent, to its result",
+            "ms",
+            s["context.wake"],
+            "as the wake-up, from the call to `send_message` returning (the turn stored, the "
+            "`complete` tool, the answer stored)",
+            floor="tether.wake_first_turn",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.wake_after_restart",
+            "a restarted supervisor wakes a hibernated agent: start → first answered turn",
+            "ms",
+            s["tether.wake_after_restart"],
+            "a new `Supervisor` on the same state directory (its keeper started, the store "
+            "opened), `list_agents`, then the wake-up as above; from entering the supervisor "
+            "to the woken child's first answered turn",
+            floor="tether.wake_first_turn",
+        )
+    )
+    res.add(
+        Figure(
             "tether.cold_resume_long",
             f"cold resume, {LONG_TRANSCRIPT}-message transcript (about {long_bytes // 1024} KiB)",
             "ms",
@@ -2021,6 +2123,8 @@ async def measure(res: Results, p: Plan) -> None:
             ),
             ("fan-out", lambda: fanout_group(res, p.fanouts, ws, p.fanout)),
             ("providers", lambda: providers_group(res, p.whole_runs, ws)),
+            ("egress proxy", lambda: egress_group(res, p.egress_rounds, p.egress_requests)),
+            ("layered workspaces", lambda: layered_group(res, p.whole_runs, ws)),
             ("traces", lambda: traces_group(res, p.traced_runs)),
         ]
         for name, step in steps:

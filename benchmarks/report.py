@@ -144,6 +144,21 @@ def _ratio(ratio: float, limit: float) -> str:
     return text
 
 
+def _added(key: str, floor: str, limit: float) -> Check:
+    """`key`'s median exceeds `floor`'s by at most `limit` (in their unit)."""
+
+    def check(figs: dict[str, Figure]) -> tuple[bool, str, str]:
+        a, b = figs[key], figs[floor]
+        added = a.median - b.median
+        measured = f"{fmt(a.median, a.unit)} vs {fmt(b.median, b.unit)}: {fmt(added, a.unit)} added"
+        unsteady = [f for f in (a, b) if f.spread > UNSTEADY]
+        if unsteady:
+            measured += " (unsteady; rerun on a quieter machine)"
+        return added <= limit, measured, f"{added / limit:.2f}{X} the limit"
+
+    return check
+
+
 def _absolute(key: str, limit: float, at_most: bool, bound: tuple[str, str] | None = None) -> Check:
     """`bound`: as for `_relative`, a figure of what no implementation can do without, shown
     beside the measurement (and its share of the limit)."""
@@ -303,6 +318,22 @@ TARGETS = [
             1.2,
             True,
             beside="floor.rss_bare",
+        ),
+    ),
+    Target(
+        "egress_request",
+        "a run's egress proxy adds ≤ 1 ms to a request",
+        _added("tether.egress_request", "floor.direct_request", 1000.0),
+    ),
+    Target(
+        "egress_download",
+        f"a 64 MiB download through the egress proxy ≥ 0.8{X} a direct loopback download",
+        _relative(
+            "tether.egress_download",
+            "floor.direct_download",
+            0.8,
+            False,
+            bound=("context.bare_relay_download", "a bare relay process"),
         ),
     ),
 ]

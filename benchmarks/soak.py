@@ -18,9 +18,16 @@ Then the mixed round: `--mixed` runs at once, a quarter each of a child that cra
 (SIGSEGV), one that hangs past a 1 s wall limit, one that writes a line past the message cap,
 and a successful run; every result must have its own kind, and the leak checks run again.
 
-The exit status is 1 when any check found a leak, a cycle failed, or a mixed run came back with
-the wrong kind. `--write` puts the figures in docs/performance.md's "Soak" section (which
-`scripts/bench` keeps when it regenerates the rest); `--json` writes them as JSON.
+Then the crash round (`benchmarks/crash.py`): `--crash` SIGKILLs (200 by default) of a
+supervisor whose continuable agents keep receiving follow-ups, at random points of a seeded
+schedule, against one state directory, each checked for what the store and the host must hold
+after a crash (integrity, every acknowledged follow-up stored with its answer, nothing of the
+killed tree alive 2 s later, every agent resumed), with the takeover time reported.
+
+The exit status is 1 when any check found a leak, a cycle failed, a mixed run came back with
+the wrong kind, or the crash round found a violation. `--write` puts the figures in
+docs/performance.md's "Soak" section (which `scripts/bench` keeps when it regenerates the
+rest); `--json` writes them as JSON.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from pathlib import Path
 import anyio
 import psutil
 
+from benchmarks import crash
 from benchmarks.report import SOAK_HEADING, machine, with_section
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process.config import ChildConfig, PoolSpec
@@ -319,7 +327,12 @@ async def mixed(runs: int, workspace: Path) -> MixedRound:
 
 
 def markdown(
-    soaks: list[SpawnerSoak], rounds: list[MixedRound], command: str, when: str, every: int
+    soaks: list[SpawnerSoak],
+    rounds: list[MixedRound],
+    command: str,
+    when: str,
+    every: int,
+    crashed: crash.Report | None = None,
 ) -> str:
     lines = [
         SOAK_HEADING,
@@ -362,6 +375,8 @@ def markdown(
             f"Mixed round: {r.runs} runs at once in {r.seconds:.1f} s ({kinds}); "
             f"{r.runs - len(r.wrong)} of {r.runs} with the right kind; afterwards {leaks}.",
         ]
+    if crashed is not None:
+        lines += ["", crash.markdown(crashed).rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
@@ -371,19 +386,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--every", type=int, default=100, help="check for leaks every N (100)")
     ap.add_argument("--spawners", default=",".join(SPAWNERS), help="exec,zygote,pool")
     ap.add_argument("--mixed", type=int, default=64, help="runs in the mixed round (64; 0: none)")
+    ap.add_argument(
+        "--crash", type=int, default=200, help="SIGKILLs in the crash round (200; 0: none)"
+    )
+    ap.add_argument("--crash-seed", type=int, default=1, help="the crash round's seed (1)")
     ap.add_argument("--write", action="store_true", help="update docs/performance.md's Soak")
     ap.add_argument("--out", type=Path, default=PERFORMANCE, help="the file --write updates")
     ap.add_argument("--json", type=Path, help="also write the figures here as JSON")
     args = ap.parse_args(argv)
     spawners = [s for s in args.spawners.split(",") if s]
     unknown = set(spawners) - set(SPAWNERS)
-    if unknown or args.cycles < 1 or args.every < 1 or args.mixed < 0:
+    if unknown or args.cycles < 1 or args.every < 1 or args.mixed < 0 or args.crash < 0:
         ap.error(f"bad arguments (unknown spawners: {sorted(unknown)})")
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load_at_start = os.getloadavg()[0]
     command = "scripts/soak" + (" " + " ".join(argv) if argv else " " + " ".join(sys.argv[1:]))
 
-    async def everything() -> tuple[list[SpawnerSoak], list[MixedRound]]:
+    async def everything() -> tuple[list[SpawnerSoak], list[MixedRound], crash.Report | None]:
         with tempfile.TemporaryDirectory(prefix="tether-soak-") as tmp:
             ws = Path(tmp)
             (ws / "notes.txt").write_text("a note\n")
@@ -395,12 +414,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.mixed:
                 print(f"== mixed round: {args.mixed} runs at once", flush=True)
                 rounds.append(await mixed(args.mixed, ws))
-            return soaks, rounds
+            crashed = None
+            if args.crash:
+                print(f"== crash round: {args.crash} SIGKILLs", flush=True)
+                crashed = await anyio.to_thread.run_sync(
+                    crash.run, args.crash, args.crash_seed, Path(tmp) / "crash"
+                )
+            return soaks, rounds, crashed
 
-    soaks, rounds = anyio.run(everything)
+    soaks, rounds, crashed = anyio.run(everything)
     load_at_end = os.getloadavg()[0]
     load = f"load average (1 min) {load_at_start:.1f} at the start, {load_at_end:.1f} at the end"
-    text = markdown(soaks, rounds, command.strip(), f"{when}; {load}", args.every)
+    text = markdown(soaks, rounds, command.strip(), f"{when}; {load}", args.every, crashed)
     print()
     print(text)
     if args.write:
@@ -424,11 +449,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         for s in soaks
                     ],
                     "mixed": [{**asdict(r), "clean": r.clean} for r in rounds],
+                    "crash": crashed.summary() if crashed is not None else None,
                 },
                 indent=1,
             )
         )
     problems = [s.spawner for s in soaks if not s.clean] + ["mixed" for r in rounds if not r.clean]
+    if crashed is not None and crashed.violations:
+        problems.append("crash")
     if problems:
         print(f"soak: NOT clean: {', '.join(problems)}", file=sys.stderr)
         for s in soaks:
@@ -437,6 +465,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for r in rounds:
             for why in r.wrong[:10]:
                 print(f"  mixed: {why}", file=sys.stderr)
+        for why in crashed.violations[:10] if crashed is not None else []:
+            print(f"  crash: {why}", file=sys.stderr)
         return 1
     return 0
 

@@ -464,11 +464,19 @@ class Entry:
 SKIP_DIRS = frozenset({".git"})
 
 
-def descend(dir_fd: int, *, limit: int = 200_000) -> Iterator[Entry]:
+def descend(
+    dir_fd: int,
+    *,
+    limit: int = 200_000,
+    on_error: Callable[[str, OSError], None] | None = None,
+    skip: frozenset[str] = SKIP_DIRS,
+) -> Iterator[Entry]:
     """Every entry under the directory `dir_fd` (open for reading), depth first in name order,
     at most `limit`. Each subdirectory is opened with `O_NOFOLLOW` relative to its parent's
     descriptor, so no symlink, even one swapped in mid-walk, leads the walk anywhere: symlinks
-    are reported as entries but never descended. `.git` directories are not descended."""
+    are reported as entries but never descended. Directories named in `skip` (`.git`, by
+    default) are not descended. A directory that cannot be listed is passed over, told to
+    `on_error` (its relative path, `""` for the top, and the error) when one is given."""
     seen = 0
 
     def inner(fd: int, prefix: str) -> Iterator[Entry]:
@@ -476,7 +484,9 @@ def descend(dir_fd: int, *, limit: int = 200_000) -> Iterator[Entry]:
         try:
             with os.scandir(fd) as it:
                 entries = sorted(it, key=lambda e: e.name)
-        except OSError:
+        except OSError as exc:
+            if on_error is not None:
+                on_error(prefix.rstrip("/"), exc)
             return
         for e in entries:
             seen += 1
@@ -490,10 +500,12 @@ def descend(dir_fd: int, *, limit: int = 200_000) -> Iterator[Entry]:
                 continue
             rel = f"{prefix}{e.name}"
             yield Entry(rel, e.name, fd, is_dir, is_file, is_link)
-            if is_dir and e.name not in SKIP_DIRS:
+            if is_dir and e.name not in skip:
                 try:
                     sub = os.open(e.name, _LIST_FLAGS, dir_fd=fd)
-                except OSError:
+                except OSError as exc:
+                    if on_error is not None:
+                        on_error(rel, exc)
                     continue
                 try:
                     yield from inner(sub, rel + "/")

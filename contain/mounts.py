@@ -433,6 +433,10 @@ def mount(source: str, target: str, fstype: str | None, flags: int, data: str = 
     )
 
 
+def umount(target: str, flags: int = 0) -> None:
+    check(libc.umount2(os.fsencode(target), ctypes.c_int(flags)), f"umount {target}")
+
+
 def unshare(flags: int) -> None:
     check(libc.unshare(ctypes.c_int(flags)), "unshare")
 
@@ -507,6 +511,7 @@ def private_namespace(
     devices: Iterable[str] = (),
     needed: Iterable[str] | None = None,
     hide: Iterable[str] = (),
+    layer: str | None = None,
 ) -> Applied:
     """Enter a private mount namespace laid out as `plan` (see the module docstring).
     `idmap` is (owner uid, sandbox uid, owner gid, sandbox gid) for the workspace, or `None`
@@ -518,7 +523,9 @@ def private_namespace(
     temp dirs stays reachable (`sealer`: an fd of `unmapped_userns()` made ahead, else one is
     made here; `devices`: what the private /dev holds; `needed`: every path the child is
     granted, whose mounts alone are cloned, `None`: every mount); `hide`: directories covered
-    last by an empty read-only mount (those the child's view still has). Raises `OSError`."""
+    last by an empty read-only mount (those the child's view still has); `layer`: a layered
+    workspace's layer directory, the workspace then an overlay of it (`layer.over_clone`).
+    Raises `OSError`."""
     made = made_sealer = None
     if idmap is not None and plan.workspace and userns is None:
         userns = made = idmap_userns(*idmap)
@@ -537,9 +544,14 @@ def private_namespace(
         }
         for fd in guards.values():
             set_attr(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
-        ws_fd = None
+        ws_fd = layer_fd = None
+        if plan.workspace and layer:
+            layer_fd = open_tree_clone(layer)  # before /tmp, where it may lie, is covered
+            set_attr(layer_fd, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
         if plan.workspace:
-            ws_fd = open_tree_clone(plan.workspace)
+            # A layer's frozen base, when it has one, is what the child sees under its writes.
+            frozen = f"{layer}/base" if layer else None
+            ws_fd = open_tree_clone(frozen if frozen and os.path.isdir(frozen) else plan.workspace)
             set_attr(
                 ws_fd,
                 MOUNT_ATTR_NOSUID
@@ -568,7 +580,11 @@ def private_namespace(
             done.restored.append(path)
         if ws_fd is not None and plan.workspace:
             _make_mount_point(plan.workspace, True)
-            move_to(ws_fd, plan.workspace)
+            if layer_fd is None:
+                move_to(ws_fd, plan.workspace)
+            else:
+                overlay_from_clones(ws_fd, layer_fd, plan.workspace, read_only=workspace_read_only)
+                os.close(layer_fd)
             os.close(ws_fd)
         # Over the workspace, outermost first, so an inner one is not hidden by an outer one.
         for path in sorted(guards, key=lambda p: (p.count("/"), p)):
@@ -741,3 +757,55 @@ def user_namespace(uid: int, gid: int) -> None:
     with open("/proc/self/gid_map", "w") as f:
         f.write(f"{gid} {gid} 1\n")
     mount("none", "/", None, MS_REC | MS_SLAVE)
+
+
+# --- a layered workspace (see `layer.py`) -----------------------------------------------------
+
+OVERLAY_OPTIONS = "redirect_dir=nofollow,metacopy=off,index=off,xino=off"
+LAYER_STAGE = "/tmp/.tether-layer"
+"""Where a root supervisor's child attaches the layers while it mounts the overlay (its
+private /tmp)."""
+
+
+def overlay_options(lower: str, layer: str, *, read_only: bool, userxattr: bool) -> str:
+    """The overlay's mount options for `lower` (the workspace) and the layer directory
+    `layer` (its `upper` and `work`); read-only: the layer's `upper` as a second lower layer."""
+    if read_only:
+        opts = f"lowerdir={layer}/upper:{lower}"
+    else:
+        opts = f"lowerdir={lower},upperdir={layer}/upper,workdir={layer}/work"
+    opts += f",{OVERLAY_OPTIONS}"
+    if userxattr:
+        opts += ",userxattr"
+    return opts
+
+
+def mount_overlay(target: str, opts: str, *, read_only: bool) -> None:
+    flags = MS_NOSUID | MS_NODEV | (MS_RDONLY if read_only else 0)
+    mount("overlay", target, "overlay", flags, opts)
+
+
+def overlay_from_clones(ws_fd: int, layer_fd: int, workspace: str, *, read_only: bool) -> None:
+    """As root in the private mount namespace: the overlay at `workspace` (an existing mount
+    point) from the detached clones `ws_fd` (the workspace, idmapped) and `layer_fd` (the layer
+    directory), attached under `LAYER_STAGE` while it is mounted and detached again, so nothing
+    in the child's view leads to the real workspace or the layer directory. The caller closes
+    the fds. Raises `OSError`."""
+    lower, layer = f"{LAYER_STAGE}/lower", f"{LAYER_STAGE}/layer"
+    os.makedirs(lower, mode=0o700)
+    os.makedirs(layer, mode=0o700)
+    try:
+        move_to(ws_fd, lower)
+        move_to(layer_fd, layer)
+        try:
+            opts = overlay_options(lower, layer, read_only=read_only, userxattr=False)
+            mount_overlay(workspace, opts, read_only=read_only)
+        finally:
+            for staged in (lower, layer):
+                umount(staged, MNT_DETACH)
+    finally:
+        for staged in (lower, layer, LAYER_STAGE):
+            try:
+                os.rmdir(staged)
+            except OSError:
+                pass

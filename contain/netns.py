@@ -1,22 +1,24 @@
-"""A private network namespace whose one way out is the model gateway.
+"""A private network namespace whose only ways out are listeners the parent serves.
 
-A foreign agent (an ACP agent, a `command` child with its own model client) needs one network
-destination: the parent's model gateway. Run as root in the trampoline, before the uid change,
-`enter_gateway_namespace(port, channel_fd)`:
+A foreign agent (an ACP agent, a `command` child with its own model client) needs the parent's
+model gateway; a run with a network policy needs the parent's egress proxy (both, for a
+foreign agent with a policy). Run as root in the trampoline, before the uid change,
+`enter_private_namespace(ports, channel_fd)`:
 
 1. `unshare(CLONE_NEWNET)`: a new network namespace, which has only a loopback interface,
    down, and no route anywhere;
 2. brings loopback up (`SIOCSIFFLAGS`), so 127.0.0.1 works inside;
-3. makes a TCP socket listening on 127.0.0.1:`port` inside it (always free: the namespace is
-   new) and sends it to the parent over the inherited UNIX socket `channel_fd` with
-   `SCM_RIGHTS`; the parent's gateway accepts connections on it (`Gateway.listen_on`);
-4. closes both, so the agent holds neither.
+3. makes one TCP socket listening on 127.0.0.1 per port of `ports` inside it (always free:
+   the namespace is new) and sends them, in that order, to the parent over the inherited
+   UNIX socket `channel_fd` with `SCM_RIGHTS`; the parent serves each (the gateway's
+   `listen_on`, the run's proxy);
+4. closes them all, so the child holds none.
 
-From then on, whatever the agent connects to inside the namespace is that one listener, or
-nothing (connection refused); the host's loopback and every other address are unreachable.
+From then on, whatever the child connects to inside the namespace is one of those listeners,
+or nothing (connection refused); the host's loopback and every other address are unreachable.
 Abstract UNIX sockets are per network namespace too. The seccomp filter's `inet` variant
 and the Landlock port rule (`sequence.py`) close the rest: no UNIX sockets, no UDP, TCP to
-that port only.
+those ports only.
 
 Only the standard library (see `_sys.py`).
 """
@@ -27,6 +29,7 @@ import fcntl
 import os
 import socket
 import struct
+from collections.abc import Sequence
 
 from tether.contain._sys import check, libc
 
@@ -35,11 +38,11 @@ SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
 GATEWAY_HOST = "127.0.0.1"
-CHANNEL_TAG = b"tether-gateway"
-"""The bytes sent beside the listening socket (a receiver checks it)."""
+CHANNEL_TAG = b"tether-netns"
+"""The bytes sent beside the listening sockets (a receiver checks it)."""
 
 
-def enter_gateway_namespace(port: int, channel_fd: int) -> None:
+def enter_private_namespace(ports: Sequence[int], channel_fd: int) -> None:
     """Steps 1-4 of the module docstring; raises `OSError` (the child must not run then).
     `channel_fd` is closed on every path."""
     try:
@@ -50,10 +53,17 @@ def enter_gateway_namespace(port: int, channel_fd: int) -> None:
     with channel:
         check(libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
         loopback_up()
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
-            listener.bind((GATEWAY_HOST, port))
-            listener.listen(128)
-            socket.send_fds(channel, [CHANNEL_TAG], [listener.fileno()])
+        listeners: list[socket.socket] = []
+        try:
+            for port in ports:
+                listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                listeners.append(listener)
+                listener.bind((GATEWAY_HOST, port))
+                listener.listen(128)
+            socket.send_fds(channel, [CHANNEL_TAG], [s.fileno() for s in listeners])
+        finally:
+            for listener in listeners:
+                listener.close()
 
 
 def loopback_up() -> None:

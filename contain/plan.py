@@ -112,6 +112,7 @@ _FIELDS = (
     "local_sockets",
     "git_guard",
     "hide",
+    "layer",
 )
 
 
@@ -144,6 +145,7 @@ class Plan:
         local_sockets: bool = False,
         git_guard: Sequence[str] = (),
         hide: Sequence[str] = (),
+        layer: str | None = None,
     ) -> None:
         self.level = level
         self.abi = abi
@@ -167,12 +169,13 @@ class Plan:
         self.cwd = cwd
         self.seccomp = seccomp
         self.network = dict(network) if network else None
-        """`None`: no network at all (tether's own children). For a foreign agent that must
-        reach the model gateway: `{"port": P, "channel": FD}` — a private network namespace
-        whose only listener is the gateway's socket on 127.0.0.1:P, made inside and sent to
-        the parent over the inherited UNIX socket FD (`netns.py`); without `channel` (a
-        supervisor that cannot make one), the host's network with TCP connect to port P
-        only. Either way the seccomp filter's `inet` variant and a Landlock rule for P."""
+        """`None`: no network at all (the default). For a child that must reach listeners
+        the parent serves (a foreign agent's model gateway, a run's egress proxy):
+        `{"ports": [P, ...], "channel": FD}` — a private network namespace whose only
+        listeners are sockets on 127.0.0.1 at those ports, made inside and sent to the parent
+        over the inherited UNIX socket FD (`netns.py`); without `channel` (a supervisor that
+        cannot make one), the host's network with TCP connect to those ports only. Either way
+        the seccomp filter's `inet` variant and a Landlock rule per port."""
         self.workspace_read_only = workspace_read_only
         """The workspace is granted read only (a foreign agent in explore mode: its own
         tools must not write there either)."""
@@ -196,6 +199,11 @@ class Plan:
         self.hide = list(hide)
         """Directories covered by an empty, read-only mount (private mounts only): the
         session store's, which no grant may reach, whatever the layout."""
+        self.layer = layer
+        """A layered workspace: the parent's layer directory (`upper/`, `work/`), mounted as
+        an overlay over the workspace (`tether.contain.layer`): as root in the private mount
+        namespace, without root in a user namespace of the child's own. With
+        `workspace_read_only`, a read-only view of the layer."""
 
     @property
     def sandboxed(self) -> bool:

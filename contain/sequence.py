@@ -17,11 +17,12 @@ first instruction:
    and the mask survive exec); for a Python child run without an exec (the zygote's fork, the
    trampoline's in-place child), exactly what a freshly started interpreter has;
 5. the sandbox (`enter_sandbox`), when the plan asks for one: private mounts (with the
-   workspace's git directories guarded: `mounts.guard_git`; without root, in a user namespace
-   of the process's own), for a foreign agent the private network namespace with the
-   gateway's socket (`netns.py`), the Landlock rule fds, the uid/gid change with every
-   capability dropped, the working directory, no_new_privs, the Landlock domain, the seccomp
-   filter — last, so nothing before it is filtered.
+   workspace's git directories guarded: `mounts.guard_git`, and a layered workspace's overlay:
+   `layer.py`; without root, both in a user namespace of the process's own), for a foreign
+   agent or a run with a network policy the private network namespace with the parent's
+   listeners (`netns.py`), the Landlock rule fds, the uid/gid change with every capability
+   dropped, the working directory, no_new_privs, the Landlock domain, the seccomp filter —
+   last, so nothing before it is filtered.
 
 Only the standard library (see `_sys.py`), and of it only what a bare interpreter has loaded
 or builds in: `_signal`, not `signal` (whose enums import `enum`, ≈ 4 ms of every cold spawn
@@ -221,6 +222,7 @@ def _enter(plan: Plan, userns: int | None, sealer: int | None) -> None:
             # Not the writes: they are the private tmpfs, whatever the host mounts there.
             needed=[*plan.reads, *([plan.workspace] if plan.workspace else [])],
             hide=plan.hide,
+            layer=plan.layer,
         )
         if plan.workspace and plan.git_guard:
             mounts.guard_git(plan.workspace, plan.git_guard)
@@ -229,17 +231,24 @@ def _enter(plan: Plan, userns: int | None, sealer: int | None) -> None:
     else:
         if plan.home:
             os.makedirs(plan.home, mode=0o700, exist_ok=True)
-        if plan.workspace and plan.git_guard:
+        if plan.workspace and (plan.git_guard or plan.layer):
             # Without root: a user namespace of its own to mount in (`mounts.user_namespace`).
-            mounts.prepare_git(plan.workspace, plan.git_guard)
+            if plan.git_guard:
+                mounts.prepare_git(plan.workspace, plan.git_guard)
             mounts.user_namespace(os.geteuid(), os.getegid())
-            mounts.guard_git(plan.workspace, plan.git_guard)
+            if plan.layer:
+                from tether.contain import layer
+
+                layer.over_path(plan.workspace, plan.layer, read_only=plan.workspace_read_only)
+            if plan.git_guard:
+                mounts.guard_git(plan.workspace, plan.git_guard)
     network = plan.network
+    ports = [int(p) for p in network["ports"]] if network is not None else []
     if network is not None and network.get("channel") is not None:
         from tether.contain import netns
 
         # As root, before the uid change: a new network namespace needs CAP_SYS_ADMIN.
-        netns.enter_gateway_namespace(int(network["port"]), int(network["channel"]))
+        netns.enter_private_namespace(ports, int(network["channel"]))
     # Rule fds are opened now, while every granted path is still reachable.
     rules = landlock.Ruleset(plan.abi)
     rules.allow_all(plan.reads, landlock.READ)
@@ -247,11 +256,11 @@ def _enter(plan: Plan, userns: int | None, sealer: int | None) -> None:
     if plan.workspace:
         rules.allow(plan.workspace, landlock.READ if plan.workspace_read_only else landlock.WRITE)
     rules.allow_all(plan.devices, landlock.DEVICE)
-    if network is not None:
-        rules.allow_port(int(network["port"]), landlock.NET_CONNECT_TCP)
+    for port in ports:
+        rules.allow_port(port, landlock.NET_CONNECT_TCP)
     if plan.uid is not None and plan.gid is not None:
         privileges.drop_to(plan.uid, plan.gid)
-    elif not plan.private_mounts and plan.workspace and plan.git_guard:
+    elif not plan.private_mounts and plan.workspace and (plan.git_guard or plan.layer):
         privileges.drop_namespace_capabilities()
     else:
         privileges.drop_capabilities_unprivileged()

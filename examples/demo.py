@@ -6,6 +6,11 @@ orchestrated run: an orchestrator child delegates through the task tool to two e
 parallel, then to a tester whose three-file change a verifier fails once and passes after a
 fix (all scripted in examples/orchestrate.json; the same run from the shell:
 `tether orchestrate PROMPT --model scripted:examples/orchestrate.json --workspace COPY`).
+
+Then two layered orchestrations (examples/layered.json): two build sub-agents editing the same
+file at once, each in a copy-on-write layer of its own (the first change set applied wins, the
+second comes back as a conflict with both sides), and three attempts at one change, each in
+its own layer, the verifier choosing the one that is applied.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pathlib import Path
 
 import anyio
 
-from tether import AgentDefinition, ChildConfig, Event, Limits, Supervisor, role
+from tether import AgentDefinition, ChildConfig, Event, Limits, Supervisor, VerifierPolicy, role
 from tether.console import LiveView, printer, render_orchestration, render_result
 
 HERE = Path(__file__).resolve().parent
@@ -87,6 +92,7 @@ async def _cases(show: Callable[[Event], None], workspace: Path) -> int:
                     print("  " + Path(artifact.path).read_text().strip().replace("\n", "\n  "))
             print(f"({time.monotonic() - started:.2f}s)", flush=True)
         await _orchestrated(sup, workspace)
+        await _layered(sup, workspace)
     return 0
 
 
@@ -104,6 +110,58 @@ async def _orchestrated(sup: Supervisor, workspace: Path) -> None:
         on_event=LiveView(sys.stderr),
     )
     print(render_orchestration(got))
+    print("  --- inventory.py after the run ---")
+    print("  " + (workspace / "inventory.py").read_text().strip().replace("\n", "\n  "))
+    print(f"({time.monotonic() - started:.2f}s)", flush=True)
+
+
+async def _layered(sup: Supervisor, workspace: Path) -> None:
+    model = f"scripted:{HERE / 'layered.json'}"
+    print(
+        "\n6. Two build sub-agents edit inventory.py at once, each in a layer of its own: the "
+        "first change set applied wins, the second reports a conflict",
+        flush=True,
+    )
+    started = time.monotonic()
+    (workspace / "inventory.py").write_text((HERE / "workspace" / "inventory.py").read_text())
+    got = await sup.orchestrate(
+        "Guard adjust() and reword its note, both at once.",
+        model=model,
+        workspace=workspace,
+        workspace_mode="layered",
+        on_event=LiveView(sys.stderr),
+    )
+    print(render_orchestration(got))
+    for call in got.tasks:
+        applied = call.output.applied
+        for conflict in applied.conflicts if applied is not None else []:
+            print(f"  conflict in {call.tool_call_id} at {conflict.path}:")
+            print("    workspace: " + conflict.workspace.strip().replace("\n", "\n               "))
+            print("    layer:     " + conflict.layer.strip().replace("\n", "\n               "))
+    print(f"({time.monotonic() - started:.2f}s)", flush=True)
+    print(
+        "\n7. Three attempts at one change, each in its own layer; the verifier picks the one "
+        "applied",
+        flush=True,
+    )
+    started = time.monotonic()
+    got = await sup.orchestrate(
+        "Add total() to inventory.py.",
+        model=model,
+        workspace=workspace,
+        workspace_mode="layered",
+        apply="on_verified",
+        verifier=VerifierPolicy(max_fix_cycles=0),
+        on_event=LiveView(sys.stderr),
+    )
+    print(render_orchestration(got))
+    output = got.tasks[0].output
+    for report in output.attempts:
+        print(
+            f"  attempt {report.attempt}: {report.status}, verdict {report.verdict}: "
+            f"{report.summary}"
+        )
+    print(f"  taken: attempt {output.taken} ({output.taken_because})")
     print("  --- inventory.py after the run ---")
     print("  " + (workspace / "inventory.py").read_text().strip().replace("\n", "\n  "))
     print(f"({time.monotonic() - started:.2f}s)", flush=True)

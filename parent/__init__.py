@@ -13,6 +13,8 @@ change between releases.
 
 from typing import TYPE_CHECKING
 
+from tether.parent.egress.events import NetEvent
+from tether.parent.egress.policy import Credential, NetworkPolicy
 from tether.parent.models import ModelProvider, resolve_model
 from tether.parent.models.replay import TraceModel
 from tether.parent.models.scripted import ScriptedModel
@@ -58,6 +60,8 @@ if TYPE_CHECKING:
     )
     from tether.parent.agents.sessions import Activation, SessionStore
     from tether.parent.agents.tools import agent_tools
+    from tether.parent.egress.addresses import NameTable
+    from tether.parent.egress.seat import EgressOptions
     from tether.parent.gateway import Gateway
     from tether.parent.models.anthropic import AnthropicModel
     from tether.parent.models.openai import OpenAIModel
@@ -65,13 +69,15 @@ if TYPE_CHECKING:
     from tether.parent.providers.acp import AcpDriver, AcpLimits, AcpTask
 
 # Continuable agents load the session store (SQLite) on first use, not with this package; the
-# HTTP models, the gateway and the ACP driver load theirs on first use too.
+# HTTP models, the gateway, the ACP driver and the egress proxy load theirs on first use too.
 _LAZY = {
     "AcpDriver": "tether.parent.providers.acp",
     "AcpLimits": "tether.parent.providers.acp",
     "AcpTask": "tether.parent.providers.acp",
     "Activation": "tether.parent.agents.sessions",
     "AnthropicModel": "tether.parent.models.anthropic",
+    "EgressOptions": "tether.parent.egress.seat",
+    "NameTable": "tether.parent.egress.addresses",
     "Gateway": "tether.parent.gateway",
     "OpenAIModel": "tether.parent.models.openai",
     "RetryPolicy": "tether.parent.models.retry",
@@ -117,7 +123,9 @@ __all__ = [
     "ChildConfig",
     "ChildEvent",
     "Continuation",
+    "Credential",
     "DisposePolicy",
+    "EgressOptions",
     "Event",
     "EventStream",
     "Failure",
@@ -127,6 +135,9 @@ __all__ = [
     "ModelCompleteParams",
     "ModelCompleteResult",
     "ModelProvider",
+    "NameTable",
+    "NetEvent",
+    "NetworkPolicy",
     "OpenAIModel",
     "ParentTool",
     "PoolSpec",

@@ -20,8 +20,9 @@ from tether.protocol.messages import RunResult
 
 if TYPE_CHECKING:
     from tether.parent.agents.service import AgentHandle, Agents
-    from tether.parent.agents.sessions import AgentSummary
+    from tether.parent.agents.sessions import AgentSummary, LeasePolicy
     from tether.parent.delegation.orchestrator import Orchestration
+    from tether.parent.egress.seat import EgressOptions
 
 
 class Supervisor(SupervisorCore):
@@ -34,12 +35,18 @@ class Supervisor(SupervisorCore):
         pool: PoolSpec | None = None,
         state_dir: str | os.PathLike[str] | None = None,
         trace: TraceOption = None,
+        lease: LeasePolicy | None = None,
+        egress: EgressOptions | None = None,
     ) -> None:
         """`state_dir`: where continuable agents' sessions are stored (default
         `$XDG_STATE_HOME/tether`); opened on first use of `spawn_agent` and the like.
-        `trace`: trace every run (a directory, or a `TraceSpec`; docs/traces.md)."""
-        super().__init__(config, pool=pool, trace=trace)
+        `trace`: trace every run (a directory, or a `TraceSpec`; docs/traces.md). `lease`:
+        when another process may take an agent over from a holder that stopped renewing
+        (`LeasePolicy`; default: stale after 60 s, renewed every 15 s). `egress`: see
+        `SupervisorCore`."""
+        super().__init__(config, pool=pool, trace=trace, egress=egress)
         self._state_dir = state_dir
+        self._lease = lease
         self._agents: Agents | None = None
 
     async def _close_services(self) -> None:
@@ -65,7 +72,7 @@ class Supervisor(SupervisorCore):
                 raise RuntimeError("use the Supervisor as `async with Supervisor() as sup:`")
             from tether.parent.agents.service import Agents
 
-            self._agents = Agents(self, self._tg, self._state_dir)
+            self._agents = Agents(self, self._tg, self._state_dir, self._lease)
         return self._agents
 
     async def spawn_agent(self, prompt: str, **kwargs: Any) -> AgentHandle:

@@ -231,6 +231,9 @@ class Artifact(Wire, frozen=True):
     size: int
     fs_type: FsType
     modified_at: str | None = None
+    in_change_set: bool = False
+    """In a layered run's change set, not in the workspace until it is applied: `path` is where
+    it will be, its content is the change set's (`RunResult.changes`)."""
 
 
 class SkippedPath(Wire, frozen=True):
@@ -283,6 +286,8 @@ FailureKind = Literal[
     "budget_exhausted",
     "agent_error",
     "placement_lost",
+    "net_limit",
+    "changes_too_large",
 ]
 FAILURE_KINDS: tuple[str, ...] = FailureKind.__args__  # type: ignore[attr-defined]
 
@@ -302,11 +307,162 @@ class Failure(Wire, frozen=True):
     stderr_tail: str = ""
 
 
+WorkspaceMode = Literal["shared", "layered"]
+"""`shared`: the child works in the workspace itself. `layered`: it sees the workspace through
+a copy-on-write layer of its own; what it changes stays there, and the parent returns it as a
+change set (`RunResult.changes`), applied to the workspace only on decision."""
+WORKSPACE_MODES: tuple[str, ...] = WorkspaceMode.__args__  # type: ignore[attr-defined]
+
+LayerMethod = Literal["overlay", "overlay-userns", "reflink", "copy"]
+"""How a layer is made: an overlay mount in the child's private mount namespace (a root
+supervisor), an overlay in a user namespace of the child's own (without root, where the kernel
+allows it), a reflink copy of the workspace (`FICLONE`), or a plain copy, bounded in size."""
+
+ApplyPolicy = Literal["never", "on_success", "on_verified"]
+"""When a layered run's change set is applied to the workspace: `never` (returned only, applied
+later by `Supervisor.apply` or `tether apply`), `on_success` (when the run succeeded),
+`on_verified` (after a verifier's PASS)."""
+APPLY_POLICIES: tuple[str, ...] = ApplyPolicy.__args__  # type: ignore[attr-defined]
+
+ChangeKind = Literal["added", "modified", "deleted", "renamed"]
+
+
+class FileChange(Wire, frozen=True, omit_defaults=True):
+    """One path a layered run changed, measured by the parent against the layer's base."""
+
+    path: str
+    """Relative to the workspace, `/`-separated."""
+    change: ChangeKind
+    fs_type: Literal["file", "directory", "symlink"]
+    """What it is in the layer (for `deleted`: what it was in the base)."""
+    base_fs_type: Literal["file", "directory", "symlink"] | None = None
+    """What it was in the base (`null` when added)."""
+    old_path: str | None = None
+    """`renamed`: where it was in the base (same content, same type)."""
+    mode: int | None = None
+    """Permission bits in the layer (`null` when deleted); setuid, setgid and sticky bits are
+    never carried."""
+    base_mode: int | None = None
+    """Permission bits in the base (`null` when added)."""
+    target: str | None = None
+    """A symbolic link's target in the layer."""
+    base_target: str | None = None
+    size: int = 0
+    """Bytes in the layer (a file's content, a link's target)."""
+    sha256: str | None = None
+    """A file's content in the layer."""
+    base_sha256: str | None = None
+    """A file's content in the base, as the parent read it when the change set was computed
+    (`null` when added, or when the workspace had already changed: a conflict)."""
+    binary: bool = False
+    """Not UTF-8 text (or a NUL byte in it): no diff, size and hash only."""
+    diff: str | None = None
+    """A unified diff, base to layer, for a text file (`null` past the diff limits; `note`
+    says so)."""
+    runs: str | None = None
+    """A file the user's own tools run on their own (a Makefile, `.envrc`, ...): what runs it."""
+    note: str = ""
+
+
+class ChangeSet(Wire, frozen=True):
+    """What a layered run changed, computed by the parent from the layer, never reported by the
+    child; applied to the workspace only on decision (`ApplyPolicy`)."""
+
+    workspace: str
+    """The workspace the layer's base is (absolute)."""
+    layer: str
+    """The layer's directory, kept by the parent until the change set is applied or
+    discarded (`null`-like empty once discarded)."""
+    method: LayerMethod
+    changes: list[FileChange] = field(default_factory=list)
+    refused: list[SkippedPath] = field(default_factory=list)
+    """Entries of the layer the parent refused, each with why: a device node, a link out of
+    the workspace, a hard link to a file outside the layer, the repository's `.git`."""
+    files: int = 0
+    """Changed paths."""
+    bytes: int = 0
+    """Content bytes the changed files and links hold in the layer."""
+
+
+class Conflict(Wire, frozen=True):
+    """A path the change set changes that changed in the workspace since the layer's base."""
+
+    path: str
+    reason: str
+    workspace: str = ""
+    """What the workspace holds there now (text, or a description for binary content)."""
+    layer: str = ""
+    """What the layer holds there."""
+
+
+ApplyState = Literal["applied", "conflict", "not_applied", "failed", "discarded"]
+
+
+class ApplyOutcome(Wire, frozen=True):
+    """What became of a layered run's change set."""
+
+    state: ApplyState
+    """`applied`: every change is in the workspace (each file replaced atomically);
+    `conflict`: refused, nothing applied (`conflicts`); `not_applied`: kept, not applied (the
+    policy, or the run did not succeed); `failed`: an error while applying, every change
+    already made undone; `discarded`: the layer was thrown away."""
+    policy: ApplyPolicy = "never"
+    message: str = ""
+    conflicts: list[Conflict] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    """The paths written or removed (`applied`)."""
+
+
+class Attempts(Wire, frozen=True):
+    """Several attempts at one task, each in its own layer: which one was taken and why."""
+
+    taken: int | None
+    """The attempt taken (1-based), `null` when none was."""
+    why: str
+    results: list[RunResult] = field(default_factory=list)
+    """Every attempt's result, its change set included, in attempt order."""
+
+
 RunStatus = Literal["completed", "aborted", "error", "needs_input"]
 """`needs_input`: a continuable run paused to ask its orchestrator `question`; an answer
 (`agent/message`) continues it."""
 
 IsolationLevel = Literal["sandbox", "process", "none"]
+
+
+class NetDenial(Wire, frozen=True):
+    """One request the run's egress proxy refused."""
+
+    host: str
+    port: int
+    reason: str
+
+
+class NetworkReport(Wire, frozen=True):
+    """A run's network: its policy, and what its egress proxy let through and refused (filled
+    in by the parent; the counts so far, for a continuable run's follow-up)."""
+
+    policy: Literal["none", "allowlist"] = "none"
+    """`none`: no network at all (the default); `allowlist`: the destinations in `allow`,
+    through the run's egress proxy in the parent."""
+    allow: list[str] = field(default_factory=list)
+    """The allowlist, `host:ports` each (a credential's header and variable named, never its
+    value; `within ...` for an orchestration's bound)."""
+    enforced: Literal["namespace", "port", "none"] | None = None
+    """How the child was kept to the proxy: `namespace` (a private network namespace whose
+    one listener is the proxy's: a root supervisor), `port` (Landlock lets it connect to the
+    proxy's port only, on any address: no root), `none` (process level: the proxy is offered,
+    nothing keeps the child to it)."""
+    allowed: int = 0
+    """Tunnels and requests relayed."""
+    denied: int = 0
+    bytes_up: int = 0
+    bytes_down: int = 0
+    denials: list[NetDenial] = field(default_factory=list)
+    """The first 16 refusals (every one is a `net.denied` event)."""
+    limits_hit: list[str] = field(default_factory=list)
+    """The run's network limits it reached (`net_connections=32`: a connection refused;
+    `net_bytes_down=...`: the run ended as `net_limit`)."""
 
 
 class Isolation(Wire, frozen=True):
@@ -322,6 +478,39 @@ class Isolation(Wire, frozen=True):
     warning: str | None = None
     """Why the level is weaker than `sandbox`, when `auto` had to settle for less, or the run
     had none."""
+    network: NetworkReport = field(default_factory=NetworkReport)
+    """The run's network policy and what its egress proxy did."""
+
+
+class StopReceipt(Wire, frozen=True):
+    """What the parent measured when it stopped a run — and, for an orchestrator, the whole
+    tree of sub-agents it started (filled in by the parent, never by a child)."""
+
+    reason: str
+    """Why it was stopped (`interrupted`, `cancelled by the parent`, ...)."""
+    asked_at: float
+    """When the stop was asked (Unix seconds)."""
+    gone_at: float
+    """When everything was gone: the final sweep found nothing of any stopped child's tree
+    alive (Unix seconds; if it found something, when it looked)."""
+    seconds: float
+    """From the ask to everything gone, on the monotonic clock."""
+    rung: Rung
+    """The furthest rung the dispose ladder reached over every stopped child."""
+    runs: int
+    """Runs the stop took down: the run itself and, for an orchestrator, every sub-agent run of
+    its tree not yet over when the stop was asked (or started after it)."""
+    processes_left: int
+    """Processes of any stopped child's tree alive after the final sweep (a fresh snapshot of
+    /proc: each child's session, process group, tree marker and cgroup). Should be 0."""
+    turns_after_stop: int
+    """Model turns admitted after the stop was asked: the parent's brokers refuse every request
+    from that instant. Should be 0."""
+    turns_abandoned: int
+    """Model turns in flight when the stop was asked: cancelled there, their answers never
+    delivered and their tokens not billed."""
+    tokens_after_stop: int
+    """Tokens billed (counted into the runs' usage) after the stop was asked. Should be 0."""
 
 
 class TraceReport(Wire, frozen=True):
@@ -368,6 +557,18 @@ class RunResult(Wire, frozen=True):
     sensitive_changes: list[SensitiveChange] = field(default_factory=list)
     """Files the user's own tools run on their own that changed in the workspace while the run
     (or this follow-up) ran, as the parent saw them (filled in by the parent; another run
-    sharing the workspace at the same time shows up here too)."""
+    sharing the workspace at the same time shows up here too; a layered run: those among its
+    change set)."""
+    workspace_mode: WorkspaceMode = "shared"
+    """How the child saw the workspace (filled in by the parent)."""
+    changes: ChangeSet | None = None
+    """A layered run's change set (filled in by the parent; `null` for a shared run)."""
+    applied: ApplyOutcome | None = None
+    """What became of the change set (a layered run)."""
+    attempts: Attempts | None = None
+    """With several attempts at the task: each one's result, and which was taken."""
     trace: TraceReport | None = None
     """The run's trace, when the parent traced it (filled in by the parent)."""
+    stop: StopReceipt | None = None
+    """When the run was stopped (cancelled, aborted, its supervisor closing): what the parent
+    measured of the stop (filled in by the parent)."""

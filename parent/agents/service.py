@@ -44,6 +44,12 @@ different agents never share a slot, so they run in parallel.
   process appends to that file too. A cold resume in another process starts a trace of its
   own whose header names the agent.
 
+Storage trouble (a full disk, a read-only or damaged store: `StoreUnavailable` and its kinds)
+never escapes the supervisor. Where a caller waits (`spawn`, `send`, `list`, `show`) it is that
+caller's exception, raised before anything the trouble could leave half-done; where none does
+(a heartbeat, a lease released after the child went) it becomes a `StoreTrouble` event and a
+note in the agent's next result, and the child is disposed all the same (the lease goes stale).
+
 Limits: the run's `Limits` (wall, idle, memory, ...) and the definition's `maxIterations` and
 `tokenBudget` apply to each activation; `token_total` bounds the tokens of all activations of
 the session together (counted by the parent, stored with the session): each activation's token
@@ -73,6 +79,8 @@ from tether.parent.agents.sessions import (
     AgentStatus,
     AgentSummary,
     Busy,
+    LeaseLost,
+    LeasePolicy,
     SessionError,
     SessionStore,
     Unavailable,
@@ -94,7 +102,7 @@ from tether.parent.agents.transcript import closing_results
 from tether.parent.process.limits import Limits
 from tether.parent.roles.builtins import resolve_agent
 from tether.parent.run.budget import Budget
-from tether.parent.run.events import EventCallback
+from tether.parent.run.events import EventCallback, StoreTrouble
 from tether.parent.run.evidence import recheck
 from tether.parent.run.handle import RunHandle
 from tether.parent.run.provider import Provider
@@ -180,11 +188,16 @@ class Agents:
         sup: SupervisorCore,
         tg: anyio.abc.TaskGroup,
         state_dir: str | os.PathLike[str] | None = None,
+        lease: LeasePolicy | None = None,
     ) -> None:
-        """`tg`: the supervisor's task group, where the store and the tending tasks run."""
+        """`tg`: the supervisor's task group, where the store and the tending tasks run;
+        `lease`: how stale a lease must be to be taken over, how often it is renewed."""
         self._sup = sup
         self._tg: anyio.abc.TaskGroup | None = tg
         self._state_dir = state_dir
+        self._lease = lease
+        self._troubles: dict[str, dict[str, str]] = {}
+        """Per agent, what the store failed to do that no caller heard: its next result says."""
         self.state_dir = resolve_state_dir(state_dir)
         """Where the session store is (the default resolved now)."""
         self._store: SessionStore | None = None
@@ -226,11 +239,23 @@ class Agents:
             return self._store
 
     async def _keep_store(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        async with SessionStore(self.state_dir) as store:
+        store_of = SessionStore(self.state_dir, lease=self._lease, on_trouble=self._trouble)
+        async with store_of as store:
             self._store = store
             task_status.started()
             await self._closing.wait()
         self._store = None
+
+    def _trouble(self, agent_id: str, message: str) -> None:
+        """A store write nobody waited for failed: an event now, a note in the next result."""
+        # A failing heartbeat repeats itself: the first of each kind says it.
+        self._troubles.setdefault(agent_id, {}).setdefault(message.split(":", 1)[0], message)
+        agent = self._agents.get(agent_id)
+        handle = agent.handle if agent is not None else None
+        if handle is not None:
+            handle.publish(StoreTrouble(agent_id, message, handle.run_id))  # its on_event too
+        else:
+            self._sup.publish(StoreTrouble(agent_id, message))
 
     def guard(self, run: RunSpec) -> RunSpec:
         """`run` as a run that uses the store: `ValueError` (bad usage, naming both paths) when
@@ -299,6 +324,12 @@ class Agents:
             raise ValueError("a continuable agent is a role name or an AgentDefinition")
         if run.continuation is not None:
             raise ValueError("a continuable agent's continuation is its keep_alive")
+        if run.workspace_mode != "shared" or run.layer is not None or run.attempts != 1:
+            raise ValueError(
+                "a continuable agent works in its workspace: its session outlives any one child, "
+                "and a layer (or an attempt's) would not be there for a cold resume; run it "
+                "with Supervisor.run(..., workspace_mode='layered') instead"
+            )
         definition = resolve_agent(run.agent)
         keep = parse_keep_alive(keep_alive)
         run = self.guard(run)
@@ -354,7 +385,7 @@ class Agents:
             handle.abort()
             if activation is not None:
                 with anyio.CancelScope(shield=True):
-                    await activation.release("failed")
+                    await self._release(activation, "failed")
             raise
         if handle.trace is not None:
             handle.trace.agent(summary.id)
@@ -457,7 +488,7 @@ class Agents:
             cap = activation_budget(definition, total, used) if definition is not None else None
             try:
                 await agent.recorder.running(user)
-            except SessionError as exc:
+            except LeaseLost as exc:
                 raise AgentBusy(f"agent {agent.id} could not be continued here: {exc}") from None
             user_stored = True
             if on_start is not None:
@@ -534,7 +565,7 @@ class Agents:
                 agent.activation = agent.recorder = None
                 before = summary.status if summary.status != "running" else None
                 with anyio.CancelScope(shield=True):
-                    await activation.release(before)
+                    await self._release(activation, before)
             raise
         agent.handle, agent.recorder = handle, recorder
         if on_start is not None:
@@ -611,18 +642,23 @@ class Agents:
         """Store how the activation ended, before its result is handed back."""
         recorder, activation = agent.recorder, agent.activation
         if recorder is None or activation is None:
-            return result
+            return self._noted(agent.id, result)
         with anyio.CancelScope(shield=True):
             try:
                 await recorder.settle(result)
             except SessionError as exc:
                 log.warning("agent %s: the answer was not stored: %s", agent.id, exc)
-                note = f"the agent's session could not record this answer: {exc}"
-                message = f"{result.message}; {note}" if result.message else note
-                result = msgspec.structs.replace(result, message=message)
+                result = _note(result, f"the agent's session could not record this answer: {exc}")
+        result = self._noted(agent.id, result)
         spec = self._specs.get(agent.id)
         if spec is not None:
             result = recheck(spec.workspace, result)  # delivered now: as the files are now
+        return result
+
+    def _noted(self, agent_id: str, result: RunResult) -> RunResult:
+        """`result` with what the store failed to do for the agent since its last result."""
+        for message in self._troubles.pop(agent_id, {}).values():
+            result = _note(result, f"the session store: {message}")
         return result
 
     def _tend(self, agent: _Agent, handle: RunHandle) -> None:
@@ -650,10 +686,7 @@ class Agents:
                     agent.handle = None
                     if activation is not None and agent.activation is activation:
                         agent.activation = agent.recorder = None
-                        try:
-                            await activation.release()
-                        except SessionError as exc:  # its heartbeat stops: it goes stale
-                            log.warning("agent %s: the lease was not released: %s", agent.id, exc)
+                        await self._release(activation)
         finally:
             self._runs.pop(handle.run_id, None)
             if agent.handle is None:
@@ -662,6 +695,31 @@ class Agents:
             self._tending -= 1
             self._quiet.set()
             self._quiet = anyio.Event()
+
+    async def _release(self, activation: Activation, status: AgentStatus | None = None) -> None:
+        """Release a lease; if the store cannot, its heartbeat has stopped and it goes stale
+        (`_trouble` tells whoever listens)."""
+        try:
+            await activation.release(status)
+        except SessionError as exc:
+            self._trouble(
+                activation.agent_id, f"its lease could not be released (it goes stale): {exc}"
+            )
+
+    async def stop(self, agent_id: str, reason: str = "stopped") -> RunResult | None:
+        """Stop the agent's child in this process now: the activation in progress (if any) is
+        asked to abort and cut after the grace, and the child is taken down
+        (`RunHandle.cancel`); its lease is released and the session stays (the next message
+        resumes it cold). The stopped activation's result with the stop's receipt (`stop`),
+        or one saying the agent was stopped between activations; `None` when its child does
+        not live here."""
+        agent = self._agents.get(parse_agent_id(agent_id))
+        handle = agent.handle if agent is not None else None
+        if agent is None or handle is None or handle.gone:
+            return None
+        result = await handle.cancel(reason)
+        await agent.tended.wait()
+        return result
 
     async def dispose(self, agent_id: str) -> None:
         """Let the agent's warm child go now (through the ladder) and release its lease; the
@@ -698,6 +756,11 @@ async def _cut_when_lost(activation: Activation, handle: RunHandle) -> None:
     await activation.lost.wait()
     log.warning("agent %s: its lease was lost; disposing of its child", activation.agent_id)
     handle.abort()
+
+
+def _note(result: RunResult, note: str) -> RunResult:
+    message = f"{result.message}; {note}" if result.message else note
+    return msgspec.structs.replace(result, message=message)
 
 
 def _budget_spent(agent_id: str, used: int, total: int) -> RunResult:

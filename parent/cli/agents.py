@@ -11,7 +11,10 @@ with the agent, or `--model`; an answer that asks (`needs_input`) is shown with 
 and the command that answers it. Exit status: 0 when it succeeded or asks (or for `list` and
 `show`), 1 when its answer came back unsuccessful, 2 for bad usage (not an agent id, no such
 agent, no model to resume it with, a stored model it does not trust, a workspace that holds the
-state directory), 3 when the agent is busy in another process (try again, or `--wait`).
+state directory), 3 when the agent is busy in another process (try again, or `--wait`), 4 when
+the session store cannot be used (a full, read-only or damaged store, one written by a newer
+tether, or one owned by someone else or open to others: one line says which file and what to
+do).
 A child's words (labels, summaries, questions, reports, transcripts) are cleaned for the
 terminal; `--json` prints the records as they are stored, with camelCase keys like the wire
 protocol's. `list` and `show` never create a database.
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from tether.protocol.messages import ChatMessage
 
 EXIT_BUSY = 3
+EXIT_STORE = 4
 SHOWN_TAIL = 20
 
 
@@ -71,7 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import anyio
 
-    from tether.parent.agents.sessions import BadAgentId, SchemaTooNew, StoreUnavailable
+    from tether.parent.agents.sessions import BadAgentId, SessionError
 
     try:
         if args.agents_cmd == "list":
@@ -81,8 +85,9 @@ def main(args: argparse.Namespace) -> int:
         return _send(args)
     except BadAgentId as exc:
         raise ValueError(str(exc)) from None
-    except (SchemaTooNew, StoreUnavailable) as exc:
-        raise ValueError(str(exc)) from None
+    except SessionError as exc:  # the store's trouble: one line, never a traceback
+        print(f"tether: {exc}", file=sys.stderr)
+        return EXIT_STORE
 
 
 # --- list and show ----------------------------------------------------------------------------

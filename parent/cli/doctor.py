@@ -104,6 +104,52 @@ def _isolation() -> dict[str, Any]:
     return out
 
 
+def _network() -> dict[str, Any]:
+    """How a run with a network policy is kept to its egress proxy here, and whether
+    credentials can be added at the proxy."""
+    import importlib.util
+
+    got = probe_host()
+    out: dict[str, Any] = {"default": "none"}
+    if got.why_not is not None:
+        out["enforced"] = "none"
+        out["why"] = "no sandbox here: the proxy is offered to the child, nothing keeps it there"
+    elif got.root:
+        out["enforced"] = "namespace"
+    else:
+        out["enforced"] = "port"
+    spec = importlib.util.find_spec("cryptography")
+    out["credentials"] = spec is not None
+    if spec is None:
+        out["credentialsWhy"] = "the cryptography package is not installed"
+    return out
+
+
+def _layers() -> dict[str, Any]:
+    """Which layer a layered run gets here (`tether.parent.process.layers`)."""
+    from tether.parent.process import layers as lay
+
+    try:
+        where = lay.layers_dir()
+    except (lay.LayerError, OSError) as exc:
+        return {"method": None, "why": str(exc)}
+    got = lay.support()
+    limits = lay.LayerLimits()
+    out: dict[str, Any] = {
+        "method": got.overlay or got.copy,
+        "sandboxed": got.overlay or got.copy,
+        "otherwise": got.copy,
+        "reflink": got.reflink,
+        "layersDir": where,
+        "copyBound": limits.max_copy_bytes,
+    }
+    if got.why_not is not None:
+        out["overlayWhyNot"] = got.why_not
+    if got.forced is not None:
+        out["forced"] = f"{lay.FORCE_ENV}={got.forced}"
+    return out
+
+
 def _pidfd() -> dict[str, Any]:
     try:
         fd = os.pidfd_open(os.getpid())
@@ -218,6 +264,8 @@ def report(agents: str | None = None) -> dict[str, Any]:
         "bwrap": _bwrap(),
         "landlock": _landlock(),
         "isolation": _isolation(),
+        "network": _network(),
+        "layers": _layers(),
         "pidfd": _pidfd(),
         "subreaper": _subreaper(),
         "keeper": {"available": KEEPER.exists(), "script": str(KEEPER)},
@@ -287,6 +335,45 @@ def render(r: dict[str, Any]) -> str:
     else:
         lines.append(f"isolation: auto picks PROCESS ONLY: WARNING: {iso['warning']}")
         lines.append(f"  why: {iso['why']}")
+    net = r["network"]
+    how = {
+        "namespace": "kept to it by a private network namespace whose one listener is the "
+        "proxy's (no route, no resolver, no other port)",
+        "port": "kept to it by the Landlock port rule (the proxy's port only, but on any "
+        "address: not root, so no private network namespace)",
+        "none": "NOT enforced here: " + str(net.get("why", "")),
+    }[net["enforced"]]
+    lines.append(
+        "network: none by default; --allow-net HOST[:PORT] sends a run through its own egress "
+        f"proxy, {how}"
+    )
+    lines.append(
+        "  credentials (--net-credential): "
+        + (
+            "added at the proxy behind a per-run CA, never in the child"
+            if net["credentials"]
+            else f"not available: {net['credentialsWhy']}"
+        )
+    )
+    lay = r["layers"]
+    if lay["method"] is None:
+        lines.append(f"layered workspaces: NOT available: {lay['why']}")
+    else:
+        explain = {
+            "overlay": "an overlay in the child's private mount namespace",
+            "overlay-userns": "an overlay in a user namespace of the child's own",
+            "reflink": "a reflink copy (FICLONE) of the workspace",
+            "copy": f"a plain copy of the workspace, at most {lay['copyBound']} bytes",
+        }
+        lines.append(
+            f"layered workspaces: a sandboxed run gets {explain[lay['sandboxed']]} (layers in "
+            f"{lay['layersDir']})"
+        )
+        if lay["sandboxed"] != lay["otherwise"] or lay.get("overlayWhyNot"):
+            other = explain[lay["otherwise"]]
+            lines.append(f"  otherwise (no sandbox, a launcher, a foreign agent): {other}")
+        if lay.get("overlayWhyNot"):
+            lines.append(f"  no overlay: {lay['overlayWhyNot']}")
     lines.append("pidfd: " + ("yes" if r["pidfd"]["available"] else "no"))
     lines.append("subreaper: " + ("yes" if r["subreaper"]["available"] else "no"))
     lines.append("keeper: " + ("yes" if r["keeper"]["available"] else "missing"))

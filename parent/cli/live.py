@@ -22,7 +22,9 @@ from typing import TextIO
 
 import anyio
 
-from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted
+from tether.parent.cli.progress import net_line
+from tether.parent.egress.events import NetEvent
+from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted, StoreTrouble
 from tether.parent.run.subagent_events import (
     SubagentCompleted,
     SubagentProgress,
@@ -83,6 +85,8 @@ class TreeState:
             event, SubagentQueued | SubagentStarted | SubagentProgress | SubagentCompleted
         ):
             return self._subagent(event, t)
+        if isinstance(event, StoreTrouble):
+            return [f"agent {event.agent_id}: the session store: {_one_line(event.message, 400)}"]
         o = self.orchestrator
         if o.id and event.run_id != o.id:
             return []  # a sub-agent's own run: its progress comes as subagent.progress
@@ -91,6 +95,8 @@ class TreeState:
             return [f"orchestrator {o.id}: started (pid {event.pid})"]
         if isinstance(event, ChildEvent):
             return self._orchestrator_progress(event)
+        if isinstance(event, NetEvent):
+            return [f"orchestrator {_one_line(net_line(event), 200)}"]
         assert isinstance(event, RunFinished)
         r = event.result
         o.ended = t
@@ -136,6 +142,10 @@ class TreeState:
                 return [f"{who}: step {row.step}"]
             if event.kind == "tool_call":
                 return [f"{who}: tool {row.last_tool}"]
+            if event.kind == "net.denied":
+                d = event.data
+                where = _one_line(f"{d.get('host', '')}:{d.get('port', '')}", 80)
+                return [f"{who}: net: refused {where}: {_one_line(d.get('reason', ''), 160)}"]
             return []
         row.state, row.ended, row.position = event.status, t, None
         row.message = _one_line(event.message, 160)

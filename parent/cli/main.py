@@ -16,15 +16,17 @@ import msgspec
 from tether.parent import conformance
 from tether.parent.cli import agents as agents_cli
 from tether.parent.cli import mcp as mcp_cli
+from tether.parent.cli import orchestrate as orchestrate_cli
 from tether.parent.cli import replay as replay_cli
 from tether.parent.cli import run as run_cli
-from tether.parent.cli import task_schema as delegation_cli
+from tether.parent.cli import task_schema as task_schema_cli
 from tether.parent.cli import trace as trace_cli
 from tether.parent.cli.options import (
     UsageError,
     add_isolation_options,
     add_limit_options,
     add_trace_option,
+    add_workspace_options,
 )
 from tether.parent.cli.output import render
 from tether.parent.process.wired import version
@@ -51,15 +53,16 @@ def _parser() -> argparse.ArgumentParser:
     conformance.add_arguments(
         sub.add_parser("conformance", help="check that a child command speaks the protocol")
     )
-    delegation_cli.add_arguments(
+    task_schema_cli.add_arguments(
         sub.add_parser("task-schema", help="print the model-facing task tool's schema")
     )
     orchestrate = sub.add_parser(
         "orchestrate", help="run a top-level agent that delegates to sub-agents (task tool)"
     )
-    delegation_cli.add_orchestrate_arguments(orchestrate)
+    orchestrate_cli.add_arguments(orchestrate)
     add_limit_options(orchestrate)
     add_isolation_options(orchestrate)
+    add_workspace_options(orchestrate, default_apply="on_success")
     agents_cli.add_arguments(
         sub.add_parser("agents", help="continuable agents: list, show, send a message")
     )
@@ -67,6 +70,18 @@ def _parser() -> argparse.ArgumentParser:
     mcp_cli.add_arguments(mcp)
     add_limit_options(mcp)
     add_isolation_options(mcp)
+    add_workspace_options(mcp, default_apply="on_success")
+    apply_cmd = sub.add_parser(
+        "apply", help="apply (or discard) a layered run's change set from its --json result"
+    )
+    apply_cmd.add_argument(
+        "result",
+        help="a RunResult as JSON (tether run --json), a task's output, a change set; - for stdin",
+    )
+    apply_cmd.add_argument(
+        "--discard", action="store_true", help="throw the change set's layer away instead"
+    )
+    apply_cmd.add_argument("--json", action="store_true", help="print the outcome as JSON")
     add_trace_option(mcp)
     trace_cli.add_arguments(
         sub.add_parser("trace", help="read traces: show one as a transcript, print the schema")
@@ -104,15 +119,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "conformance":
             return conformance.main(args)
         if args.cmd == "task-schema":
-            return delegation_cli.main(args)
+            return task_schema_cli.main(args)
         if args.cmd == "orchestrate":
-            from tether.parent.cli import orchestrate as orchestrate_cli
-
             return orchestrate_cli.main(args)
         if args.cmd == "agents":
             return agents_cli.main(args)
         if args.cmd == "mcp":
             return mcp_cli.main(args)
+        if args.cmd == "apply":
+            from tether.parent.cli import apply as apply_cli
+
+            return apply_cli.main(args)
         if args.cmd == "trace":
             return trace_cli.main(args)
         if args.cmd == "replay":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tether.parent.cli.progress import line
+from tether.parent.run.stop import describe
 from tether.parent.run.terminal import clean
 from tether.protocol.messages import RunResult
 
@@ -50,6 +51,22 @@ def _render(result: RunResult) -> str:
         lines.append(f"  CHANGED, run by your tools: {line(c.path)} ({c.change}, {what}; {c.runs})")
     if result.isolation is not None and result.isolation.warning:
         lines.append(f"  isolation {result.isolation.level}: {result.isolation.warning}")
+    cs = result.changes
+    if cs is not None:
+        lines.append(f"  layered ({cs.method}): {cs.files} change(s), {cs.bytes} bytes")
+        for fc in cs.changes:
+            was = f" (was {line(fc.old_path)})" if fc.old_path else ""
+            lines.append(f"    {fc.change} {line(fc.path)}{was}")
+        for r in cs.refused:
+            lines.append(f"    refused {line(r.path)}: {line(r.reason)}")
+    if result.applied is not None:
+        outcome = result.applied
+        state = f"  change set {outcome.state}"
+        lines.append(f"{state}: {line(outcome.message)}" if outcome.message else state)
+        if outcome.state == "not_applied" and cs is not None:
+            lines.append(f"    layer kept at {line(cs.layer)}: tether apply RESULT.json applies it")
+        for conflict in outcome.conflicts:
+            lines.append(f"    conflict at {line(conflict.path)}: {line(conflict.reason)}")
     lines.append(
         f"turns {result.turn_count}, iterations {result.iteration_count}, tokens "
         f"{result.usage.input_tokens} in / {result.usage.output_tokens} out"
@@ -61,4 +78,6 @@ def _render(result: RunResult) -> str:
         f"{result.duration_seconds:.2f}s" if result.duration_seconds is not None else "",
     ]
     lines.append(", ".join(bit for bit in ran if bit))
+    if result.stop is not None:
+        lines.append(describe(result.stop))
     return "\n".join(lines)

@@ -2,10 +2,10 @@
 
 One line per event worth a person's attention: the child started (pid, launcher, command),
 each model turn, each tool call and its result — a refused or failed call says so, with the
-reason — what the agent said, compactions, reports, and a heartbeat line while a model turn,
-an approval or a tool call is still pending (so a long wait is visibly alive); then the end of
-the run with its duration. Everything the child wrote is cleaned for the terminal
-(`terminal.clean`) and cut to one line.
+reason — what the agent said, compactions, reports, each decision of the run's egress proxy,
+and a heartbeat line while a model turn, an approval or a tool call is still pending (so a
+long wait is visibly alive); then the end of the run with its duration. Everything the child
+wrote is cleaned for the terminal (`terminal.clean`) and cut to one line.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any, TextIO
 
 import msgspec
 
-from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted
+from tether.parent.egress.events import NetEvent
+from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted, StoreTrouble
 from tether.parent.run.terminal import clean
 
 PREVIEW = 120
@@ -43,7 +44,20 @@ def describe(ev: Event) -> str | None:
         return f"tether: run {ev.run_id} {how}{took}"
     if isinstance(ev, ChildEvent):
         return _child_event(ev.kind, ev.data)
+    if isinstance(ev, NetEvent):
+        prefix = "  ! " if ev.kind == "net.denied" else "  "
+        return prefix + net_line(ev)
+    if isinstance(ev, StoreTrouble):
+        return f"tether: agent {ev.agent_id}: the session store: {line(ev.message)}"
     return None  # a delegation's sub-agent events: `tether orchestrate` shows those
+
+
+def net_line(ev: NetEvent) -> str:
+    """One decision of a run's egress proxy, as a line (`tether run`, `tether orchestrate`)."""
+    where = line(f"{ev.host}:{ev.port}" if ev.host else "a connection")
+    if ev.kind == "net.denied":
+        return f"net: refused {where}: {line(ev.reason, PREVIEW)}"
+    return f"net: {where} ({ev.via}, {ev.bytes_up} B up, {ev.bytes_down} B down)"
 
 
 def _child_event(kind: str, d: dict[str, Any]) -> str | None:

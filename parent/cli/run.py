@@ -18,6 +18,7 @@ from tether.parent.cli.options import (
     add_isolation_options,
     add_limit_options,
     add_trace_option,
+    add_workspace_options,
     config_from,
     limits_from,
     trace_from,
@@ -53,6 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--agents", metavar="FILE", help="a definitions file whose [[provider]] tables to add"
     )
     add_isolation_options(p)
+    add_workspace_options(p, default_apply="never")
     add_trace_option(p)
     p.add_argument("--description", default="", help="short label for the run")
     p.add_argument("--json", action="store_true", help="print the RunResult as JSON")
@@ -90,6 +92,8 @@ async def run(args: argparse.Namespace) -> RunResult:
                 command=command,
                 on_event=None if args.quiet else printer(sys.stderr),
                 provider=provider,
+                workspace_mode=args.workspace_mode,
+                apply=args.apply,
             )
         for warning in caught:
             print(f"tether: warning: {warning.message}", file=sys.stderr, flush=True)

@@ -43,15 +43,23 @@ from tether.parent.delegation.gate import (
 )
 from tether.parent.delegation.history import fork_history, without_tools
 from tether.parent.delegation.ledger import Ledger
-from tether.parent.delegation.output import TaskOutput, refused
+from tether.parent.delegation.output import ArgumentProblem, TaskOutput, refused
 from tether.parent.delegation.snapshot import DEFAULT_EXCLUDE, DEFAULT_MAX_ENTRIES
 from tether.parent.delegation.tool import TaskTool, task_tool
 from tether.parent.delegation.verification import VerifierPolicy
 from tether.parent.roles.builtins import BUILTIN_ROLES
 from tether.parent.roles.definitions import Registry, SubagentDefinition
 from tether.parent.run.broker import ParentTool
+from tether.parent.run.spec import Chooser
+from tether.parent.run.stop import StopLine
 from tether.parent.run.subagent_events import SubagentStatus
-from tether.protocol.messages import ChatMessage, ToolCallParams, ToolCallResult
+from tether.protocol.messages import (
+    APPLY_POLICIES,
+    WORKSPACE_MODES,
+    ChatMessage,
+    ToolCallParams,
+    ToolCallResult,
+)
 
 DEFAULT_MAX_CONCURRENT = 4
 
@@ -83,11 +91,26 @@ class Delegator:
         snapshot_max_entries: int = DEFAULT_MAX_ENTRIES,
         agent_types: Mapping[str, str] | None = None,
         continuable: bool | None = None,
+        workspace_mode: str = "shared",
+        apply: str = "on_success",
+        choose: Chooser | None = None,
     ) -> None:
         """`agent_types`: provider names the model may pick per call with the task tool's
         `agentType` (each with a line saying what it is); two or more offer the argument.
         `continuable`: the runner keeps each task's sub-agent as a continuable agent, which
-        `follow_up` continues (default: what the runner says, `keeps_agents`)."""
+        `follow_up` continues (default: what the runner says, `keeps_agents`).
+        `workspace_mode`: how build sub-agents see the workspace unless their definition says
+        (`shared`, one at a time; `layered`, each in a layer of its own, side by side, its
+        change set applied as `apply` says: `on_success`, `on_verified` or `never`); `choose`:
+        picks the attempt taken of a task call with `attempts` (default: the first to pass
+        its verifier, else the first to finish). Raises `ValueError` for an unknown mode or
+        policy."""
+        if workspace_mode not in WORKSPACE_MODES:
+            raise ValueError(
+                f"workspace_mode {workspace_mode!r}: expected one of {', '.join(WORKSPACE_MODES)}"
+            )
+        if apply not in APPLY_POLICIES:
+            raise ValueError(f"apply {apply!r}: expected one of {', '.join(APPLY_POLICIES)}")
         if continuable is None:
             continuable = bool(getattr(runner, "keeps_agents", False))
         self.definitions = (
@@ -114,6 +137,9 @@ class Delegator:
             snapshot_exclude=snapshot_exclude,
             snapshot_max_entries=snapshot_max_entries,
             continuable=continuable,
+            workspace_mode=workspace_mode,
+            apply=apply,  # type: ignore[arg-type]
+            choose=choose,
         )
 
     # --- queries ------------------------------------------------------------------------------
@@ -141,9 +167,12 @@ class Delegator:
         tool_call_id: str,
         history: Sequence[ChatMessage] = (),
         on_event: EventCallback | None = None,
+        stops: StopLine | None = None,
     ) -> TaskOutput:
         """Carry out one task call. `history` is the orchestrator's transcript (used only with
-        `forkContext: true`). Never raises for the model's or a sub-agent's doing."""
+        `forkContext: true`); `stops`: the line its runs are added to, so a stop of the call
+        takes them down (`tether.parent.run.stop`; default: the runner's). Never raises for the
+        model's or a sub-agent's doing."""
         if self.tool is None:
             return refused("invalid_arguments", "No sub-agent types are defined.")
         got = self.tool.validate(arguments)
@@ -160,8 +189,22 @@ class Delegator:
         if got.fork_context or definition.provider == "fork":
             # The sub-agent has no task tool: earlier task exchanges reach it as text.
             fork = tuple(without_tools(fork_history(history, tool_call_id), {self.tool.name}))
-        call = Call(got.description, tool_call_id, on_event)
-        return await self.gate.deliver(call, Job(definition, read_only, got.prompt, "task", fork))
+        if got.attempts > 1 and read_only:
+            return refused(
+                "invalid_arguments",
+                "Invalid arguments: attempts: several attempts are for a task that changes "
+                "files (build mode); a read-only task needs one.",
+                [ArgumentProblem(argument="attempts", problem="only for a build-mode task")],
+            )
+        if got.attempts > 1 and self.workspace is None:
+            return refused(
+                "invalid_arguments",
+                "Invalid arguments: attempts: this delegation has no workspace to layer.",
+                [ArgumentProblem(argument="attempts", problem="needs a workspace")],
+            )
+        call = Call(got.description, tool_call_id, on_event, stops)
+        job = Job(definition, read_only, got.prompt, "task", fork, attempts=got.attempts)
+        return await self.gate.deliver(call, job)
 
     # --- a follow-up --------------------------------------------------------------------------
 

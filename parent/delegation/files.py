@@ -14,6 +14,10 @@ Cite every source by path.
 [[agent]]
 type = "explorer"          # a built-in role's type: start from that role
 model = "anthropic:claude-haiku"
+
+[[agent]]
+type = "tester"
+network = ["pypi.org", "files.pythonhosted.org"]   # within the orchestration's --allow-net
 ```
 
 Named providers may be defined beside the agents, in `[[provider]]` tables (an ACP agent's
@@ -211,6 +215,8 @@ def _value(value: object) -> str:
         return _string(value)
     if isinstance(value, list):
         return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_value(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"cannot write {type(value).__name__} to TOML")
 
 

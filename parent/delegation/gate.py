@@ -37,6 +37,7 @@ being awaited from concurrent tasks.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -49,15 +50,26 @@ import anyio
 import msgspec
 
 from tether.parent.delegation.admission import Slots, TreeBudget
+from tether.parent.delegation.changesets import changed_files, decide
 from tether.parent.delegation.ledger import Ledger, UsageRecord, now
-from tether.parent.delegation.output import TaskOutput, Verdict, Verification
+from tether.parent.delegation.output import (
+    AttemptReport,
+    TaskOutput,
+    Verdict,
+    Verification,
+    for_model,
+)
 from tether.parent.delegation.snapshot import Snapshot, WorkspaceDiff, diff, take_snapshot
 from tether.parent.delegation.verification import VerifierPolicy, fix_prompt, verifier_prompt
 from tether.parent.roles.definitions import SubagentDefinition
 from tether.parent.roles.prompts import CONTINUABLE_SUBAGENT_SYSTEM_PROMPT
+from tether.parent.run import apply as applying
+from tether.parent.run.attempts import default_choice
 from tether.parent.run.budget import Budget
 from tether.parent.run.evidence import parse_verdict, recheck
+from tether.parent.run.spec import Chooser
 from tether.parent.run.status import task_status
+from tether.parent.run.stop import StopLine
 from tether.parent.run.subagent_events import (
     Role,
     SubagentCompleted,
@@ -70,7 +82,10 @@ from tether.parent.run.subagent_events import (
 )
 from tether.protocol.messages import (
     AgentDefinition,
+    ApplyOutcome,
+    ApplyPolicy,
     Artifact,
+    ChangeSet,
     ChatMessage,
     Failure,
     RunResult,
@@ -131,6 +146,14 @@ class RunRequest:
     follow_up: str | None = None
     """Not a new sub-agent: a follow-up message (`prompt`) to this continuable agent."""
     facts: RunFacts = field(default_factory=RunFacts)
+    workspace_mode: str = "shared"
+    """`layered`: run it in a layer of its own (its result's change set is the gate's to
+    apply: the run's own policy is `never`)."""
+    layer: str | None = None
+    """Run it in this kept layer (a layered job's verifier, read-only, or its fix)."""
+    stops: StopLine | None = None
+    """The line a stop of the call takes its runs down with (a tool call served over MCP);
+    `None`: the runner's own (an orchestration's)."""
 
     def bind_agent(self, agent_id: str) -> None:
         """A runner that started the sub-agent as a continuable agent names its id here."""
@@ -155,6 +178,12 @@ class Job:
     history: tuple[ChatMessage, ...] = ()
     follow_up: str | None = None
     """A follow-up message to this continuable agent (`prompt` is the message)."""
+    attempts: int = 1
+    """Run it this many times at once, each in a layer of its own; one is taken."""
+    layer: str | None = None
+    """Run it in this kept layer (a layered job's verifier or fix)."""
+    layered: bool = False
+    """Run it in a layer of its own."""
 
 
 @dataclass
@@ -164,6 +193,8 @@ class Call:
     label: str
     tool_call_id: str
     on_event: EventCallback | None = None
+    stops: StopLine | None = None
+    """Where its runs go, for a stop of the call (`RunRequest.stops`)."""
     steps: int = 0
     artifacts: dict[str, Artifact] = field(default_factory=dict)
 
@@ -218,9 +249,16 @@ class Gate:
         snapshot_exclude: Iterable[str] = (),
         snapshot_max_entries: int = 0,
         continuable: bool = False,
+        workspace_mode: str = "shared",
+        apply: ApplyPolicy = "on_success",
+        choose: Chooser | None = None,
     ) -> None:
         """`continuable`: the runner keeps task sub-agents as continuable agents (they are told
-        they may ask, and follow-ups reach them)."""
+        they may ask, and follow-ups reach them). `workspace_mode`: how build sub-agents see
+        the workspace unless their definition says (`layered`: each in a layer of its own, in
+        parallel, its change set applied as `apply` says: `on_success`, `on_verified` or
+        `never`); `choose`: picks the attempt taken of a task call with `attempts` (see
+        `attempts.py`)."""
         self.runner = runner
         self.continuable = continuable
         self.workspace = workspace
@@ -240,6 +278,9 @@ class Gate:
         """The continuable sub-agents this delegation started, by agent id."""
         self.not_continuable: dict[str, str] = {}
         """Sub-agents of this delegation that cannot be continued, by id: why not."""
+        self.workspace_mode = workspace_mode
+        self.apply = apply
+        self.choose = choose
 
     # --- queries ------------------------------------------------------------------------------
 
@@ -275,7 +316,17 @@ class Gate:
         if job.read_only:
             ran = await self._run(call, job)
             return self._output(call, ran)
+        if job.attempts > 1:
+            return await self._attempts(call, job)
+        if self.layered(job):
+            return await self._layered(call, job)
         return await self._build(call, job)
+
+    def layered(self, job: Job) -> bool:
+        """Whether a build job works in a layer of its own (its definition's mode, else the
+        delegation's)."""
+        mode = job.definition.workspace_mode or self.workspace_mode
+        return mode == "layered" and self.workspace is not None and job.follow_up is None
 
     async def _build(self, call: Call, job: Job) -> TaskOutput:
         sid = self._subagent_id(job)
@@ -332,14 +383,209 @@ class Gate:
                 break
         return self._output(call, last, change, verification)
 
+    # --- a layered build job ------------------------------------------------------------------
+
+    async def _layered(self, call: Call, job: Job) -> TaskOutput:
+        """A build job in a layer of its own: no wait for the workspace (its writes stay in
+        its layer, so build jobs run side by side); its change set verified in the layer (a
+        FAIL's fix runs in the same layer) and applied as the policy says."""
+        got = await self._in_layer(call, job)
+        return await self._settle(call, *got)
+
+    async def _in_layer(
+        self, call: Call, job: Job, *, sid: str | None = None
+    ) -> tuple[_Ran, Verification | None]:
+        """Run a build job in a new layer, then its verifier and fixes in that layer; nothing
+        is applied here."""
+        ran = await self._run(call, _replace_job(job, layered=True), sid=sid)
+        cs = ran.result.changes
+        if cs is None or not cs.changes:
+            return ran, None
+        change = changed_files(cs, ran.result.sensitive_changes)
+        completed = task_status(ran.result) == "completed"
+        wanted = self.policy.needs_verification(change) or (
+            self.apply == "on_verified" and self.policy.enabled
+        )
+        if not wanted or (not completed and not change.sensitive):
+            return ran, None
+        if not completed:
+            verification, _ = await self._verify(call, job.prompt, ran, change, 0, layer=cs.layer)
+            return ran, verification
+        last, fix_cycles = ran, 0
+        while True:
+            verification, check = await self._verify(
+                call, job.prompt, last, change, fix_cycles, layer=cs.layer
+            )
+            if check is None or verification.verdict != "FAIL":
+                break
+            if fix_cycles >= self.policy.max_fix_cycles:
+                break
+            fix_cycles += 1
+            fix = fix_prompt(
+                task=job.prompt, findings=check.summary, change=change, cycle=fix_cycles
+            )
+            fixed = await self._run(call, Job(job.definition, False, fix, "fix", layer=cs.layer))
+            last = _Ran(ran.sid, fixed.result, ran.facts)
+            if fixed.result.changes is not None:
+                cs = fixed.result.changes
+                change = changed_files(cs, fixed.result.sensitive_changes)
+            if task_status(fixed.result) != "completed":
+                verification = msgspec.structs.replace(
+                    verification,
+                    fix_cycles=fix_cycles,
+                    note=f"fix cycle {fix_cycles} did not finish ({task_status(fixed.result)}: "
+                    f"{fixed.result.message}); the change was not verified again",
+                )
+                break
+        return last, verification
+
+    async def _settle(self, call: Call, ran: _Ran, verification: Verification | None) -> TaskOutput:
+        """Apply (or keep, or discard) a layered job's change set as the policy says."""
+        result = ran.result
+        cs = result.changes
+        if cs is not None:
+            outcome = await self._decide(cs, ran, verification)
+            result = msgspec.structs.replace(result, applied=outcome)
+            if outcome.state == "applied":
+                result = msgspec.structs.replace(
+                    result,
+                    artifacts=[
+                        msgspec.structs.replace(a, in_change_set=False, modified_at=None)
+                        for a in result.artifacts
+                    ],
+                )
+        return self._output(call, _Ran(ran.sid, result, ran.facts), None, verification)
+
+    async def _decide(
+        self, cs: ChangeSet, ran: _Ran, verification: Verification | None
+    ) -> ApplyOutcome:
+        if not cs.changes:
+            await self._discard(cs)
+            return ApplyOutcome(state="applied", policy=self.apply, message="nothing changed")
+        completed = task_status(ran.result) == "completed"
+        go, why = decide(self.apply, completed=completed, verification=verification)
+        if not go:
+            if self.apply != "never":
+                await self._discard(cs)
+                why += "; its layer was discarded"
+            return ApplyOutcome(
+                state="not_applied" if self.apply == "never" else "discarded",
+                policy=self.apply,
+                message=why,
+            )
+        applier = getattr(self.runner, "apply_changes", None)
+        if applier is not None:
+            outcome: ApplyOutcome = await applier(cs, self.apply)
+        else:
+            outcome = await anyio.to_thread.run_sync(lambda: applying.apply(cs, policy=self.apply))
+        if outcome.state != "applied":
+            # What it could not apply is in the output (the conflicts, both sides): the layer
+            # goes, and the model decides what to do.
+            await self._discard(cs)
+        return outcome
+
+    async def _discard(self, cs: ChangeSet) -> None:
+        discarder = getattr(self.runner, "discard_changes", None)
+        if discarder is not None:
+            await discarder(cs)
+
+    # --- attempts -------------------------------------------------------------------------------
+
+    async def _attempts(self, call: Call, job: Job) -> TaskOutput:
+        """`job.attempts` runs of one build job at once, each in its own layer with its own
+        verifier; the one taken (`choose`, else the first to pass its verifier, else — no
+        verifier — the first to finish) is applied as the policy says, the others discarded."""
+        n = job.attempts
+        got: list[tuple[_Ran, Verification | None] | None] = [None] * n
+        finished: list[int] = []
+        one = _replace_job(job, attempts=1)
+
+        async def attempt(i: int) -> None:
+            got[i] = await self._in_layer(call, one)
+            finished.append(i)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(n):
+                tg.start_soon(attempt, i)
+        done = [g for g in got if g is not None]
+        results = [ran.result for ran, _ in done]
+        taken, why = self._take(done, results, finished)
+        reports = [
+            AttemptReport(
+                attempt=i + 1,
+                status=task_status(ran.result),
+                summary=(ran.result.summary or ran.result.message)[:500],
+                verdict=verification.verdict if verification is not None else None,
+                changed_files=[
+                    c.path for c in (ran.result.changes.changes if ran.result.changes else [])
+                ],
+                subagent_id=ran.sid,
+            )
+            for i, (ran, verification) in enumerate(done)
+        ]
+        for i, (ran, _) in enumerate(done):
+            cs = ran.result.changes
+            if i != taken and cs is not None:
+                await self._discard(cs)
+        if taken is None:
+            ran, verification = done[0]
+            failed = msgspec.structs.replace(
+                ran.result,
+                success=False,
+                status="error",
+                message=f"none of the {n} attempts was taken: {why}; nothing was applied",
+                failure=ran.result.failure or Failure(kind="agent_error"),
+                applied=ApplyOutcome(state="discarded", policy=self.apply, message=why),
+            )
+            output = self._output(call, _Ran(ran.sid, failed, ran.facts), None, verification)
+        else:
+            output = await self._settle(call, *done[taken])
+        return msgspec.structs.replace(
+            output, attempts=reports, taken=None if taken is None else taken + 1, taken_because=why
+        )
+
+    def _take(
+        self,
+        done: list[tuple[_Ran, Verification | None]],
+        results: list[RunResult],
+        finished: list[int],
+    ) -> tuple[int | None, str]:
+        if self.choose is not None:
+            try:
+                taken = self.choose(results)
+            except Exception as exc:  # the caller's callback: told, not raised
+                return None, f"choose() failed: {type(exc).__name__}: {exc}"
+            if taken is None:
+                return None, "choose() picked none"
+            if not 0 <= taken < len(done):
+                return None, f"choose() answered {taken}, not an attempt"
+            return taken, f"choose() picked attempt {taken + 1}"
+        verified = [i for i in finished if done[i][1] is not None]
+        for i in finished:
+            ran, verification = done[i]
+            passed = verification is not None and verification.verdict == "PASS"
+            if passed and task_status(ran.result) == "completed":
+                return i, f"attempt {i + 1} was the first to pass its verifier"
+        if verified:
+            return None, "no attempt passed its verifier"
+        return default_choice(results, finished)
+
     async def _verify(
-        self, call: Call, task: str, last: _Ran, change: WorkspaceDiff, fix_cycles: int
+        self,
+        call: Call,
+        task: str,
+        last: _Ran,
+        change: WorkspaceDiff,
+        fix_cycles: int,
+        *,
+        layer: str | None = None,
     ) -> tuple[Verification, RunResult | None]:
         """One verifier run over `change`: its verification, and its result when it finished."""
         prompt = verifier_prompt(
             task=task, label=call.label, author_summary=last.result.summary, change=change
         )
-        check = (await self._run(call, Job(self._verifier(), True, prompt, "verifier"))).result
+        job = Job(self._verifier(), True, prompt, "verifier", layer=layer)
+        check = (await self._run(call, job)).result
         if task_status(check) != "completed":
             return Verification(
                 verdict="PARTIAL",
@@ -467,9 +713,12 @@ class Gate:
             over_budget=self.budget.exceeded,
             run_id=f"run-{os.getpid()}-{live.id}-{next(self._runs)}",
             budget=self.budget.pool,
-            continuable=self.continuable and job.role == "task",
+            continuable=self.continuable and job.role == "task" and not job.layered,
             follow_up=job.follow_up,
             facts=facts,
+            workspace_mode="layered" if job.layered or job.layer is not None else "shared",
+            layer=job.layer,
+            stops=call.stops,
         )
 
     def _finish(
@@ -556,13 +805,26 @@ class Gate:
         result = ran.result
         if self.workspace is not None:
             result = recheck(self.workspace, result)  # delivered now: as the files are now
+        if result.workspace_mode == "layered" and change is None and result.changes is not None:
+            change = changed_files(result.changes, result.sensitive_changes)
         status = task_status(result)
         message = "" if status == "completed" else result.message
         if status == "completed" and verification is not None and verification.verdict == "FAIL":
             status = "failed_verification"
+            where = (
+                "nothing of it was applied"
+                if result.workspace_mode == "layered"
+                else "the change is in the workspace, unaccepted"
+            )
             message = (
                 f"the verifier still answered FAIL after {verification.fix_cycles} fix "
-                "cycle(s); the change is in the workspace, unaccepted"
+                f"cycle(s); {where}"
+            )
+        elif status == "conflict" and result.applied is not None:
+            message = (
+                f"{result.applied.message}: a sibling's change set reached the workspace first. "
+                "Each conflict shows both sides; redo the task on the workspace as it is now, "
+                "or leave it"
             )
         for a in result.artifacts:
             call.artifacts[a.path] = a
@@ -585,6 +847,9 @@ class Gate:
             verification=verification,
             subagent_id=facts.agent_id if facts.continuable and facts.agent_id else ran.sid,
             question=result.question if status == "needs_input" else None,
+            workspace_mode=result.workspace_mode,
+            changes=for_model(result.changes) if result.changes is not None else None,
+            applied=result.applied,
         )
 
     async def _snapshot(self) -> Snapshot | None:
@@ -641,6 +906,10 @@ class Gate:
                 cb(event)
             except Exception:  # a listener's bug must not break a delegation
                 log.exception("a delegation event listener failed")
+
+
+def _replace_job(job: Job, **changes: Any) -> Job:
+    return dataclasses.replace(job, **changes)
 
 
 def _budget_key(live: _Live, job: Job) -> str:

@@ -34,9 +34,13 @@ Events: the orchestrator's own run events and the delegator's `subagent.*` event
 the orchestrator's run id) go to `on_event` and to the supervisor's subscribers; the sub-agents'
 own runs are on the supervisor's stream as plain runs.
 
-Cancellation: cancelling `orchestrate` (or its run) disposes of the orchestrator's child; the
-task calls it was waiting for are cancelled with it, and each disposes of its sub-agent before
-the cancellation goes on.
+Cancellation: cancelling `orchestrate` disposes of the orchestrator's child; the task calls it
+was waiting for are cancelled with it, and each disposes of its sub-agent before the
+cancellation goes on. Stopping its run (`cancel()`, `abort()`; Ctrl-C in `tether orchestrate`)
+stops the whole tree: every sub-agent run is on the orchestrator's stop line, so from the
+instant the stop is asked no broker of the tree serves a model turn, every sub-agent is cut
+(warm continuable ones too: their sessions stay), none starts any more, and the orchestrator's
+result carries the receipt of the whole tree (`RunResult.stop`, `tether.parent.run.stop`).
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ from tether.parent.roles.prompts import (
 )
 from tether.parent.run.broker import ParentTool
 from tether.parent.run.events import EventCallback
-from tether.parent.run.spec import NamedModel, RunSpec
+from tether.parent.run.spec import Chooser, NamedModel, RunSpec
 from tether.parent.run.subagent_events import SubagentEvent, SubagentStatus
 from tether.parent.trace.spec import TraceOption, trace_spec
 from tether.protocol.messages import (
@@ -208,6 +212,9 @@ async def orchestrate(
     trace: TraceOption = None,
     compaction_threshold: int | None = None,
     compaction_model: str | None = None,
+    workspace_mode: str = "shared",
+    apply: str = "on_success",
+    choose: Chooser | None = None,
 ) -> Orchestration:
     """Run an orchestrator on `prompt` with the task tool over `definitions` (default: the
     built-in roles; an empty set gives it no task tool) and return an `Orchestration`.
@@ -238,6 +245,12 @@ async def orchestrate(
     own). Each task result keeps its compact form through compaction (`TaskOutput.compact`:
     summary, status, artifact paths, sizes and types), so every delivered file stays findable.
 
+    `workspace_mode`: how build sub-agents see the workspace unless their definition says
+    (`workspaceMode`): `shared` (in it, one at a time) or `layered` (each in a copy-on-write
+    layer of its own, side by side; its change set applied as `apply` says: `on_success`,
+    `on_verified` — after the verifier's PASS, every change verified — or `never`, returned in
+    the task's output only). A task call may ask for `attempts`; `choose(results)` picks the
+    one taken (default: the first to pass its verifier, else the first to finish).
     `trace`: trace the orchestrator and every sub-agent (a directory or a `TraceSpec`; default:
     the supervisor's `trace=`). Each sub-agent's trace names the orchestrator's run as its
     parent; the orchestrator's header holds what `tether replay` needs to start it again.
@@ -294,6 +307,9 @@ async def orchestrate(
         on_event=publish,
         agent_types=offered,
         continuable=continuable,
+        workspace_mode=workspace_mode,
+        apply=apply,
+        choose=choose,
     )
     tasks: list[TaskCall] = []
     calls = 0
@@ -374,6 +390,7 @@ async def orchestrate(
         run = agents_of(sup).guard(run)
     handle = await sup.start(run)
     box.append(handle)
+    runner.stops = handle.stops  # a stop of the orchestrator takes every sub-agent down with it
     if on_start is not None:
         on_start(Running(handle, delegator))
     try:

@@ -16,7 +16,9 @@ from msgspec import Struct, field
 from tether.parent.run import evidence
 from tether.parent.run.status import TaskStatus
 from tether.protocol.messages import (
+    ApplyOutcome,
     Artifact,
+    ChangeSet,
     FailureKind,
     SensitiveChange,
     SkippedPath,
@@ -25,6 +27,10 @@ from tether.protocol.messages import (
 
 Verdict = evidence.Verdict
 COMPACT_SUMMARY_CHARS = 2000
+MODEL_DIFF_BYTES = 64 * 1024
+"""The most unified diff text a task output hands the model (the change set keeps the rest)."""
+MODEL_CHANGES = 500
+"""The most changed paths a task output lists for the model (`changes.files` counts all)."""
 """The longest summary a compact form keeps: what survives compaction stays small, whatever a
 sub-agent wrote (the full summary was in the result the model read first)."""
 ErrorCode = Literal[
@@ -48,6 +54,18 @@ class Verification(Struct, frozen=True, kw_only=True, rename="camel", omit_defau
     """Why the verdict is what it is when the verifier did not decide (it failed, say)."""
 
 
+class AttemptReport(Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    """One attempt of a task call with `attempts`: how it ended, what it changed."""
+
+    attempt: int
+    """1-based."""
+    status: TaskStatus
+    summary: str = ""
+    verdict: Verdict | None = None
+    changed_files: list[str] = field(default_factory=list)
+    subagent_id: str = ""
+
+
 class TaskOutput(Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
     summary: str
     artifacts: list[Artifact]
@@ -69,6 +87,16 @@ class TaskOutput(Struct, frozen=True, kw_only=True, rename="camel", omit_default
     subagent_id: str = ""
     question: str | None = None
     """With `needs_input`: what a continuable sub-agent asks (answer it with send_message)."""
+    workspace_mode: str = "shared"
+    """`layered`: the sub-agent worked in a layer of its own; `changes` is what it changed
+    (diffs cut to `MODEL_DIFF_BYTES` here), `applied` what became of it."""
+    changes: ChangeSet | None = None
+    applied: ApplyOutcome | None = None
+    attempts: list[AttemptReport] = field(default_factory=list)
+    """With several attempts: each one, in attempt order."""
+    taken: int | None = None
+    """The attempt taken (1-based): the rest of this output is its."""
+    taken_because: str = ""
 
     @property
     def ok(self) -> bool:
@@ -100,6 +128,12 @@ class TaskOutput(Struct, frozen=True, kw_only=True, rename="camel", omit_default
         }
         if self.sensitive_changes:
             out["sensitiveChanges"] = [c.path for c in self.sensitive_changes]
+        if self.changes is not None:
+            out["changes"] = [f"{c.change} {c.path}" for c in self.changes.changes]
+        if self.applied is not None:
+            out["applied"] = self.applied.state
+        if self.taken is not None:
+            out["taken"] = self.taken
         if self.subagent_id:
             out["subagentId"] = self.subagent_id
         if self.question is not None:
@@ -133,3 +167,20 @@ def refused(error: ErrorCode, message: str, problems: list[ArgumentProblem] = []
         error=error,
         problems=list(problems),
     )
+
+
+def for_model(cs: ChangeSet, budget: int = MODEL_DIFF_BYTES) -> ChangeSet:
+    """`cs` with its diffs cut to `budget` bytes in all and at most `MODEL_CHANGES` entries
+    (`files` still counts them all): what a task output shows the model."""
+    kept = []
+    for c in cs.changes[:MODEL_CHANGES]:
+        if c.diff is not None:
+            size = len(c.diff.encode())
+            if size > budget:
+                c = msgspec.structs.replace(
+                    c, diff=None, note=c.note or "diff left out: past what a task output shows"
+                )
+            else:
+                budget -= size
+        kept.append(c)
+    return msgspec.structs.replace(cs, changes=kept)

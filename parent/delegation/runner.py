@@ -30,21 +30,29 @@ one `RunRequest`:
    a cold resume and the ledger bills. A model that cannot be built is a `spawn_failed` result;
 5. the run: one `RunSpec` — the wire definition the gate prepared (sub-agent system prompt,
    mode, step limit, token cap), the fork history, the label as the run's description, the
-   run id the gate minted, the tree's budget (its broker reserves every turn against it), and
-   *no parent tools*: a sub-agent's model has no `task` tool, and a child that asks the parent
-   for one anyway is refused by the broker (no nesting);
-6. progress: each of the child's events is relayed through `request.progress`;
+   run id the gate minted, the tree's budget (its broker reserves every turn against it), the
+   child config with the definition's `network` narrowing the delegation's policy (never
+   widening it), and *no parent tools*: a sub-agent's model has no `task` tool, and a child
+   that asks the parent for one anyway is refused by the broker (no nesting);
+6. progress: each of the child's events is relayed through `request.progress`, and each
+   decision of its run's egress proxy (`net.allowed`, `net.denied`);
 7. the tree budget: when it becomes spent, every run this runner has live is ended as
    `budget_exhausted` (`RunHandle.exhaust`); their results come back to the gate and the
    ledger like any other;
 8. cancellation: a cancelled task call disposes its child before the cancellation goes on
-   (`Supervisor.run`'s rule), so cancelling an orchestrator leaves no sub-agent behind.
+   (`Supervisor.run`'s rule), so cancelling an orchestrator leaves no sub-agent behind;
+9. stopping: every run is added to a stop line (`tether.parent.run.stop`): the request's (a
+   tool call served over MCP), else the runner's `stops` (an orchestration sets the
+   orchestrator's), so a stop takes the sub-agents down with it from the instant it is asked,
+   and its receipt counts them. Once the line is stopped no sub-agent starts: the request is
+   answered `aborted` at once.
 
 The `RunResult` handed back is the supervisor's: usage and step count are the broker's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -55,13 +63,15 @@ import anyio
 from tether.parent.agents.service import AgentBusy, AgentError, CannotResume, agents_of
 from tether.parent.delegation.gate import RunRequest
 from tether.parent.delegation.tool import offered_agent_types
+from tether.parent.egress.events import NetEvent
 from tether.parent.models import ModelProvider
 from tether.parent.process.limits import Limits
 from tether.parent.run.events import ChildEvent, Event
 from tether.parent.run.handle import RunHandle
 from tether.parent.run.plan import follow_up_providers, once
 from tether.parent.run.spec import NamedModel, RunSpec
-from tether.protocol.messages import Failure, RunResult
+from tether.parent.run.stop import StopLine
+from tether.protocol.messages import ApplyOutcome, ApplyPolicy, ChangeSet, Failure, RunResult
 
 if TYPE_CHECKING:
     from tether.parent.process.config import ChildConfig
@@ -108,6 +118,9 @@ class SupervisorRunner:
         self.parent_run = parent_run
         self.trace = trace
         self._built: dict[str, ModelProvider] = {}
+        self.stops: StopLine | None = None
+        """The line a stop of the orchestration takes the sub-agents down with (`orchestrate`
+        sets it to the orchestrator's run's)."""
         self._live: set[RunHandle] = set()
         self._watched: set[int] = set()
 
@@ -118,6 +131,9 @@ class SupervisorRunner:
 
     async def __call__(self, request: RunRequest) -> RunResult:
         self._watch(request.budget)
+        line = self._line(request)
+        if line is not None and line.stop is not None:
+            return _stopped(line.stop.reason)
         if request.follow_up is not None:
             return await self.follow_up(request)
         name = request.definition.provider
@@ -135,11 +151,27 @@ class SupervisorRunner:
                 f"this parent knows: {known}"
             )
         chosen = self.sup.providers.get(name)
+        if request.workspace_mode == "layered" and request.continuable and self.keeps_agents:
+            # Its layer is the delegation's to apply or discard once its task is settled.
+            request.facts.not_continuable = (
+                "it ran in a layered workspace, whose layer is gone once its change set is "
+                "applied or discarded; start a new task call instead"
+            )
+            return await self.spawn(request)
         if request.continuable and self.keeps_agents:
             if not chosen.drives_itself:
                 return await self.continuable(request)
             request.facts.not_continuable = f"{once(chosen)}; {self._who_can()}"
         return await self.spawn(request)
+
+    def _line(self, request: RunRequest) -> StopLine | None:
+        return request.stops if request.stops is not None else self.stops
+
+    def _join(self, request: RunRequest, handle: RunHandle) -> None:
+        """A run of this request: a stop of its line takes it down too."""
+        line = self._line(request)
+        if line is not None:
+            line.add(handle)
 
     def _who_can(self) -> str:
         return f"only sub-agents run by {follow_up_providers(self.sup.providers)} keep a session"
@@ -166,6 +198,10 @@ class SupervisorRunner:
         request.facts.model = model.name if isinstance(model, NamedModel) else None
         request.facts.metered = request.budget is not None
         request.facts.run_id = request.run_id
+        try:
+            config = self.config_for(request)
+        except ValueError as exc:
+            return _failed(f"the sub-agent's network cannot be used: {exc}")
 
         return RunSpec(
             prompt=request.prompt,
@@ -174,16 +210,27 @@ class SupervisorRunner:
             model=model,
             limits=self.limits,
             description=request.label,
-            config=self.config,
+            config=config,
             history=request.history,
             on_event=_Relay(request),
             provider=request.definition.provider,
             run_id=request.run_id or None,
             budgets=(request.budget,) if request.budget is not None else (),
             labels={"toolCallId": request.tool_call_id, "subagentId": request.subagent_id},
+            workspace_mode="shared" if request.layer is not None else request.workspace_mode,
+            layer=request.layer,
             trace=self.trace,
             parent_run=self.parent_run,
         )
+
+    def config_for(self, request: RunRequest) -> ChildConfig | None:
+        """The sub-agent's child config: the delegation's (or the supervisor's), its network
+        narrowed by the definition's own `network` (at most what the orchestration allows)."""
+        entries = request.definition.network_entries()
+        if entries is None:
+            return self.config
+        base = self.config or self.sup.config
+        return dataclasses.replace(base, network=base.network_policy.narrowed(entries))
 
     async def spawn(self, request: RunRequest) -> RunResult:
         """Run the sub-agent once through the supervisor's provider its definition names."""
@@ -196,6 +243,7 @@ class SupervisorRunner:
             handle = await self.sup.start(spec)
         except ValueError as exc:
             return _failed(f"the sub-agent could not start: {exc}")
+        self._join(request, handle)
         _relay_of(spec).handle = handle
         return await self._outcome(handle, handle.result())
 
@@ -214,6 +262,7 @@ class SupervisorRunner:
             request.facts.not_continuable = f"it never started ({exc})"
             return _failed(f"the sub-agent could not start: {exc}")
         request.bind_agent(agent.id)
+        self._join(request, agent.run)
         _relay_of(spec).handle = agent.run
         return await self._outcome(agent.run, agent.result())
 
@@ -233,6 +282,7 @@ class SupervisorRunner:
             request.facts.run_id = handle.run_id
             relay.handle = handle
             self._live.add(handle)
+            self._join(request, handle)
 
         try:
             return await agents.send(
@@ -263,6 +313,19 @@ class SupervisorRunner:
                 raise
         finally:
             self._live.discard(handle)
+
+    # --- layered sub-agents' change sets -------------------------------------------------------
+
+    async def apply_changes(self, cs: ChangeSet, policy: ApplyPolicy) -> ApplyOutcome:
+        """Apply a layered sub-agent's change set (the gate decided to): the supervisor's
+        apply, which discards the layer once applied."""
+        return await self.sup.apply(cs, policy=policy)
+
+    async def discard_changes(self, cs: ChangeSet) -> None:
+        try:
+            await self.sup.discard(cs)
+        except (OSError, ValueError):
+            pass  # gone already
 
     async def model_for(self, name: str | None) -> NamedModel | ModelProvider | None:
         """The model a definition's `model` names (the default model for `None`), with its
@@ -313,6 +376,19 @@ class _Relay:
         self.handle: RunHandle | None = None
 
     def __call__(self, event: Event) -> None:
+        if isinstance(event, NetEvent):
+            # The sub-agent's egress proxy decided: relayed as progress of the sub-agent.
+            self.request.progress(
+                event.kind,
+                {
+                    "host": event.host,
+                    "port": event.port,
+                    "reason": event.reason,
+                    "bytesUp": event.bytes_up,
+                    "bytesDown": event.bytes_down,
+                },
+            )
+            return
         if not isinstance(event, ChildEvent):
             return
         if self.handle is not None:
@@ -323,6 +399,15 @@ class _Relay:
 def _relay_of(spec: RunSpec) -> _Relay:
     assert isinstance(spec.on_event, _Relay)
     return spec.on_event
+
+
+def _stopped(reason: str) -> RunResult:
+    return RunResult(
+        success=False,
+        status="aborted",
+        message=f"not started: the delegation was stopped ({reason})",
+        failure=Failure(kind="cancelled"),
+    )
 
 
 def _failed(message: str) -> RunResult:

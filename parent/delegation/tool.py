@@ -23,6 +23,7 @@ from msgspec import Struct
 
 from tether.parent.delegation.output import ArgumentProblem, TaskOutput, refused
 from tether.parent.roles.definitions import Registry, SubagentDefinition
+from tether.parent.run.attempts import MAX_ATTEMPTS
 
 if TYPE_CHECKING:
     from tether.parent.run.provider import Provider
@@ -54,6 +55,12 @@ touch, when to stop).
 A bad prompt is vague ("look into the bug"), points at things the sub-agent cannot see ("as \
 discussed", "the file from before"), or does not say what to deliver.
 
+With layered workspaces, build sub-agents each work in a copy-on-write layer of their own \
+and run side by side; what each changed comes back as `changes` and is applied to the \
+workspace as the delegation's policy says (`applied`). Two that change the same file: the \
+first applied wins, the second comes back with `status: "conflict"` and both sides of each \
+conflict, to redo on the workspace as it is now.
+
 Read the result: only `status: "completed"` means the work is done; read the artifacts when \
 you need their content. A change touching several files is checked by a verifier, whose verdict \
 comes back in `verification`; so is any change to a file the user's own tools run (git hooks and \
@@ -70,6 +77,7 @@ class TaskRequest(Struct, frozen=True, kw_only=True):
     read_only: bool | None = None
     fork_context: bool = False
     agent_type: str | None = None
+    attempts: int = 1
 
 
 class TaskTool:
@@ -168,6 +176,7 @@ class TaskTool:
             read_only=arguments.get("readOnly"),
             fork_context=bool(arguments.get("forkContext", False)),
             agent_type=arguments.get("agentType"),
+            attempts=int(arguments.get("attempts", 1)),
         )
 
     def _problems(self, arguments: dict[str, Any]) -> list[ArgumentProblem]:
@@ -241,6 +250,12 @@ class TaskTool:
             ]
         if error.validator in ("minLength", "pattern"):
             return [ArgumentProblem(argument=argument, problem="must not be empty or blank")]
+        if error.validator in ("minimum", "maximum"):
+            return [
+                ArgumentProblem(
+                    argument=argument, problem=f"must be from 1 to {MAX_ATTEMPTS}, got {value!r}"
+                )
+            ]
         return [ArgumentProblem(argument=argument, problem=error.message)]
 
 
@@ -328,6 +343,17 @@ def _input_schema(definitions: Registry, agent_types: Mapping[str, str]) -> dict
                 "completed turns) before the prompt, for continuing work you already have "
                 "context for. false (default): it sees only the prompt, which is cheaper and "
                 "keeps it from inheriting your assumptions.",
+            },
+            "attempts": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_ATTEMPTS,
+                "default": 1,
+                "description": "Build-mode tasks only: start this many sub-agents on the same "
+                "prompt at once, each in a copy-on-write layer of its own; the first whose "
+                "change passes the verifier is applied to the workspace and the others are "
+                "discarded. The result says which attempt was taken and why, and lists each "
+                "one. Worth it for a fix that may go several ways; costs a run per attempt.",
             },
         },
         "required": ["subagent_type", "description", "prompt"],

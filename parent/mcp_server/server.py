@@ -9,10 +9,13 @@ for it. So:
 
 - a call always has an owner. When the SDK cancels the handler (the client sent
   `notifications/cancelled`, or closed the connection, or the server is stopping), the handler
+  stops the runs the call started (`ctx.stops`: from that instant their brokers serve nothing),
   cancels its call and waits for it, shielded from that cancellation and bounded by
   `dispose_bound`, then lets the cancellation go on; a call that outlives the bound is still the
   call group's (and its sub-agents the supervisor's), and is taken down when they close. The
   task call's own sub-agents are disposed by its runner through the ladder on that cancellation.
+  MCP never answers a cancelled request, so the stop's receipt (`tether.parent.run.stop`) goes
+  to the server's log on stderr, one line per stopped call.
 - with a progress token on the request, the call's progress lines go to a `ProgressFeed` that a
   task of the handler sends as `notifications/progress` (numbered 1, 2, ...; no total); the last
   lines are sent before the result.
@@ -42,6 +45,7 @@ from mcp.shared.exceptions import MCPError
 from tether.parent.mcp_server.progress import ProgressFeed
 from tether.parent.mcp_server.stdio import ReadStream, WriteStream
 from tether.parent.mcp_server.tools import Answer, CallContext, ServedTool
+from tether.parent.run.stop import describe
 
 log = logging.getLogger("tether.mcp")
 
@@ -154,9 +158,13 @@ class ToolServer:
         try:
             await call.done.wait()
         except anyio.get_cancelled_exc_class():
+            ctx.stops.ask("cancelled by the MCP client")
             with anyio.move_on_after(self.dispose_bound, shield=True) as bound:
                 call.scope.cancel()
                 await call.done.wait()
+                if ctx.stops.stopped_runs:
+                    receipt = await ctx.stops.receipt()
+                    log.warning("call %s (%s): %s", ctx.id, tool.name, describe(receipt))
             if bound.cancelled_caught:
                 log.warning(
                     "call %s (%s) was not over %g s after it was cancelled; "

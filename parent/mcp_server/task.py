@@ -45,7 +45,9 @@ def task_tool(delegator: Delegator) -> ServedTool | None:
         def progress(event: SubagentEvent) -> None:
             ctx.progress(describe(event))
 
-        output = await delegator.execute(arguments, tool_call_id=f"mcp-{ctx.id}", on_event=progress)
+        output = await delegator.execute(
+            arguments, tool_call_id=f"mcp-{ctx.id}", on_event=progress, stops=ctx.stops
+        )
         return answer(output)
 
     return ServedTool(

@@ -7,7 +7,8 @@ client's arguments to an `Answer`. A call validates its own arguments (the low-l
 server does not check them against the schema) and answers every problem as an `Answer`
 with `is_error`, never by raising; the server turns an exception into an error answer anyway.
 `ctx.progress(line)` sends one line of progress when the client asked for progress, and does
-nothing otherwise.
+nothing otherwise; `ctx.stops` is where a call adds the runs it starts, so a cancelled call
+stops them all at once and the server can measure the stop (`tether.parent.run.stop`).
 
 `from_parent_tool(tool)` serves a `ParentTool` (what a run's child may call in its parent, such
 as continuable children's `send_message` and `list_agents`) as an MCP tool: its arguments are
@@ -25,6 +26,7 @@ from typing import Any
 import jsonschema
 
 from tether.parent.run.broker import ParentTool
+from tether.parent.run.stop import StopLine
 from tether.protocol.messages import ToolCallParams
 
 MCP_RUN_ID = "mcp"
@@ -53,6 +55,8 @@ class CallContext:
     """The server's id for this call (unique while the server runs)."""
     progress: Callable[[str], None] = _no_progress
     """Send one line of progress to the client (a no-op when it asked for none)."""
+    stops: StopLine = field(default_factory=StopLine)
+    """The runs the call started, which a cancellation of the call stops (`run/stop.py`)."""
 
 
 ToolCall = Callable[[dict[str, Any], CallContext], Awaitable[Answer]]

@@ -16,7 +16,8 @@ requests (`purpose: "compaction"`) are answered with a fixed summary and do not 
 One file can script several agents (an orchestrator and its sub-agents, say): an object with
 `"scripts"`, each a `"turns"` list with an optional `"when"`, a regular expression. A run takes
 the first script whose `when` is found in its first request (the text of every message, the
-system prompt and the task included; a script without `when` matches any run) and keeps it::
+system prompt and the task included; a script without `when` matches any run) and keeps it;
+a script with `"once": true` is taken by one run only (a later run looks further)::
 
     {"scripts": [
       {"when": "You are an orchestrator", "turns": [...]},
@@ -68,6 +69,9 @@ class Script(msgspec.Struct, frozen=True):
     turns: list[ScriptedTurn]
     when: str | None = None
     """A regular expression searched in a run's first request; `None` matches any run."""
+    once: bool = False
+    """Taken by one run only: a later run that matches looks further (several attempts at one
+    task, each scripted apart)."""
 
 
 class Scripts(msgspec.Struct, frozen=True):
@@ -128,7 +132,10 @@ class ScriptedModel:
         chosen = self._chosen.get(params.run_id)
         if chosen is None:
             text = "\n".join(m.content for m in params.messages)
+            taken = set(self._chosen.values())
             for i, pattern in enumerate(self._when):
+                if self.scripts[i].once and i in taken:
+                    continue
                 if pattern is None or pattern.search(text):
                     chosen = self._chosen[params.run_id] = i
                     break

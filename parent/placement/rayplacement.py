@@ -404,6 +404,11 @@ class RayPlacement(EventBus):
                 ("fork_from", run.fork_from),
                 ("continuation", run.continuation),
                 ("budgets", run.budgets),
+                # A layer is made and applied on the supervisor's host, not a node's.
+                ("workspace_mode='layered'", run.workspace_mode != "shared"),
+                ("layer", run.layer),
+                ("attempts", run.attempts != 1),
+                ("apply", run.apply != "never"),
                 ("trace", run.trace),  # its model calls are served here, its child elsewhere
             )
             if given

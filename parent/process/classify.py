@@ -44,6 +44,9 @@ class Observed:
     """The child answered the run request with a JSON-RPC error."""
     budget: str | None = None
     """Why the parent ended the run for going past its budget (turns or tokens)."""
+    net_limit: str | None = None
+    """The network limit the run's egress proxy reached (`net_bytes_down=...`), which ended
+    the run."""
     exit_code: int | None = None
     signal: int | None = None
     answered: bool = False
@@ -120,6 +123,11 @@ def classify(o: Observed) -> tuple[FailureKind, str] | None:
         return "protocol", o.protocol_error
     if o.budget is not None:
         return "budget_exhausted", o.budget
+    if o.net_limit is not None:
+        return "net_limit", (
+            f"the run reached its network limit ({o.net_limit}): its egress proxy cut every "
+            "connection"
+        )
     if o.deadline is not None:
         return "timeout", f"the run passed its wall-clock limit of {o.deadline:g}s"
     if o.idle is not None:
@@ -165,6 +173,8 @@ def failure_of(o: Observed) -> Failure | None:
     shown = o.limits.shown()
     if kind in by_kind and by_kind[kind] in shown:
         limit = f"{by_kind[kind]}={shown[by_kind[kind]]}"
+    elif kind == "net_limit":
+        limit = o.net_limit
     elif kind == "timeout" and o.deadline is not None:
         limit = f"wall={o.deadline:g}s"
     elif kind == "unresponsive" and o.idle is not None:

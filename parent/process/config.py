@@ -9,8 +9,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.parent.egress.policy import NONE, Destination, NetworkPolicy, policy_of
 from tether.parent.process.host import Host
 from tether.parent.process.launchers import Launcher
+from tether.parent.process.layers import LayerLimits
 from tether.parent.process.limits import DisposePolicy, Limits
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES
 
@@ -74,6 +76,25 @@ class ChildConfig:
     next `git status` or `git checkout`, outside every sandbox. Ordinary git use (`init`,
     `add`, `commit`, `branch`, `checkout`) needs no opt-in; `git config`, `git remote add`
     and `git submodule add` do. Changes there are listed in `sensitiveChanges` either way."""
+    layers_dir: str | None = None
+    """Where layered runs' layers are made (`workspace_mode="layered"`); `None`:
+    `$TMPDIR/tether-layers-UID`. Never inside a workspace."""
+    layer_limits: LayerLimits = field(default_factory=LayerLimits)
+    """Bounds on a layer's copy and on its change set (`LayerLimits`)."""
+    network: NetworkPolicy | Sequence[str | Destination] | str | None = NONE
+    """The run's network: `"none"` (the default: no network at all), or an allowlist of
+    destinations (`["pypi.org", "*.example.com:80,443", "10.0.0.5:8080"]`, or a
+    `NetworkPolicy` with limits and credentials) reached through the run's egress proxy in the
+    parent (`tether.parent.egress`); stored as a `NetworkPolicy` (`network_policy`)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "network", policy_of(self.network))
+
+    @property
+    def network_policy(self) -> NetworkPolicy:
+        """`network`, as the `NetworkPolicy` it was made into."""
+        assert isinstance(self.network, NetworkPolicy)
+        return self.network
 
 
 @dataclass(frozen=True)
@@ -108,6 +129,7 @@ def pool_key(
         tuple(cfg.read_paths),
         tuple(cfg.deny_paths),
         cfg.allow_git_config,
+        tuple(cfg.network_policy.describe()),
         tuple(cfg.command),
         tuple(cfg.pass_env),
         tuple(sorted(cfg.env.items())),

@@ -64,6 +64,7 @@ from tether.contain.plan import (
     system_reads,
 )
 from tether.contain.sequence import EXEC_FAILED, LOCAL_SOCKETS_ENV
+from tether.parent.process.private_network import PrivateNetwork
 from tether.protocol.messages import IsolationLevel
 
 LEVELS = ("sandbox", "process")
@@ -121,24 +122,6 @@ class Choice:
     level: IsolationLevel
     warning: str | None = None
     """Why the level is weaker than `sandbox`, when `auto` had to settle for less."""
-
-
-@dataclass(frozen=True)
-class GatewayNetwork:
-    """A sandboxed foreign agent's one network destination, the model gateway (see
-    `tether.contain.netns`): `channel` set, a private network namespace whose only listener
-    is the gateway's socket on 127.0.0.1:`port`, made inside and sent back over the inherited
-    UNIX socket `channel`; `channel` `None` (no namespace can be made), the host's network
-    with TCP connect to `port` only."""
-
-    port: int
-    channel: int | None = None
-
-    def to_json(self) -> dict[str, int]:
-        out = {"port": self.port}
-        if self.channel is not None:
-            out["channel"] = self.channel
-        return out
 
 
 @dataclass
@@ -252,13 +235,22 @@ class _Trial:
     """It failed before any sandbox: the trampoline itself could not start."""
 
 
-def _trial(abi: int, root: bool, *, local_sockets: bool, git: bool) -> _Trial:
+def _trial(abi: int, root: bool, *, local_sockets: bool, git: bool, layer: bool = False) -> _Trial:
     """Sandbox a throwaway child that prints its environment (`env`), with a git directory in
-    its workspace to guard when `git`: how it went. The trial is granted what a Python child
-    is (the interpreter's paths too), so the mounts it seals are the ones a real child's view
-    has."""
+    its workspace to guard when `git`, its workspace layered (an overlay) when `layer`: how it
+    went. The trial is granted what a Python child is (the interpreter's paths too), so the
+    mounts it seals are the ones a real child's view has."""
     true = shutil.which("env", path="/usr/bin:/bin") or "/usr/bin/env"
-    with tempfile.TemporaryDirectory(prefix="tether-probe-") as ws:
+    with tempfile.TemporaryDirectory(prefix="tether-probe-") as scratch:
+        ws = os.path.join(scratch, "ws")
+        os.mkdir(ws)
+        layered = None
+        if layer:
+            layered = os.path.join(scratch, "layer")
+            for sub in ("upper", "work"):
+                os.makedirs(os.path.join(layered, sub))
+                if root:
+                    os.chown(os.path.join(layered, sub), DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)
         if git:
             os.makedirs(os.path.join(ws, ".git", "hooks"))
             Path(ws, ".git", "config").write_text("[core]\n")
@@ -269,6 +261,7 @@ def _trial(abi: int, root: bool, *, local_sockets: bool, git: bool) -> _Trial:
             host=HostIsolation(
                 root=root, landlock_abi=abi, why_not=None, local_sockets=local_sockets
             ),
+            layer=layered,
         )
         word = config_word.encode(
             {"pdeathsig": 0, "ppid": os.getpid(), "plan": setup.plan.to_json()}
@@ -313,6 +306,18 @@ def _trial(abi: int, root: bool, *, local_sockets: bool, git: bool) -> _Trial:
             ),
         )
     return _Trial(f"a trial sandbox failed on this host: {last}")
+
+
+def trial_layer(host: HostIsolation) -> str | None:
+    """Why a sandboxed child here cannot have a layered workspace (an overlay mounted in its
+    own mount namespace, `tether.contain.layer`), or `None` when it can: tried once by
+    `tether.parent.process.layers.support`, which caches the answer."""
+    why = _trial(
+        host.landlock_abi, host.root, local_sockets=host.local_sockets, git=False, layer=True
+    ).why
+    if why is None:
+        return None
+    return why.replace("a trial sandbox failed", "a trial overlay failed", 1)
 
 
 def choose_level(
@@ -661,20 +666,24 @@ def plan_for(
     read_paths: Sequence[str] = (),
     inside_launcher: bool = False,
     interpreter: bool = True,
-    network: GatewayNetwork | None = None,
+    network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
     deny_paths: Sequence[str] = (),
     allow_git_config: bool = False,
+    layer: str | None = None,
 ) -> Setup:
     """The plan for one child at `level`. `inside_launcher`: the sandbox is applied inside a
     launcher that made its own mount namespace and user (bwrap), so it adds Landlock, seccomp
     and no_new_privs only. `interpreter=False` leaves Python's own paths out (the probe).
-    `network`: a foreign agent's way to the model gateway (`GatewayNetwork`);
+    `network`: the listeners of the parent's the child may reach (a foreign agent's model
+    gateway, a run's egress proxy: `PrivateNetwork`);
     `workspace_read_only`: the workspace is granted read only; `deny_paths`: directories the
     child must never reach (`ChildConfig.deny_paths`): covered by the private mounts where
     there are some, refused by `deny_problem` when the run is planned where there are not;
     `allow_git_config`: the child may write the workspace's `.git/config` and `.git/hooks`
-    (else the sandbox refuses it, where the host lets it: `git_guard`)."""
+    (else the sandbox refuses it, where the host lets it: `git_guard`); `layer`: a layered
+    workspace's layer directory, mounted as an overlay over the workspace (`Plan.layer`: its
+    writes never reach the workspace, so no git guard is needed there)."""
     if level != "sandbox":
         return Setup(Plan())
     net = network.to_json() if network is not None else None
@@ -704,6 +713,7 @@ def plan_for(
         and not allow_git_config
         and not workspace_read_only
         and host.git_unguarded is None
+        and layer is None
         else []
     )
     if host.root:
@@ -730,6 +740,7 @@ def plan_for(
             local_sockets=net is None and host.local_sockets,
             hide=[d for d in _denied(deny_paths) if not (ws is not None and _under(ws, d))],
             git_guard=guard,
+            layer=layer,
         )
         return Setup(plan, private_env("/tmp"))
     private = tempfile.mkdtemp(prefix="tether-sandbox-")
@@ -747,6 +758,7 @@ def plan_for(
         workspace_read_only=workspace_read_only,
         local_sockets=net is None and abi >= landlock.RESOLVE_UNIX_ABI,
         git_guard=guard,
+        layer=layer,
     )
     env = private_env(private)
     env["TMPDIR"] = os.path.join(private, "tmp")
@@ -855,10 +867,11 @@ def isolation_setup(
     sandbox_user: tuple[int, int] | None = None,
     read_paths: Sequence[str] = (),
     launcher: object | None = None,
-    network: GatewayNetwork | None = None,
+    network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
     deny_paths: Sequence[str] = (),
     allow_git_config: bool = False,
+    layer: str | None = None,
 ) -> Spawnable:
     """The one place a child's isolation is decided: its plan (`plan_for`), and where it is
     applied. bwrap must be the outer layer (inside a Landlock domain it cannot set up its
@@ -881,6 +894,7 @@ def isolation_setup(
         workspace_read_only=workspace_read_only,
         deny_paths=deny_paths,
         allow_git_config=allow_git_config,
+        layer=None if reduced else layer,
     )
     if inside:
         config = config_word.encode({"plan": setup.plan.to_json()})

@@ -22,9 +22,10 @@ from tether.parent.process.cgroups import ChildCgroup, cgroupfs_mount_points
 from tether.parent.process.config import DEFAULT_COMMAND, ChildConfig
 from tether.parent.process.env import build_child_env
 from tether.parent.process.host import Host
-from tether.parent.process.isolation import GatewayNetwork, isolation_setup, merged_env
+from tether.parent.process.isolation import isolation_setup, merged_env
 from tether.parent.process.launchers import LaunchContext, Launcher, Local, resolve_launcher
 from tether.parent.process.limits import Limits, inherited_open_files
+from tether.parent.process.private_network import PrivateNetwork
 from tether.parent.process.proc import ChildProcess, SpawnError, SpawnSpec
 from tether.parent.process.supervised import SupervisedChild, SupervisedProcess
 from tether.parent.process.tree import TREE_ENV, new_tree_marker
@@ -108,8 +109,9 @@ async def spawn_child(
     spawner: Spawner | None = None,
     level: str = "process",
     wire: Literal["tether"] = "tether",
-    network: GatewayNetwork | None = None,
+    network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
+    layer: str | None = None,
 ) -> SupervisedChild: ...
 
 
@@ -125,8 +127,9 @@ async def spawn_child(
     spawner: Spawner | None = None,
     level: str = "process",
     wire: Literal["raw"],
-    network: GatewayNetwork | None = None,
+    network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
+    layer: str | None = None,
 ) -> SupervisedProcess: ...
 
 
@@ -141,14 +144,16 @@ async def spawn_child(
     spawner: Spawner | None = None,
     level: str = "process",
     wire: Literal["tether", "raw"] = "tether",
-    network: GatewayNetwork | None = None,
+    network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
+    layer: str | None = None,
 ) -> SupervisedProcess:
     """Start one child at isolation `level` (its plan computed by `isolation_setup`, the one
     place that decides it); raises `SpawnError` when it cannot start (nothing is left
-    behind). `wire="raw"`: a foreign agent whose pipes the caller drives. `network`: a
-    sandboxed foreign agent's way to the model gateway (its `channel` descriptor is passed to
-    the child); `workspace_read_only`: the sandbox grants the workspace read only."""
+    behind). `wire="raw"`: a foreign agent whose pipes the caller drives. `network`: the
+    listeners of the parent's a sandboxed child may reach (its `channel` descriptor is passed
+    to the child); `workspace_read_only`: the sandbox grants the workspace read only; `layer`:
+    a layered workspace's layer directory, an overlay over the workspace (`Plan.layer`)."""
     setup = isolation_setup(
         level,
         command=cfg.command,
@@ -160,6 +165,7 @@ async def spawn_child(
         network=network,
         workspace_read_only=workspace_read_only,
         allow_git_config=cfg.allow_git_config,
+        layer=layer,
     )
     in_cgroup = host.tier != "process-group"
     try:

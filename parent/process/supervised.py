@@ -75,7 +75,7 @@ from tether.parent.process.classify import Observed
 from tether.parent.process.limits import DisposePolicy
 from tether.parent.process.proc import EXEC_FAILED_MARKER, ChildProcess
 from tether.parent.process.ring import ByteRing
-from tether.parent.process.tree import fresh_snapshot, signal_procs, tree_procs
+from tether.parent.process.tree import ProcSnapshot, fresh_snapshot, signal_procs, tree_procs
 from tether.parent.process.wired import WiredChild
 from tether.protocol.messages import Rung
 
@@ -448,6 +448,16 @@ class SupervisedProcess:
             return
         with anyio.move_on_after(0.05):
             await self.stderr_done.wait()
+
+    def still_alive(self, snap: ProcSnapshot) -> list[int]:
+        """What of the child's tree `snap` (a /proc snapshot taken after the dispose, as the
+        sweep takes them) finds alive: the child, its cgroup's members, its session, process
+        group and tree marker. A stop's receipt counts them (none, after a dispose)."""
+        gone = not self._alive()
+        found = tree_procs(
+            self.pid, self.marker, members=self._members(), root_exited=gone, snap=snap
+        )
+        return sorted(p.pid for p in found)
 
     def kill_now(self) -> None:
         """SIGKILL the child's tree without waiting (interpreter exit: no event loop left)."""

@@ -26,9 +26,13 @@ file). For one run, `run()`:
    (`tether.contain.netns`); the parent's gateway serves that socket for this run's token
    alone (`listen_on(only=grant)`). Otherwise the run gets a loopback listener of its own
    (`listen_for(grant)`), served for its token alone; without root the sandbox keeps the
-   host's network but lets the agent connect to that TCP port only (Landlock). Either way
-   every connection the agent opens counts against its own grant from the accept, and the
-   seccomp filter's gateway variant allows TCP sockets and no UNIX socket. A read-only
+   host's network but lets the agent connect to that TCP port only (Landlock). A run with a
+   network policy gets its egress proxy the same way, beside the gateway: a second listener
+   in the namespace (or a loopback port of its own), and the proxy variables in its
+   environment (`tether.parent.egress.seat`); `NO_PROXY` keeps the gateway's calls direct.
+   Either way every connection the agent opens counts against its own grant from the
+   accept, and the seccomp filter's gateway variant allows TCP sockets and no UNIX socket.
+   A read-only
    (explore mode) run gets a read-only workspace from the sandbox, since the agent's own
    tools write files without asking the client. At the process level the agent gets a
    private HOME (a temporary directory, removed afterwards), so it neither reads nor writes
@@ -53,9 +57,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
-import secrets
 import shutil
-import socket
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -64,8 +66,14 @@ from typing import TYPE_CHECKING
 import anyio
 
 from tether.parent.process.env import build_child_env
-from tether.parent.process.isolation import GatewayNetwork, probe_host
+from tether.parent.process.isolation import probe_host
 from tether.parent.process.launchers import Local, resolve_launcher
+from tether.parent.process.private_network import (
+    Channel,
+    PrivateNetwork,
+    open_channel,
+    receive_listeners,
+)
 from tether.parent.process.spawn import missing_command
 from tether.parent.run.provider import Provider, SubagentRequest, SubagentRun, command_of
 from tether.protocol.messages import (
@@ -82,8 +90,6 @@ if TYPE_CHECKING:
 AGENT_ENV: Mapping[str, str] = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
 """Set for every ACP agent unless the config sets it: agents built on Claude Code otherwise
 also try to reach their vendor's services (telemetry, updates) besides the model."""
-NETNS_PORTS = (20000, 60000)
-"""The gateway's port inside a private namespace is drawn from here (always free there)."""
 
 
 class BrokeredModel:
@@ -184,31 +190,45 @@ class AcpProvider(Provider):
         grant = gateway.grant(
             run.run_id, BrokeredModel(run.broker), max_request_bytes=cfg.max_message_bytes
         )
+        channel: Channel | None = None
         if run.broker.trace is not None:
             run.broker.trace.conceal(grant.token)  # the agent holds it: never in its trace
-        ours: socket.socket | None = None
-        theirs: socket.socket | None = None
         home: str | None = None
+        egress = run.egress
         try:
             level = run.isolation.level
-            network: GatewayNetwork | None = None
+            network: PrivateNetwork | None = None
+            proxy_port: int | None = None
             if level == "sandbox" and probe_host().root:
-                ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-                low, high = NETNS_PORTS
-                port = low + secrets.randbelow(high - low)
-                network = GatewayNetwork(port, theirs.fileno())
+                # The gateway's listener (and the run's proxy's, with a network policy) made
+                # inside the agent's private namespace, in this order.
+                channel = open_channel(1 if egress is None else 2)
+                network = channel.network()
+                port = channel.ports[0]
+                if egress is not None:
+                    proxy_port = channel.ports[1]
             else:
                 # A listener of the run's own: its connections count against its grant from
-                # the accept, and the sandbox allows the agent that one port.
+                # the accept, and the sandbox allows the agent that one port (and its proxy's).
                 _, port = await gateway.listen_for(grant)
+                ports = [port]
+                if egress is not None:
+                    proxy_port = await egress.listen_loopback()
+                    ports.append(proxy_port)
                 if level == "sandbox":
-                    network = GatewayNetwork(port)
+                    network = PrivateNetwork(tuple(ports))
             base_url = f"http://127.0.0.1:{port}"
             env = {**cfg.env, **gateway.env_for(grant, base_url)}
+            reads = tuple(cfg.read_paths)
+            if egress is not None and proxy_port is not None:
+                from tether.parent.egress.seat import LOOPBACK
+
+                env.update(egress.child_env(proxy_port, direct=LOOPBACK))
+                reads += egress.read_paths
             if level != "sandbox" and "HOME" not in cfg.env:
                 home = tempfile.mkdtemp(prefix="tether-acp-home-")
                 env.update(_home_env(home))
-            cfg = dataclasses.replace(cfg, env=env)
+            cfg = dataclasses.replace(cfg, env=env, read_paths=reads)
             read_only = run.request.agent.read_only
             async with run.spawn(
                 cfg.command,
@@ -216,16 +236,16 @@ class AcpProvider(Provider):
                 network=network,
                 workspace_read_only=read_only and level == "sandbox",
             ) as child:
-                if theirs is not None:
-                    theirs.close()
-                    theirs = None
-                if ours is not None:
-                    sock = await _receive_listener(ours, self.handshake)
-                    if sock is None:
+                if channel is not None:
+                    channel.spawned()
+                    got = await receive_listeners(channel.ours, len(channel.ports), self.handshake)
+                    if got is None:
                         if not child.proc.exited():
                             run.observed.handshake = self.handshake
                         return None
-                    await gateway.listen_on(sock, only=grant)
+                    await gateway.listen_on(got[0], only=grant)
+                    if egress is not None:
+                        await egress.serve(got[1])
 
                 async def approve(params: ToolApproveParams) -> ToolApproveResult:
                     got: ToolApproveResult = await run.broker.on_request("tool/approve", params)
@@ -264,9 +284,8 @@ class AcpProvider(Provider):
         finally:
             with anyio.CancelScope(shield=True):
                 await gateway.release(grant)
-            for s in (ours, theirs):
-                if s is not None:
-                    s.close()
+            if channel is not None:
+                channel.close()
             if home is not None:
                 shutil.rmtree(home, ignore_errors=True)
 
@@ -295,28 +314,3 @@ def _home_env(home: str) -> dict[str, str]:
         "XDG_DATA_HOME": f"{home}/.local/share",
         "XDG_STATE_HOME": f"{home}/.local/state",
     }
-
-
-async def _receive_listener(channel: socket.socket, seconds: float) -> socket.socket | None:
-    """The gateway socket the trampoline made inside the agent's namespace, or `None` when
-    none came within `seconds` (the trampoline failed, or the channel closed)."""
-    channel.setblocking(False)
-    with anyio.move_on_after(seconds):
-        while True:
-            await anyio.wait_readable(channel)
-            try:
-                _, fds, _, _ = socket.recv_fds(channel, 64, 1)
-            except BlockingIOError:
-                continue
-            except OSError:
-                return None
-            if not fds:
-                return None  # end of stream: nothing was sent
-            got = socket.socket(fileno=fds[0])
-            for extra in fds[1:]:
-                os.close(extra)
-            if got.family != socket.AF_INET or got.type != socket.SOCK_STREAM:
-                got.close()
-                return None
-            return got
-    return None

@@ -21,6 +21,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta, Struct, field
 
+from tether.parent.egress.policy import Destination, destination_from_table, parse_destination
 from tether.parent.roles.prompts import (
     BUILD_MODE_NOTE,
     EXPLORE_MODE_NOTE,
@@ -63,6 +64,28 @@ class SubagentDefinition(
     provider: Provider = "spawn"
     token_budget: Positive | None = None
     compaction_threshold: Positive | None = None
+    workspace_mode: Literal["shared", "layered"] | None = None
+    """`layered`: a build sub-agent of this type works in a copy-on-write layer of its own and
+    returns a change set, applied by the delegation's policy (so several run in parallel);
+    `shared`: in the workspace itself, one build sub-agent at a time; `None`: the
+    delegation's default."""
+
+    network: list[str | dict[str, str]] | None = None
+    """What the sub-agent may reach through its run's egress proxy: `host[:ports]` entries,
+    or tables `{allow = "host[:ports]", credentialEnv = "VAR"}` (`credentialHeader`,
+    `credentialPrefix` optional), `[]` for none; `None` (the key left out): whatever its
+    orchestration allows. Always within the orchestration's own policy: a sub-agent gets at
+    most what its orchestration allows. Stays in the parent (the child is never told)."""
+
+    def network_entries(self) -> tuple[Destination, ...] | None:
+        """`network` parsed (`None`: the orchestration's policy as it is); raises
+        `ValueError`."""
+        if self.network is None:
+            return None
+        return tuple(
+            parse_destination(e) if isinstance(e, str) else destination_from_table(e)
+            for e in self.network
+        )
 
     def to_wire(
         self, *, read_only: bool | None = None, system_prompt: str | None = None
@@ -153,6 +176,10 @@ def definition_from_mapping(
     nested = _nested_tools(definition)
     if nested:
         raise DefinitionError(nested, file=file, index=index, type=name, key="tools")
+    try:
+        definition.network_entries()
+    except ValueError as exc:
+        raise DefinitionError(str(exc), file=file, index=index, type=name, key="network") from None
     return definition
 
 

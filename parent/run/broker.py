@@ -20,12 +20,16 @@ budget allows it counting the turns already in flight, and is settled with what 
 reported. An honest child, one turn at a time, never meets them; a turn past a budget is
 refused before it reaches the model and the run is ended. A broker that is `close()`d (a
 continuable run between activations) refuses every request: no turn is served outside an
-activation.
+activation. A broker that is `stop()`ped (its run was stopped) refuses every request from that
+instant and abandons the requests in flight: a model turn under way is cancelled, its answer
+never delivered and its tokens never billed; it counts what it abandoned and, as the stop's
+receipt asks, any turn admitted or token billed after the stop (none, by construction).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -233,14 +237,41 @@ class Broker:
         self.brokered = Brokered()
         # fast_acquire: no event-loop turn while a slot is free.
         self._model_slots = anyio.Semaphore(MAX_MODEL_CALLS, fast_acquire=True)
+        self.stopped_at: float | None = None
+        """When the run's stop was asked (`time.monotonic()`), if it was."""
+        self.turns_after_stop = 0
+        self.tokens_after_stop = 0
+        self.turns_abandoned = 0
+        self._serving: set[anyio.CancelScope] = set()
 
     def close(self, why: str) -> None:
         """Refuse every request from now on (`why` is what the child hears)."""
         self.closed = why
 
+    def stop(self, why: str) -> None:
+        """The run is being stopped: refuse every request from this instant and abandon the
+        ones in flight (see the module docstring)."""
+        if self.stopped_at is None:
+            self.stopped_at = time.monotonic()
+        self.closed = why
+        for scope in self._serving:
+            scope.cancel()
+
     async def on_request(self, method: str, params: Any) -> Any:
         if self.closed is not None:
             raise WireError(ErrorCode.RUN_IDLE, self.closed)
+        with anyio.CancelScope() as scope:
+            self._serving.add(scope)
+            try:
+                return await self._serve(method, params)
+            finally:
+                self._serving.discard(scope)
+        # Cancelled by `stop()`: abandoned, and the child hears why.
+        if method == "model/complete":
+            self.turns_abandoned += 1
+        raise WireError(ErrorCode.RUN_IDLE, self.closed or "the run was stopped")
+
+    async def _serve(self, method: str, params: Any) -> Any:
         if method == "model/complete":
             assert isinstance(params, ModelCompleteParams)
             return await self._complete(params)
@@ -308,6 +339,8 @@ class Broker:
                 error = TurnError(code=exc.code, message=exc.message, by="parent")
                 trace.turn(params, began, slot=None, model=None, error=error)
             raise
+        if self.stopped_at is not None:
+            self.turns_after_stop += 1  # the receipt's witness: `stop()` leaves no way here
         try:
             async with self._model_slots:
                 try:
@@ -330,6 +363,8 @@ class Broker:
             raise
         used = max(0, result.usage.input_tokens) + max(0, result.usage.output_tokens)
         admission.settle(used)
+        if self.stopped_at is not None:
+            self.tokens_after_stop += used  # likewise
         b = self.brokered
         b.model_calls += 1
         b.by_purpose[params.purpose] = b.by_purpose.get(params.purpose, 0) + 1

@@ -51,6 +51,7 @@ from tether.parent.process.host import host
 from tether.parent.process.isolation import Choice, choose_level, probe_host
 from tether.parent.process.keeper import Keeper
 from tether.parent.process.launchers import Local, resolve_launcher
+from tether.parent.process.layers import Layer
 from tether.parent.process.limits import Limits, raise_open_files_limit
 from tether.parent.process.pool import WarmPool
 from tether.parent.process.proc import SpawnError
@@ -68,15 +69,18 @@ from tether.parent.process.wired import handshake
 from tether.parent.process.zygote import Zygote, ZygoteSpawner
 from tether.parent.providers.builtin import builtin_providers
 from tether.parent.providers.gateway_seat import GatewaySeat
+from tether.parent.run import apply as applying
+from tether.parent.run.attempts import run_attempts
 from tether.parent.run.events import EventBus
 from tether.parent.run.handle import RunHandle
 from tether.parent.run.plan import PlanContext, plan
 from tether.parent.run.spec import RunSpec, spec_of
 from tether.parent.run.transport import PROCESS, builtin_transports
 from tether.parent.trace.spec import TraceOption, trace_spec
-from tether.protocol.messages import RunResult
+from tether.protocol.messages import ApplyOutcome, ApplyPolicy, ChangeSet, RunResult
 
 if TYPE_CHECKING:
+    from tether.parent.egress.seat import EgressOptions
     from tether.parent.gateway import Gateway
 
 
@@ -91,13 +95,18 @@ class SupervisorCore(EventBus):
         *,
         pool: PoolSpec | None = None,
         trace: TraceOption = None,
+        egress: EgressOptions | None = None,
     ) -> None:
         """`config`: how children are started and taken down unless a run says otherwise
         (`ChildConfig(transport="memory")`: every child of tether's own runtime runs in
         memory); `pool`: keep initialized children ready (`PoolSpec`); `trace`: trace every
-        run that names no trace of its own (a directory or a `TraceSpec`, docs/traces.md)."""
+        run that names no trace of its own (a directory or a `TraceSpec`, docs/traces.md);
+        `egress`: how the egress proxies of runs with a network policy resolve names and
+        verify servers (default: the host's resolver and trusted CAs; see
+        `tether.parent.egress.seat`)."""
         super().__init__()
         self.config = config or ChildConfig()
+        self._egress = egress
         self.trace = trace_spec(trace)
         """Where runs are traced unless they say otherwise (`None`: they are not)."""
         self._pool: WarmPool | None = None
@@ -119,6 +128,9 @@ class SupervisorCore(EventBus):
         """How its runs obtain their children, by the name a `ChildConfig.transport` gives
         (`process`, `memory`); add your own here."""
         self._gateway = GatewaySeat()
+        self.layers: dict[str, Layer] = {}
+        """Layers of layered runs that still hold a change set not applied, by directory
+        (`apply`, `discard`, `RunSpec.layer`)."""
         self.host = host()
         """What `containment="auto"` picks on this host; each run names its own tier
         (`RunHandle.host`, `RunResult.containment`)."""
@@ -128,6 +140,12 @@ class SupervisorCore(EventBus):
                 raise ValueError("a pool holds local child processes only (transport='process')")
             if not isinstance(resolve_launcher(cfg.launcher), Local):
                 raise ValueError("a pool holds local children only (launcher='local')")
+            if not cfg.network_policy.none:
+                raise ValueError(
+                    "a pool's children have no network: a run with a network policy gets a "
+                    "child and an egress proxy of its own (leave network out of the pool's "
+                    "config)"
+                )
             check_spawner(cfg)
             choice = choose_level(cfg.isolation)
             workspace = None
@@ -221,7 +239,11 @@ class SupervisorCore(EventBus):
         if self._tg is None:
             raise RuntimeError("use the Supervisor as `async with Supervisor() as sup:`")
         context = PlanContext(
-            self.providers, self.config, transports=self.transports, trace=self.trace
+            self.providers,
+            self.config,
+            transports=self.transports,
+            trace=self.trace,
+            layers=self.layers,
         )
         planned = await plan(spec_of(spec, fields), context)
         self._warn_once(planned.isolation)
@@ -239,8 +261,18 @@ class SupervisorCore(EventBus):
     async def run(self, spec: RunSpec | str | None = None, /, **fields: Any) -> RunResult:
         """Run one sub-agent to its end and return its `RunResult` (the arguments are
         `start`'s); never raises for anything the child does. If this call is cancelled, the
-        child is disposed first."""
-        handle = await self.start(spec, **fields)
+        child is disposed first.
+
+        `attempts=N` (at most `MAX_ATTEMPTS`): N runs of the same task at once, each in a
+        layer of its own (`workspace_mode` is then `layered`), each counted as a run of its
+        own; the attempt taken is the one `choose(results)` names (default: the first to
+        succeed), its change set applied as `apply` says, the others discarded. The result is
+        the taken attempt's (or, when none is taken, a failure saying why), with every
+        attempt's result in `attempts`."""
+        whole = spec_of(spec, fields)
+        if whole.attempts != 1:
+            return await run_attempts(self, whole)
+        handle = await self.start(whole)
         try:
             return await handle.result()
         except anyio.get_cancelled_exc_class():
@@ -248,6 +280,51 @@ class SupervisorCore(EventBus):
                 handle.abort()
                 await handle.wait()
             raise
+
+    @property
+    def egress_options(self) -> EgressOptions | None:
+        """How the egress proxies of this supervisor's runs reach the world (`None`: the
+        host's resolver and trusted CAs)."""
+        return self._egress
+
+    # --- layered runs' change sets ------------------------------------------------------------
+
+    def keep_layer(self, layer: Layer) -> None:
+        self.layers[layer.root] = layer
+
+    def forget_layer(self, layer: Layer) -> None:
+        self.layers.pop(layer.root, None)
+
+    async def apply(
+        self, result: RunResult | ChangeSet, *, policy: ApplyPolicy = "never"
+    ) -> ApplyOutcome:
+        """Apply a layered run's change set (`result.changes`, or a `ChangeSet`) to its
+        workspace now: all or nothing, each file atomically, refused on conflict
+        (`ApplyOutcome.conflicts`, both sides' content). An applied layer is discarded; one in
+        conflict is kept. Never raises for what the workspace or the layer hold."""
+        cs = result if isinstance(result, ChangeSet) else result.changes
+        if cs is None:
+            return ApplyOutcome(state="not_applied", message="the result has no change set")
+        outcome = await anyio.to_thread.run_sync(lambda: applying.apply(cs, policy=policy))
+        if outcome.state == "applied":
+            layer = self.layers.pop(cs.layer, None)
+            if layer is not None:
+                layer.discard()
+            else:
+                await anyio.to_thread.run_sync(applying.discard, cs)
+        return outcome
+
+    async def discard(self, result: RunResult | ChangeSet) -> ApplyOutcome:
+        """Throw a layered run's change set away (its layer's directory removed)."""
+        cs = result if isinstance(result, ChangeSet) else result.changes
+        if cs is None:
+            return ApplyOutcome(state="not_applied", message="the result has no change set")
+        layer = self.layers.pop(cs.layer, None)
+        if layer is not None:
+            layer.discard()
+        else:
+            await anyio.to_thread.run_sync(applying.discard, cs)
+        return ApplyOutcome(state="discarded", message=f"the layer {cs.layer} was removed")
 
     async def gateway(self) -> Gateway:
         """The model gateway foreign agents of this supervisor call with their capability

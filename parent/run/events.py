@@ -1,7 +1,10 @@
 """What a supervisor tells its listeners: a run started, the child made progress, a run ended;
 and, for an orchestrated run, what its sub-agents do (`subagent.queued`, `.started`,
-`.progress`, `.completed`, from `tether.parent.run.subagent_events`) — and the one event bus
-that tells them (`EventBus`: a local supervisor's and a Ray placement's)."""
+`.progress`, `.completed`, from `tether.parent.run.subagent_events`); for a run with a network
+policy, each decision of its egress proxy (`net.allowed`, `net.denied`:
+`tether.parent.egress`); trouble with the session store that no caller was waiting to hear
+(`StoreTrouble`) — and the one event bus that tells them (`EventBus`: a local supervisor's and
+a Ray placement's)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from tether.parent.egress.events import NetEvent
 from tether.parent.run.subagent_events import (
     SubagentCompleted,
     SubagentEvent,
@@ -56,12 +60,28 @@ class RunFinished:
     result: RunResult
 
 
-Event = RunStarted | ChildEvent | RunFinished | SubagentEvent
+@dataclass(frozen=True)
+class StoreTrouble:
+    """A write of the session store that nobody was waiting for failed: a continuable agent's
+    lease could not be renewed or released (a full disk, a read-only or damaged store). The
+    agent's child is disposed as usual, the lease is left to go stale, and the agent's next
+    result says so too (in its `message`)."""
+
+    agent_id: str
+    message: str
+    """One line: what failed, the file, and what to do."""
+    run_id: str = ""
+    """The run of the agent's child at the time, if it had one."""
+
+
+Event = RunStarted | ChildEvent | RunFinished | SubagentEvent | NetEvent | StoreTrouble
 EventCallback = Callable[[Event], None]
 
-PROGRESS = (ChildEvent, SubagentProgress, SubagentQueued)
-"""The events a slow consumer may lose: progress, and queue positions (each superseded by the
-next). A run's start and end, and a sub-agent's `started` and `completed`, are never dropped."""
+PROGRESS = (ChildEvent, SubagentProgress, SubagentQueued, NetEvent)
+"""The events a slow consumer may lose: progress, queue positions (each superseded by the
+next), and the egress proxy's decisions (`net.allowed`, `net.denied`; a run's result keeps its
+counts and first denials). A run's start and end, and a sub-agent's `started` and `completed`,
+are never dropped."""
 LIFECYCLE = (RunStarted, RunFinished, SubagentStarted, SubagentCompleted)
 
 

@@ -85,13 +85,18 @@ CHANGED = "changed after the run answered (checked again by the parent when it w
 
 def recheck(workspace: str, result: RunResult) -> RunResult:
     """`result` as it stands now: every artifact looked up again under `workspace`; one that is
-    gone or different moves to `skipped` (`CHANGED`, or why it cannot be an artifact now)."""
+    gone or different moves to `skipped` (`CHANGED`, or why it cannot be an artifact now). An
+    artifact in a layered run's change set not applied (`in_change_set`) is the parent's own
+    record of the layer, kept as it is."""
     if not result.artifacts:
         return result
     kept: list[Artifact] = []
     dropped = list(result.skipped)
     look = _looker(workspace)
     for artifact in result.artifacts:
+        if artifact.in_change_set:
+            kept.append(artifact)  # the parent's own record of a layer: not in the workspace
+            continue
         found = look(artifact.path)
         if isinstance(found, str):
             dropped.append(SkippedPath(path=artifact.path, reason=found))

@@ -52,7 +52,25 @@ caller waits for it). A continuable run never takes a pooled
 child: the pool's task owns its children's contexts. A child in memory has nothing to hold
 still: its broker, closed, serves nothing between activations all the same.
 
+A run whose network policy allows anything holds its egress proxy for its child's whole life
+(`_network`: `tether.parent.egress.seat`): tether's own child reaches it through a listener its
+sandbox makes in a private network namespace (root; `_wire_network`, `_attach`), else through
+a loopback port of the run's own; a provider's child is wired by the provider
+(`SubagentRun.egress`). The proxy's decisions go out as `NetEvent`s, a byte limit it reaches
+ends the activation in progress as `net_limit`, and every result says what it did
+(`isolation.network`).
+
 `result()` is the first activation's result; `wait()` returns once the child is gone.
+
+Stopping
+--------
+`cancel()` and `abort()` stop the run (`stop.py`): from that instant its brokers refuse every
+request and abandon the model turns in flight, and everything on its `stops` line (an
+orchestrator's sub-agent runs too) is taken down. `cancel()` first asks the child to abort and
+cuts it after the grace; `abort()` cuts it at once; a continuable run's child goes either way
+(its session, if it has one, stays). The result of the activation the stop ended is built after
+the dispose, with the stop's receipt (`RunResult.stop`): everything gone, the rung, the
+processes left, the turns and tokens after the stop.
 A provider with its own way of running (a foreign agent over ACP, one a user writes; see
 `tether.parent.providers`) hands the handle a `RunBody` in place of that tether child: the body
 obtains and drives its child, filling the run's `Observed`, under the same outer and drive
@@ -62,28 +80,38 @@ scopes, so `abort()`, `cancel()` (through the body), budgets and the result work
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
+import msgspec
 
 from tether.parent.process.classify import Observed
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.isolation import probe_host
 from tether.parent.process.launchers import launcher_name
 from tether.parent.process.limits import Limits
+from tether.parent.process.private_network import (
+    Channel,
+    PrivateNetwork,
+    open_channel,
+    receive_listeners,
+)
 from tether.parent.process.proc import SpawnError
 from tether.parent.process.supervised import SupervisedProcess
 from tether.parent.process.wired import handshake
 from tether.parent.run.broker import Broker, RunModels
 from tether.parent.run.budget import Budget
 from tether.parent.run.events import Event, EventCallback, RunFinished, RunStarted
+from tether.parent.run.layered import Layered
 from tether.parent.run.plan import RunPlan
 from tether.parent.run.provider import RunBody
 from tether.parent.run.results import build_result
 from tether.parent.run.sensitive import Watch, changes, take
+from tether.parent.run.stop import StopLine
 from tether.parent.run.tracing import run_trace
 from tether.parent.run.transport import ChildLink, ChildRequest, ObtainedChild, ProcessHost
 from tether.parent.trace.recorder import RunTrace
@@ -93,11 +121,17 @@ from tether.protocol.messages import (
     AgentMessageParams,
     AgentRunParams,
     Isolation,
+    NetDenial,
+    NetworkReport,
     RunResult,
+    StopReceipt,
 )
 
 if TYPE_CHECKING:
+    from tether.parent.egress.events import NetEvent
+    from tether.parent.egress.seat import EgressOptions, RunEgress
     from tether.parent.gateway import Gateway
+    from tether.parent.process.layers import Layer
 
 IDLE = (
     "the run has answered: the parent serves it no model turn, approval or parent tool until "
@@ -115,6 +149,13 @@ class RunHost(ProcessHost, Protocol):
     def publish(self, event: Event, extra: EventCallback | None = None) -> None: ...
 
     async def gateway(self) -> Gateway: ...
+
+    @property
+    def egress_options(self) -> EgressOptions | None: ...
+    def keep_layer(self, layer: Layer) -> None:
+        """A layered run's layer is kept until it is applied or discarded."""
+
+    def forget_layer(self, layer: Layer) -> None: ...
 
 
 class _Activation:
@@ -190,6 +231,8 @@ class RunHandle:
         self._body_observed: Observed | None = None
         self._outer_scope = anyio.CancelScope()
         self._stopping = False
+        self._layered = Layered(host, plan) if plan.layered else None
+        """A layered run's layer, its change set and its apply policy (`layered.py`)."""
         self.pid: int | None = None
         """The child's process id, once it is spawned (`None` before, and when none was)."""
         self.launcher = launcher_name(plan.config.launcher)
@@ -198,6 +241,18 @@ class RunHandle:
         """How its child was started (`zygote`, `exec`, or `memory`: no process), once it is."""
         self.spawner_fallback: str | None = None
         """Why the default spawner used exec rather than the zygote for tether's own child."""
+        self.egress: RunEgress | None = None
+        """The run's egress proxy, while its child lives, when its network policy allows
+        anything (`tether.parent.egress`)."""
+        self._enforced: Literal["namespace", "port", "none"] | None = None
+        self.processes: list[SupervisedProcess] = []
+        """Every process this run started (a stop's receipt counts what is left of them)."""
+        self.halted: list[Broker] = []
+        """The brokers a stop refused (a stop's receipt adds up what they counted)."""
+        self.stops = StopLine()
+        """What a stop of this run takes down with it: the run, and the runs added to it (an
+        orchestrator's sub-agents)."""
+        self.stops.add(self)
 
     # --- public -------------------------------------------------------------------------------
 
@@ -238,6 +293,7 @@ class RunHandle:
 
     def register(self, child: SupervisedProcess) -> None:
         """A process of this run is alive: the keeper and the exit hook know it from now on."""
+        self.processes.append(child)
         self._sup.register(child)
 
     def unregister(self, child: SupervisedProcess) -> None:
@@ -261,6 +317,11 @@ class RunHandle:
     def alive(self) -> bool:
         """The run's child lives and may still take a follow-up."""
         return self._continuation is not None and not self._gone.is_set() and not self._closing
+
+    @property
+    def gone(self) -> bool:
+        """The run is over and its child is gone."""
+        return self._gone.is_set()
 
     @property
     def state(self) -> RunState:
@@ -334,8 +395,13 @@ class RunHandle:
             return act.result
 
     async def cancel(self, reason: str = "cancelled by the parent") -> RunResult:
-        """Abort the activation in progress (the run, for a run that is not continuable): ask
-        the child, then cut it if it does not answer within the grace. Its result."""
+        """Stop the run (see the module docstring): ask the child to abort the activation in
+        progress, cut it if it does not answer within the grace, and take it down. The
+        activation's result, with the stop's receipt; for a continuable run stopped between
+        activations, a result saying so, with the receipt. A run already over: its result."""
+        if self._gone.is_set():
+            return self._latest.result if self._latest.result is not None else await self.result()
+        self.stops.ask(reason, spare=self)
         act = self._current or self._latest
         child = self._child
         if not act.done.is_set() and (child is not None or self._body is not None):
@@ -348,17 +414,30 @@ class RunHandle:
                 await act.done.wait()
         if not act.done.is_set():
             if self._continuation is None:
-                self.abort()
+                self.abort(reason)
             else:
                 self._cut(act)
         await act.done.wait()
-        return act.result if act.result is not None else await self.result()
+        result = act.result if act.result is not None else await self.result()
+        if result.stop is None and self._continuation is not None:
+            # Idle between activations: no activation to end; the child went all the same.
+            await self.wait()
+            receipt = await self.stops.receipt(gone=self)
+            result = RunResult(
+                success=False,
+                status="aborted",
+                message=f"stopped between activations ({reason}); the child is gone",
+                run_id=self.run_id,
+                stop=receipt,
+            )
+        return result
 
-    def abort(self) -> None:
-        """Cut the run now (no grace): the activation in progress ends `aborted` / `cancelled`
-        and the child is disposed."""
+    def abort(self, reason: str = "aborted by the parent") -> None:
+        """Stop the run now, with no grace (see the module docstring): the activation in
+        progress ends `aborted` / `cancelled` and the child is disposed."""
         if self._gone.is_set():
             return
+        self.stops.ask(reason, spare=self)
         self._closing = True
         self._pulse()
         act = self._current
@@ -368,6 +447,17 @@ class RunHandle:
     def close(self) -> None:
         """Let a continuable run's child go: once the activation in progress (if any) has
         answered, the child is disposed through the ladder."""
+        self._closing = True
+        self._pulse()
+
+    def halt(self, why: str) -> None:
+        """A stop of a line this run is on was asked: its brokers refuse every request from
+        now (`Broker.stop`), and its child takes no more follow-ups."""
+        for act in (self._first, self._latest, self._current, self._driving):
+            broker = act.broker if act is not None else None
+            if broker is not None and not any(b is broker for b in self.halted):
+                broker.stop(why)
+                self.halted.append(broker)
         self._closing = True
         self._pulse()
 
@@ -415,7 +505,31 @@ class RunHandle:
         elif act is self._current:
             self._outer_scope.cancel()
 
-    async def _resolve(self, act: _Activation, observed: Observed) -> None:
+    async def _resolve(
+        self, act: _Activation, observed: Observed, stop: StopReceipt | None = None
+    ) -> None:
+        """The activation's result: built, for a layered run its change set measured and
+        applied as its policy says (in threads, shielded: the result is owed whatever
+        happens), the stop's receipt attached, traced, then handed out."""
+        result = self._build(act, observed)
+        if self._layered is not None:
+            with anyio.CancelScope(shield=True):
+                claimed = act.answer.artifacts if act.answer is not None else []
+                result = await self._layered.settle(
+                    result, claimed, final=self._continuation is None or self._closing
+                )
+        if stop is not None:
+            result = msgspec.structs.replace(result, stop=stop)
+        act.result = result
+        if self.trace is not None:
+            # The result goes out with its trace on disk (bounded: `writer.FLUSH_SECONDS`).
+            self.trace.result(result)
+            with anyio.CancelScope(shield=True):
+                await self.trace.flush()
+        act.done.set()
+        self._sup.publish(RunFinished(self.run_id, result), self._on_event)
+
+    def _build(self, act: _Activation, observed: Observed) -> RunResult:
         prompts = 1
         if self._body is not None:
             prompts = self._body.prompts
@@ -424,7 +538,7 @@ class RunHandle:
         assert act.broker is not None
         workspace = self._params.workspace
         seen = [] if act.watch is None else changes(act.watch, take(workspace), workspace)
-        act.result = build_result(
+        return build_result(
             self._params,
             containment=self._containment(),
             isolation=self._isolation_report(),
@@ -438,13 +552,6 @@ class RunHandle:
             trace=self.trace.report() if self.trace is not None else None,
             sensitive_changes=seen,
         )
-        if self.trace is not None:
-            # The result goes out with its trace on disk (bounded: `writer.FLUSH_SECONDS`).
-            self.trace.result(act.result)
-            with anyio.CancelScope(shield=True):
-                await self.trace.flush()
-        act.done.set()
-        self._sup.publish(RunFinished(self.run_id, act.result), self._on_event)
 
     async def execute(self) -> None:
         trace = self.trace
@@ -464,13 +571,19 @@ class RunHandle:
     async def _execute(self) -> None:
         observed = Observed()
         # Before the child exists (or takes a pooled one): what it may change is measured.
-        self._first.watch = take(self._params.workspace)
+        if self._layered is None:
+            self._first.watch = take(self._params.workspace)
         try:
             with self._outer_scope:
-                if self._body is not None:
-                    observed = await self._drive_body(self._body, observed)
-                else:
-                    observed = await self._obtain_and_drive(observed)
+                async with self._network(observed):
+                    if observed.spawn_error is not None:
+                        pass  # a credential went missing: nothing is spawned
+                    elif self._layered is not None and not await self._layered.make(observed):
+                        pass  # the layer could not be made: nothing is spawned
+                    elif self._body is not None:
+                        observed = await self._drive_body(self._body, observed)
+                    else:
+                        observed = await self._obtain_and_drive(observed)
         finally:
             if self._child is not None:
                 observed = self._child.observed  # also when the spawn phase was cut
@@ -486,9 +599,98 @@ class RunHandle:
             if pending is not None and not pending.done.is_set():
                 if self._outer_scope.cancelled_caught and not observed.spawn_error:
                     observed.cancelled = True
-                await self._resolve(pending, observed)
+                receipt = None
+                if self.stops.stopped:
+                    receipt = await self.stops.receipt(gone=self)  # shielded
+                await self._resolve(pending, observed, receipt)
+            if self._layered is not None:
+                self._layered.close()
             self._gone.set()
             self._pulse()
+
+    @contextlib.asynccontextmanager
+    async def _network(self, observed: Observed) -> AsyncIterator[None]:
+        """The run's egress proxy around its child's life, when its policy allows anything
+        (see `tether.parent.egress.seat`); a credential that went missing since the plan is a
+        spawn failure."""
+        policy = self._config.network_policy
+        if policy.none:
+            yield
+            return
+        from tether.parent.egress.seat import CredentialMissing, open_egress, read_secrets
+
+        try:
+            read_secrets(policy)
+        except CredentialMissing as exc:
+            observed.spawn_error = str(exc)
+            yield
+            return
+        async with open_egress(
+            self.run_id,
+            policy,
+            self._sup.egress_options,
+            on_event=self._net_event,
+            on_limit=self._net_limit,
+        ) as egress:
+            self.egress = egress
+            yield
+
+    def _net_event(self, event: NetEvent) -> None:
+        self._sup.publish(event, self._on_event)
+
+    def _net_limit(self, what: str) -> None:
+        """The egress proxy reached one of the run's network limits and cut everything: the
+        activation in progress ends as `net_limit` (nothing changes once the child has
+        answered)."""
+        act = self._current
+        observed = self._child.observed if self._child is not None else self._body_observed
+        if act is None or observed is None or observed.answered:
+            return
+        observed.net_limit = what
+        if act.drive is not None:
+            act.drive.cancel()
+
+    async def _wire_network(
+        self, egress: RunEgress, cfg: ChildConfig
+    ) -> tuple[ChildConfig, PrivateNetwork | None, Channel | None]:
+        """Where tether's own child reaches the run's proxy: a listener in its private
+        namespace (root), else a loopback port of the run's own, which the sandbox lets it
+        connect to alone (no root) or merely offers (process level). The config gets the
+        proxy's variables and the trust directory."""
+        level = self.isolation.level
+        channel: Channel | None = None
+        network: PrivateNetwork | None = None
+        if level == "sandbox" and probe_host().root:
+            channel = open_channel(1)
+            network = channel.network()
+            port = channel.ports[0]
+            self._enforced = "namespace"
+        else:
+            port = await egress.listen_loopback()
+            if level == "sandbox":
+                network = PrivateNetwork((port,))
+                self._enforced = "port"
+            else:
+                self._enforced = "none"
+        cfg = dataclasses.replace(
+            cfg,
+            env={**cfg.env, **egress.child_env(port)},
+            read_paths=(*cfg.read_paths, *egress.read_paths),
+        )
+        return cfg, network, channel
+
+    async def _attach(self, egress: RunEgress, channel: Channel, child: ChildLink) -> bool:
+        """Serve the listener the child's sandbox made in its namespace; `False` (with why in
+        the child's record) when none came within the handshake timeout."""
+        channel.spawned()
+        seconds = self._config.handshake_timeout
+        got = await receive_listeners(channel.ours, 1, seconds)
+        if got is None:
+            if not child.exited():
+                child.observed.handshake = seconds
+            return False
+        await egress.serve(got[0])
+        return True
 
     async def _drive_body(self, body: RunBody, observed: Observed) -> Observed:
         """A provider's own run (one activation: bodies are not continuable)."""
@@ -508,6 +710,11 @@ class RunHandle:
         # got here must stop at this checkpoint, not start a child only to take it down again.
         await anyio.lowlevel.checkpoint()
         cfg = self._config
+        egress = self.egress
+        network: PrivateNetwork | None = None
+        channel: Channel | None = None
+        if egress is not None:
+            cfg, network, channel = await self._wire_network(egress, cfg)
         request = ChildRequest(
             cfg,
             self._limits,
@@ -516,8 +723,13 @@ class RunHandle:
             self._params.workspace,
             self.isolation.level,
             continuable=self._continuation is not None,
+            layer=self._layered.overlay if self._layered is not None else None,
+            workspace_read_only=self._plan.layer_read_only,
+            network=network,
         )
         async with contextlib.AsyncExitStack() as stack:
+            if channel is not None:
+                stack.callback(channel.close)
             try:
                 got = await stack.enter_async_context(self._plan.transport.open(request, self._sup))
             except SpawnError as exc:
@@ -527,11 +739,16 @@ class RunHandle:
             child.on_judged = self._judged
             self._obtained = got
             self._child = child
+            if isinstance(child, SupervisedProcess):
+                self.processes.append(child)  # what a stop's receipt counts
             self.pid = got.pid
             self.spawner = got.spawner
             self.spawner_fallback = got.fallback
             try:
-                await self._serve(child)
+                if channel is None or (
+                    egress is not None and await self._attach(egress, channel, child)
+                ):
+                    await self._serve(child)
             finally:
                 self._stopping = True  # leaving the transport's context takes the child down
         self._note_spawn_failure(child)
@@ -546,11 +763,12 @@ class RunHandle:
         """The child's end is judged (`ChildLink.on_judged`): an activation it left unanswered
         is resolved now, before what the child held is released (its pipes, its cgroup, a
         sandbox's directories). A run cut from outside is resolved after, where the cut is
-        known (`execute`)."""
+        known (`execute`), as is a stopped one (with the stop's receipt, which counts what is
+        left once the child is gone) and a layered one (its layer measured once released)."""
         pending, child = self._current, self._child
         if pending is None or pending.done.is_set() or child is None:
             return
-        if self._outer_scope.cancel_called:
+        if self._outer_scope.cancel_called or self.stops.stopped or self._layered is not None:
             return
         self._note_spawn_failure(child)
         await self._resolve(pending, child.observed)
@@ -579,7 +797,8 @@ class RunHandle:
     async def _follow_up(self, child: ChildLink, act: _Activation) -> bool:
         """One follow-up, in its caller's task: the child let go again, then the activation.
         Whether the child stays for another one (see `_activate`)."""
-        act.watch = take(self._params.workspace)  # the tree is still held still
+        if self._layered is None:
+            act.watch = take(self._params.workspace)  # the tree is still held still
         if self.trace is not None and act.message is not None:
             self.trace.follow_up(act.message)
         _fresh_activation(child.observed)
@@ -597,8 +816,8 @@ class RunHandle:
             act.answer = await self._drive(child, act, handshake_first=handshake_first)
         finally:
             child.cut_off = not child.observed.answered
-        if act.answer is None or self._continuation is None:
-            return False
+        if act.answer is None or self._continuation is None or self.stops.stopped:
+            return False  # resolved after the dispose (a stopped run: with the receipt)
         # Between activations nothing of the child's tree runs, and nothing it asks is
         # served: its result is checked against a still tree, and no model turn is served
         # outside an activation (see the module docstring).
@@ -765,7 +984,32 @@ class RunHandle:
     def _isolation_report(self) -> Isolation:
         choice = self.isolation
         abi = probe_host().landlock_abi if choice.level == "sandbox" else None
-        return Isolation(level=choice.level, landlock_abi=abi, warning=choice.warning)
+        return Isolation(
+            level=choice.level,
+            landlock_abi=abi,
+            warning=choice.warning,
+            network=self._network_report(),
+        )
+
+    def _network_report(self) -> NetworkReport:
+        policy = self._config.network_policy
+        if policy.none:
+            return NetworkReport()
+        egress = self.egress
+        if egress is None:
+            return NetworkReport(policy="allowlist", allow=policy.describe())
+        t = egress.traffic
+        return NetworkReport(
+            policy="allowlist",
+            allow=policy.describe(),
+            enforced=self._enforced or _enforced_by(self.isolation.level),
+            allowed=t.allowed,
+            denied=t.denied,
+            bytes_up=t.bytes_up,
+            bytes_down=t.bytes_down,
+            denials=[NetDenial(host=h, port=p, reason=r) for h, p, r in t.denials],
+            limits_hit=list(t.limits_hit),
+        )
 
     def _budget_exhausted(self, act: _Activation, why: str) -> None:
         observed = self._child.observed if self._child is not None else self._body_observed
@@ -788,6 +1032,14 @@ class RunHandle:
             await anyio.sleep(idle - quiet)
 
 
+def _enforced_by(level: str) -> Literal["namespace", "port", "none"]:
+    """How a provider's own child was kept to the run's proxy (the `acp` provider wires it as
+    the handle does for tether's child)."""
+    if level != "sandbox":
+        return "none"
+    return "namespace" if probe_host().root else "port"
+
+
 def _fresh_activation(observed: Observed) -> None:
     """A follow-up starts with a clean slate of what ends an activation."""
     observed.answered = False
@@ -795,4 +1047,5 @@ def _fresh_activation(observed: Observed) -> None:
     observed.deadline = None
     observed.idle = None
     observed.budget = None
+    observed.net_limit = None
     observed.agent_error = None

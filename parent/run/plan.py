@@ -16,7 +16,9 @@ way a run starts (see `spec.py`). It does, in order:
    config's `transport`: a local process or tether's runtime in memory, which refuses what it
    cannot carry), the containment tier, the launcher, the spawner, and the isolation level the
    transport and the provider give (a sandbox needs a workspace it can protect, and must be
-   able to keep the child out of every path the config denies);
+   able to keep the child out of every path the config denies); a network policy
+   (`check_network`: a child process under the local launcher, started by exec, every
+   credential set in the parent's environment and found nowhere in the child's);
 5. the models, resolved in the parent (`broker.resolve_models`: the caller's model wins over
    the definition's; model strings from the wire are never resolved);
 6. the request as the child will read it (`agent/run` parameters; too large for one message is
@@ -39,6 +41,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tether.contain.plan import DEFAULT_SANDBOX_ID
+from tether.parent.process import layers
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.host import Host, host
 from tether.parent.process.isolation import (
@@ -49,9 +53,9 @@ from tether.parent.process.isolation import (
     unreadable_problem,
     workspace_problem,
 )
-from tether.parent.process.launchers import resolve_launcher
+from tether.parent.process.launchers import Launcher, resolve_launcher
 from tether.parent.process.limits import Limits
-from tether.parent.process.spawn import check_spawner
+from tether.parent.process.spawn import check_spawner, child_env
 from tether.parent.roles.builtins import resolve_agent
 from tether.parent.run.broker import ApprovePolicy, ParentTool, RunModels, TurnHook, resolve_models
 from tether.parent.run.budget import Budget
@@ -73,7 +77,13 @@ from tether.parent.run.transport import (
 )
 from tether.parent.trace.spec import TraceOption, TraceSpec, check_trace
 from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES, encode_request
-from tether.protocol.messages import AgentDefinition, AgentRunParams
+from tether.protocol.messages import (
+    APPLY_POLICIES,
+    WORKSPACE_MODES,
+    AgentDefinition,
+    AgentRunParams,
+    ApplyPolicy,
+)
 from tether.protocol.methods import AGENT_RUN
 
 _run_ids = itertools.count(1)
@@ -81,13 +91,15 @@ _run_ids = itertools.count(1)
 
 @dataclass(frozen=True)
 class PlanContext:
-    """What a plan depends on besides the spec: the supervisor's providers, default config and
-    transports and default trace."""
+    """What a plan depends on besides the spec: the supervisor's providers, default config,
+    transports, default trace and kept layers."""
 
     providers: ProviderRegistry
     config: ChildConfig
     transports: Mapping[str, ChildTransport] = field(default_factory=builtin_transports)
     trace: TraceOption = None
+    layers: Mapping[str, layers.Layer] = field(default_factory=dict)
+    """The supervisor's kept layers, by directory (`RunSpec.layer` names one)."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,17 @@ class RunPlan:
     agent: str = ""
     """The agent as the caller named it: a role, a custom agent's `module:callable` (file
     paths absolute), or the definition's type."""
+    layer: layers.LayerPlan | None = None
+    """A layered run's layer, to be made before the spawn (`None`: shared, or `kept`)."""
+    kept: layers.Layer | None = None
+    """The kept layer the run continues in (`RunSpec.layer`)."""
+    apply: ApplyPolicy = "never"
+    layer_read_only: bool = False
+    """The child sees its layer read-only (a read-only agent in a kept layer)."""
+
+    @property
+    def layered(self) -> bool:
+        return self.layer is not None or self.kept is not None
 
 
 def check_agent(spec: RunSpec) -> tuple[AgentDefinition, str | None]:
@@ -183,6 +206,7 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     if name is None:
         name = "command" if spec.command is not None else "spawn"
     chosen, argument = ctx.providers.select(name)
+    mode, policy, kept = check_layering(spec, ctx)
     definition, impl = check_agent(spec)
     if impl is not None and chosen.drives_itself and chosen.isolated:
         raise ValueError(
@@ -218,6 +242,11 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     check_spawner(cfg)
     remote = launcher.name if launcher.provides.eof_teardown_only else None
     choice = chosen.isolation(transport.isolation(cfg, remote), cfg)
+    if not cfg.network_policy.none:
+        cfg = check_network(cfg, chosen, launcher, transport)
+        request = request.replace(config=cfg)
+        if choice.level != "sandbox":
+            choice = dataclasses.replace(choice, warning=_joined(choice.warning, UNENFORCED))
     if choice.level == "sandbox":
         protects = probe_host().root and launcher.name == "local"
         problem = (
@@ -235,6 +264,44 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         )
         if problem is not None:
             raise ValueError(problem)
+    layer_plan = None
+    read_only_layer = False
+    if mode == "layered":
+        if remote is not None:
+            raise ValueError(
+                f"a layered workspace is made on this host; the {remote!r} launcher runs the "
+                "child elsewhere: use workspace_mode='shared' there"
+            )
+        # An overlay is mounted in a sandboxed child process's own mount namespace; anything
+        # else (a child in memory, a provider that drives its own child) works in a copy.
+        overlay_ok = (
+            choice.level == "sandbox"
+            and launcher.name == "local"
+            and not chosen.drives_itself
+            and transport.name == PROCESS
+        )
+        if kept is None:
+            owner = None
+            if probe_host().root:
+                owner = cfg.sandbox_user or (DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)
+            layer_plan = layers.choose(
+                str(ws),
+                spec.run_id or request.run_id,
+                overlay_ok=overlay_ok,
+                owner=owner,
+                directory=cfg.layers_dir,
+            )
+            child_ws = layer_plan.child_workspace
+        else:
+            if kept.plan.overlay and not overlay_ok:
+                raise ValueError(
+                    f"the layer {kept.root} is an overlay, which only a sandboxed child that "
+                    "this host starts itself can mount (not this provider or launcher)"
+                )
+            child_ws = kept.plan.child_workspace
+            read_only_layer = request.agent.read_only
+        if child_ws != request.workspace:
+            request = request.replace(workspace=child_ws)
     model = spec.model
     models = await resolve_models(
         model.provider if isinstance(model, NamedModel) else model,
@@ -285,7 +352,99 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         trace=trace,
         parent_run=spec.parent_run,
         agent=impl or (spec.agent if isinstance(spec.agent, str) else definition.type),
+        layer=layer_plan,
+        kept=kept,
+        apply=policy,
+        layer_read_only=read_only_layer,
     )
+
+
+UNENFORCED = (
+    "the network policy is not enforced at this isolation level: the child is sent through "
+    "the run's egress proxy, and nothing keeps it from the host's network"
+)
+
+
+def _joined(first: str | None, second: str) -> str:
+    return f"{first}; {second}" if first else second
+
+
+def check_network(
+    cfg: ChildConfig, provider: Provider, launcher: Launcher, transport: ChildTransport
+) -> ChildConfig:
+    """The config of a run whose network policy allows anything, or `ValueError`: its egress
+    proxy needs a child process of this host (a listener is passed into its sandbox), the
+    child is started by exec (the zygote cannot hand it that listener), and every credential
+    is set in the parent's environment and reaches the child by no variable."""
+    from tether.parent.egress.seat import read_secrets
+
+    if not provider.isolated or transport.name != PROCESS:
+        raise ValueError(
+            f"a network policy needs a child process: provider {provider.name!r} runs in the "
+            "parent's own process"
+        )
+    if launcher.name != "local":
+        raise ValueError(
+            f"a network policy needs the local launcher, not {launcher.name!r}: the run's "
+            "egress proxy is handed into the child's sandbox on this host"
+        )
+    if cfg.spawner == "zygote":
+        raise ValueError(
+            "a run with a network policy is started by exec (spawner='exec' or 'auto'): the "
+            "zygote cannot hand its child the proxy's listener"
+        )
+    if cfg.spawner == "auto":
+        cfg = dataclasses.replace(cfg, spawner="exec")
+    secrets = read_secrets(cfg.network_policy)
+    if secrets:
+        import importlib.util
+
+        if importlib.util.find_spec("cryptography") is None:
+            raise ValueError(
+                "a network credential needs the cryptography package (the run's certificate "
+                "authority): pip install cryptography"
+            )
+        env = child_env(cfg)
+        for name, value in secrets.items():
+            for key, seen in env.items():
+                if value in seen or key == name:
+                    raise ValueError(
+                        f"the network credential ${name} would reach the child's environment "
+                        f"({key}): a credential stays in the parent, so leave it out of the "
+                        "child's pass_env and env"
+                    )
+    return cfg
+
+
+def check_layering(spec: RunSpec, ctx: PlanContext) -> tuple[str, ApplyPolicy, layers.Layer | None]:
+    """The run's workspace mode, apply policy and the kept layer it continues in; raises
+    `ValueError` for bad usage."""
+    mode = spec.workspace_mode
+    if mode not in WORKSPACE_MODES:
+        raise ValueError(f"workspace_mode {mode!r}: expected one of {', '.join(WORKSPACE_MODES)}")
+    policy = spec.apply
+    if policy not in APPLY_POLICIES:
+        raise ValueError(f"apply {policy!r}: expected one of {', '.join(APPLY_POLICIES)}")
+    if policy == "on_verified":
+        raise ValueError(
+            "apply='on_verified' needs a verifier: a delegation's (orchestrate, tether mcp, "
+            "a Delegator); a single run knows never and on_success (with attempts, choose= "
+            "can run your own check)"
+        )
+    if spec.attempts != 1:
+        raise ValueError("attempts are Supervisor.run's: start() runs one attempt")
+    kept = None
+    if spec.layer is not None:
+        kept = ctx.layers.get(spec.layer)
+        if kept is None or kept.discarded:
+            raise ValueError(
+                f"no kept layer {spec.layer!r} in this supervisor (applied or discarded, or "
+                "another supervisor's)"
+            )
+        mode = "layered"
+    if policy != "never" and mode != "layered":
+        raise ValueError(f"apply={policy!r} is for a layered run (workspace_mode='layered')")
+    return mode, policy, kept  # type: ignore[return-value]
 
 
 def once(provider: Provider) -> str:

@@ -37,7 +37,8 @@ events; the isolation level and containment tier chosen for the run; `spawn()`, 
 process through the one spawn path every child takes (`process.spawn.spawn_child`: scrubbed
 environment, limits, cgroup, sandbox, keeper registration, the dispose ladder when the context
 ends) and shares the run's `Observed` with it; `gateway()`, the supervisor's model gateway for
-a foreign agent's own model client; and `cancel_requested`, set when the caller cancels.
+a foreign agent's own model client; `egress`, the run's egress proxy when its network policy
+allows anything; and `cancel_requested`, set when the caller cancels.
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ import anyio
 
 from tether.parent.process.classify import Observed
 from tether.parent.process.config import ChildConfig
-from tether.parent.process.isolation import Choice, GatewayNetwork
+from tether.parent.process.isolation import Choice
 from tether.parent.process.launchers import launcher_name, resolve_launcher
+from tether.parent.process.private_network import PrivateNetwork
 from tether.parent.process.proc import SpawnError
 from tether.parent.run.events import ChildEvent, Event, RunStarted
 from tether.parent.run.transport.base import ChildRequest
@@ -75,6 +77,7 @@ from tether.protocol.messages import (
 )
 
 if TYPE_CHECKING:
+    from tether.parent.egress.seat import RunEgress
     from tether.parent.gateway import Gateway
     from tether.parent.process.host import Host
     from tether.parent.process.limits import Limits
@@ -260,6 +263,7 @@ class RunSeat(Protocol):
     pid: int | None
     isolation: Choice
     host: Host
+    egress: RunEgress | None
 
     @property
     def broker(self) -> Broker: ...
@@ -399,6 +403,13 @@ class SubagentRun:
         supervisor)."""
         return await self._handle.gateway()
 
+    @property
+    def egress(self) -> RunEgress | None:
+        """The run's egress proxy when its network policy is not `none`: the provider puts
+        the child where it reaches it (`serve` a listener of the child's namespace, or
+        `listen_loopback`) and gives it `child_env(port)` and `read_paths`."""
+        return self._handle.egress
+
     @asynccontextmanager
     async def spawn(
         self,
@@ -406,7 +417,7 @@ class SubagentRun:
         *,
         config: ChildConfig | None = None,
         wire: Literal["raw", "tether"] = "raw",
-        network: GatewayNetwork | None = None,
+        network: PrivateNetwork | None = None,
         workspace_read_only: bool = False,
     ) -> AsyncIterator[SupervisedProcess]:
         """Start `command` through the one spawn path, at the run's isolation level, with the

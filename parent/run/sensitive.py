@@ -155,6 +155,16 @@ GIT_PLACES: tuple[Place, ...] = (
 )
 """What the parent watches in a git directory (`.git`, and each under `.git/modules`)."""
 
+
+def place_of(path: str) -> Place | None:
+    """The watched place a workspace-relative path is, or lies in (a directory place), if any:
+    how a layered run's change set marks what the user's own tools run (`FileChange.runs`)."""
+    for place in PLACES:
+        if path == place.path or (place.tree and path.startswith(place.path + "/")):
+            return place
+    return None
+
+
 GIT_POINTER = "git: a pointer to the git directory (`gitdir:`) git uses here"
 
 Kind = Literal["file", "symlink", "other"]

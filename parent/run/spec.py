@@ -23,7 +23,7 @@ from tether.parent.run.budget import Budget
 from tether.parent.run.events import EventCallback
 from tether.parent.run.provider import Provider
 from tether.parent.trace.spec import TraceOption
-from tether.protocol.messages import AgentDefinition, ChatMessage
+from tether.protocol.messages import AgentDefinition, ChatMessage, RunResult
 
 ReportHook = Callable[[str], Awaitable[None]]
 """Told of each `report` event's text, in order, before the child's later messages are read."""
@@ -61,6 +61,8 @@ class ForkSource(Protocol):
 
 
 ModelSpec = str | ModelProvider | NamedModel | None
+Chooser = Callable[[Sequence[RunResult]], int | None]
+"""`choose(results)`: the index of the attempt to take, or `None` for none."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +106,25 @@ class RunSpec:
     on_event: EventCallback | None = None
     on_turn: TurnHook | None = None
     """Told of every model turn the parent brokers for the run, before the child gets it."""
+    workspace_mode: str = "shared"
+    """`shared` (the child works in the workspace) or `layered`: the child sees the workspace
+    through a copy-on-write layer of its own, and its changes come back as the result's change
+    set (`RunResult.changes`), applied according to `apply`."""
+    apply: str = "never"
+    """When a layered run's change set is applied to the workspace: `never` (returned only;
+    `Supervisor.apply(result)` or `tether apply` applies it later, `Supervisor.discard`
+    throws it away), `on_success` (when the run succeeded). A delegation also knows
+    `on_verified` (after its verifier's PASS)."""
+    layer: str | None = None
+    """Run in the kept layer of an earlier layered run (its `changes.layer`) instead of a new
+    one: a fix in the same layer, or, with a read-only agent, a read-only view of it (a
+    verifier's). The layer stays the supervisor's."""
+    attempts: int = 1
+    """Run the task this many times at once, each in its own layer (`Supervisor.run` only):
+    see `Supervisor.run`."""
+    choose: Chooser | None = None
+    """With `attempts`: picks the attempt to take from their results (its index, or `None`);
+    default: the first that succeeded, in the order they finished."""
     trace: TraceOption = None
     """Trace the run: a directory (one JSON Lines file per run, named by its run id) or a
     `TraceSpec`; `None`: the supervisor's `trace=`, if it has one (docs/traces.md)."""

@@ -13,7 +13,10 @@
 - `failed_verification`: it finished, but the verifier still answered FAIL after the allowed
   fix cycles;
 - `needs_input`: a continuable sub-agent stopped to ask its orchestrator `question`; the answer
-  goes to it with `send_message`.
+  goes to it with `send_message`;
+- `conflict`: it finished in a layered workspace, but its change set could not be applied: a
+  path it changes changed in the workspace since its layer's base (a sibling's change set
+  applied first); nothing of it was applied, and `applied.conflicts` shows both sides.
 
 Only `completed` means the work is done. The delegation layer's `TaskOutput` and the
 continuable agents' tools both speak these statuses; they live here, in the run core, so
@@ -27,7 +30,14 @@ from typing import Literal
 from tether.protocol.messages import RunResult
 
 TaskStatus = Literal[
-    "completed", "truncated", "crashed", "aborted", "error", "failed_verification", "needs_input"
+    "completed",
+    "truncated",
+    "crashed",
+    "aborted",
+    "error",
+    "failed_verification",
+    "needs_input",
+    "conflict",
 ]
 TASK_STATUSES: tuple[str, ...] = TaskStatus.__args__  # type: ignore[attr-defined]
 
@@ -39,6 +49,7 @@ _STATUS_OF_FAILURE: dict[str, TaskStatus] = {
     "cpu_limit": "truncated",
     "fsize_limit": "truncated",
     "tasks_limit": "truncated",
+    "net_limit": "truncated",
     "crashed": "crashed",
     "killed": "crashed",
     "exit_nonzero": "crashed",
@@ -48,6 +59,7 @@ _STATUS_OF_FAILURE: dict[str, TaskStatus] = {
     "spawn_failed": "error",
     "agent_error": "error",
     "placement_lost": "error",
+    "changes_too_large": "error",
 }
 
 
@@ -55,6 +67,8 @@ def task_status(result: RunResult) -> TaskStatus:
     """How a run ended, for the model. `completed` needs `success` *and* a completed status;
     anything else is one of the other statuses, never `completed`."""
     if result.success and result.status == "completed" and result.failure is None:
+        if result.applied is not None and result.applied.state == "conflict":
+            return "conflict"
         return "completed"
     if result.success and result.status == "needs_input" and result.failure is None:
         return "needs_input"  # a continuable sub-agent asks its orchestrator (`question`)

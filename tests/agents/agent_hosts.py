@@ -23,11 +23,14 @@ DEADLINE = 60.0
 class Host:
     """One `agent_host.py` parent process."""
 
-    def __init__(self, state: Path, workspace: Path, stderr: Path) -> None:
+    def __init__(
+        self, state: Path, workspace: Path, stderr: Path, lease: tuple[float, float] | None = None
+    ) -> None:
         self.stderr_path = stderr
+        extra = [str(x) for x in lease] if lease is not None else []
         with stderr.open("wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, str(HOST), str(state), str(workspace)],
+                [sys.executable, str(HOST), str(state), str(workspace), *extra],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,
@@ -84,9 +87,10 @@ class Hosts:
         self._tmp, self._state, self._workspace = tmp, state, workspace
         self.started: list[Host] = []
 
-    def start(self) -> Host:
+    def start(self, lease: tuple[float, float] | None = None) -> Host:
+        """A host; `lease`: its `(stale_after, heartbeat_every)`."""
         stderr = self._tmp / f"host-{len(self.started)}.stderr"
-        host = Host(self._state, self._workspace, stderr)
+        host = Host(self._state, self._workspace, stderr, lease)
         self.started.append(host)
         return host
 

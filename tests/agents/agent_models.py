@@ -1,7 +1,8 @@
 """A model for continuable-agent tests that does what the latest user message says, so a test
 drives a real child through warm and cold activations and sees the history it was given.
 
-The latest user message is read as commands (several may be combined):
+Each turn is logged (with `log`) as `{"event": "turn", "runId", "messages", "at"}` before it
+is answered. The latest user message is read as commands (several may be combined):
 
     ASK <question>       call ask_orchestrator with the question (the run answers needs_input)
     REPORT <text>        call report with the text before completing
@@ -22,6 +23,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import time
 from typing import TextIO
 
 import anyio
@@ -53,7 +55,12 @@ class Commanded:
         self.requests.append(params)
         if self._log is not None:
             # One line per request, before answering: a watcher knows the turn was asked.
-            line = {"event": "turn", "runId": params.run_id, "messages": len(params.messages)}
+            line = {
+                "event": "turn",
+                "runId": params.run_id,
+                "messages": len(params.messages),
+                "at": time.time(),
+            }
             print(json.dumps(line), file=self._log, flush=True)
         said = users(params.messages)[-1] if users(params.messages) else ""
         self.in_flight += 1

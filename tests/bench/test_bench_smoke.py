@@ -79,6 +79,9 @@ FIGURES = {
     "tether.agent_spawn",
     "tether.cold_resume",
     "tether.cold_resume_long",
+    "tether.wake_first_turn",
+    "context.wake",
+    "tether.wake_after_restart",
     "context.continue_ping",
     "context.follow_up_unstored",
     "context.fresh_run",
@@ -99,6 +102,12 @@ FIGURES = {
     "providers.fork",
     "providers.inprocess",
     "providers.acp",
+    "floor.direct_request",
+    "tether.egress_request",
+    "floor.direct_download",
+    "tether.egress_download",
+    "context.egress_tunnel_download",
+    "context.bare_relay_download",
     "context.trace_untraced",
     "tether.trace_run",
     "context.trace_bytes_per_turn",
@@ -134,6 +143,8 @@ TARGETS = [
     "through the zygote",
     "crash",
     "acquire",
+    "egress proxy adds",
+    "through the egress proxy",
     "traced",
     "a follow-up to a live run",
     "task calls in one turn",
@@ -182,11 +193,19 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
         assert needle in targets, needle
     # the four restated targets are judged over their bounds, each with that bound's own
     # ratio to the bare floor beside it
-    for needle in ("cold exec spawn", "idle cold child RSS", "through the zygote", "1 MiB child"):
+    for needle in (
+        "cold exec spawn",
+        "idle cold child RSS",
+        "one whole run through the zygote",
+        "1 MiB child",
+    ):
         (row,) = [row for row in rows if needle in row]
         assert "that bound itself: " in row, row
     (crash,) = [row for row in rows if "crash → result" in row]
     assert "the same child's own death, without tether alone: " in crash, crash
+    # and the egress download what any relay process costs here
+    (egress,) = [row for row in rows if "through the egress proxy" in row]
+    assert "a bare relay process alone: " in egress, egress
 
 
 @pytest.mark.timeout(120)

@@ -112,3 +112,16 @@ def test_a_target_not_measured_is_not_called_met_in_the_analysis() -> None:
         analysis
     )
     assert "cold exec spawn → ready" in analysis and "(met in this run)" in analysis
+
+
+def test_the_egress_latency_target_judges_the_time_the_proxy_adds() -> None:
+    met = _row(
+        _rendered({"tether.egress_request": 600.0, "floor.direct_request": 100.0}),
+        "egress proxy adds",
+    )
+    assert "600 ms vs 100 ms: 500 ms added" in met and met.endswith(f"| 0.50{X} the limit | met |")
+    missed = _row(
+        _rendered({"tether.egress_request": 1200.0, "floor.direct_request": 100.0}),
+        "egress proxy adds",
+    )
+    assert missed.endswith("| **missed** |"), missed

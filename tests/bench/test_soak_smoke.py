@@ -34,18 +34,18 @@ with_section = report.with_section
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_a_short_soak_leaks_nothing_and_every_mixed_run_has_its_kind(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     doc = tmp_path / "performance.md"
     doc.write_text("# Performance\n\n## Targets\n\nt\n\n## Analysis\n\na\n")
-    argv = ["--cycles", "12", "--every", "6", "--mixed", "8", "--json", str(out)]
+    argv = ["--cycles", "12", "--every", "6", "--mixed", "8", "--crash", "2", "--json", str(out)]
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.soak", *argv, "--write", "--out", str(doc)],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=170,
+        timeout=290,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     got = json.loads(out.read_text())
@@ -59,9 +59,12 @@ def test_a_short_soak_leaks_nothing_and_every_mixed_run_has_its_kind(tmp_path: P
     [mixed] = got["mixed"]
     assert mixed["clean"] and mixed["wrong"] == []
     assert mixed["kinds"] == {"crashed": 2, "timeout": 2, "oversize": 2, "success": 2}
+    crashed = got["crash"]
+    assert crashed["kills"] == 2 and crashed["violations"] == [] and crashed["acked"] > 0
     text = doc.read_text()
     soak = section(text, SOAK_HEADING)
     assert soak is not None and "| exec | 12 |" in soak and "8 of 8 with the right kind" in soak
+    assert "Crash round (`benchmarks/crash.py`, seed 1): 2 SIGKILLs" in soak
     assert text.index("## Targets") < text.index(SOAK_HEADING) < text.index("## Analysis")
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tether.parent.cli.progress import describe
-from tether.parent.run.events import ChildEvent, RunFinished, RunStarted
+from tether.parent.run.events import ChildEvent, RunFinished, RunStarted, StoreTrouble
 from tether.protocol.messages import Failure, RunResult
 
 
@@ -50,3 +50,11 @@ def test_a_childs_words_are_cleaned_and_cut_to_one_line() -> None:
 def test_events_nobody_needs_to_read_are_not_shown() -> None:
     assert describe(ev("started")) is None
     assert describe(ev("text", text="")) is None
+
+
+def test_trouble_with_the_session_store_is_one_line_naming_the_agent() -> None:
+    event = StoreTrouble("ag_" + "1" * 20, "its lease could not be released (it goes stale): x")
+    assert describe(event) == (
+        f"tether: agent {'ag_' + '1' * 20}: the session store: its lease could not be "
+        "released (it goes stale): x"
+    )

@@ -20,6 +20,7 @@ EXPECTED = {
     "cpu_limit": "truncated",
     "fsize_limit": "truncated",
     "tasks_limit": "truncated",
+    "net_limit": "truncated",
     "crashed": "crashed",
     "killed": "crashed",
     "exit_nonzero": "crashed",
@@ -29,6 +30,7 @@ EXPECTED = {
     "spawn_failed": "error",
     "agent_error": "error",
     "placement_lost": "error",
+    "changes_too_large": "error",
 }
 
 

@@ -75,6 +75,7 @@ def test_the_schema_offers_the_registered_types_with_their_descriptions() -> Non
         "prompt",
         "readOnly",
         "forkContext",
+        "attempts",
     }
 
 
@@ -157,7 +158,7 @@ def test_every_problem_is_reported_at_once() -> None:
         "prompt": "missing (required)",
         "readOnly": "expected a boolean, got a string",
         "extra": "unknown argument; the arguments are: subagent_type, description, prompt, "
-        "readOnly, forkContext",
+        "readOnly, forkContext, attempts",
     }
     out = refusal({"subagent_type": 3})
     assert "nothing was run" in out.summary and "prompt: missing (required)" in out.message

@@ -10,6 +10,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -231,10 +232,11 @@ def test_sigint_cancels_the_orchestration_prints_it_and_exits_130(tmp_path: Path
     )  # fmt: skip
     assert proc.stderr is not None
     started = 0
-    while started < 2:
+    while started < 2:  # each sub-agent is on its first model turn
         line = proc.stderr.readline()
         assert line, "tether ended before both sub-agents started"
-        started += "started (task" in line
+        started += "': step 1" in line
+    time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -242,6 +244,40 @@ def test_sigint_cancels_the_orchestration_prints_it_and_exits_130(tmp_path: Path
     assert data["result"]["status"] == "aborted"
     assert sorted(r["status"] for r in data["ledger"]["subagents"]) == ["aborted", "aborted"]
     assert "cancelling the run" in err
+    # The stop's receipt covers the tree: the orchestrator and both sub-agents, each on its
+    # first model turn (a minute long), abandoned unbilled; nothing left.
+    stop = data["result"]["stop"]
+    assert (stop["reason"], stop["runs"], stop["processesLeft"]) == ("interrupted", 3, 0)
+    assert (stop["turnsAfterStop"], stop["tokensAfterStop"], stop["turnsAbandoned"]) == (0, 0, 2)
+
+
+def test_sigint_prints_the_orchestrations_stop_receipt_in_one_line(tmp_path: Path) -> None:
+    import signal
+
+    scripts = [
+        script(ORCHESTRATOR, turn(task("c1", "explorer", "hang one", "Find A."))),
+        script("Role: explorer", turn(call("list_dir", path="."), delay=60)),
+    ]
+    path = tmp_path / "slow.json"
+    path.write_text(json.dumps({"scripts": scripts}))
+    proc = subprocess.Popen(
+        [*TETHER, "orchestrate", "Go.", "--model", f"scripted:{path}",
+         "--workspace", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    assert proc.stderr is not None
+    while "'hang one': step 1" not in (line := proc.stderr.readline()):
+        assert line, "tether ended before the sub-agent started"
+    time.sleep(0.3)  # its first model turn (a minute long) is under way
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    [receipt] = [x for x in out.splitlines() if "stopped (interrupted)" in x]
+    assert re.search(r"\(2 runs, ladder rung \w+\); 0 processes left, 0 model turns", receipt)
+    assert receipt.endswith("(1 in flight abandoned), 0 tokens billed after it")
 
 
 def printed_commands(stdout: str) -> list[list[str]]:

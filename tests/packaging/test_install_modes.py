@@ -27,7 +27,9 @@ from tether.parent.process.isolation import probe_host
 ROOT = Path(__file__).resolve().parents[2]
 MODES = ("wheel", "editable", "strict editable")
 SKIP = {".venv", "build", ".git", ".nox", "__pycache__"}
-pytestmark = pytest.mark.slow
+# One worker builds the project's wheels at a time: two `pip wheel` runs of one source tree
+# share its build/ directory and spoil each other's wheel.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel_builds")]
 TURNS = {
     "turns": [
         {

@@ -8,7 +8,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+# One worker builds the project's wheels at a time (see test_install_modes.py).
+pytestmark = pytest.mark.xdist_group("wheel_builds")
 
 
 def _build_wheel(tmp_path: Path) -> Path:

@@ -255,7 +255,7 @@ def test_field_names_are_camel_case_on_the_wire() -> None:
     result = _wire(RUN_RESULT)
     assert {"turnCount", "iterationCount", "runId"} <= set(result)
     assert set(result["usage"]) == {"inputTokens", "outputTokens"}
-    assert set(result["artifacts"][0]) == {"path", "size", "fsType", "modifiedAt"}
+    assert set(result["artifacts"][0]) == {"path", "size", "fsType", "modifiedAt", "inChangeSet"}
     failure = _wire(FAILED_RESULT)["failure"]
     assert {"exitCode", "stderrTail"} <= set(failure)
     msg = _wire(TRANSCRIPT[3])

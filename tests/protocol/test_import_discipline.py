@@ -32,12 +32,14 @@ ALLOWED_THIRD_PARTY = {
     "wire": {"msgspec", "anyio"},
     # oslash is jsonrpcserver's own result type (`Either`), used only next to it.
     "child": {"msgspec", "anyio", "jsonrpcserver", "oslash"},
-    # h11: the model gateway; acp (+ pydantic, its models' errors): the ACP driver; jsonschema:
-    # the task tool validates a model's arguments; mcp: `tether mcp` only (tests/mcp checks);
-    # ray: the optional scale-out extra, imported only inside `placement/` functions
-    # (tests/placement/test_parts.py checks nothing loads it).
+    # h11: the model gateway and the egress proxy; acp (+ pydantic, its models' errors): the
+    # ACP driver; jsonschema: the task tool validates a model's arguments; mcp: `tether mcp`
+    # only (tests/mcp checks); ray: the optional scale-out extra, imported only inside
+    # `placement/` functions (tests/placement/test_parts.py checks nothing loads it);
+    # cryptography: a run's certificate authority, imported only when a network policy carries
+    # a credential (tests/egress checks nothing else loads it).
     "parent": {"msgspec", "anyio", "psutil", "httpx", "h11", "acp", "pydantic", "jsonschema"}
-    | {"mcp", "ray"},
+    | {"mcp", "ray", "cryptography"},
     # Runs in the trampoline (`python -I -S`, no site-packages): the standard library only.
     "contain": set(),
     # The curated `tether` package: its names load lazily from the folders above.

@@ -118,19 +118,25 @@ def test_an_unknown_level_and_a_sandbox_for_a_remote_launcher_are_bad_usage() ->
 
 
 def test_a_host_whose_sandbox_cannot_guard_git_still_sandboxes_and_says_so(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     """A supervisor without root where user namespaces are forbidden (an AppArmor or sysctl
     policy) cannot mount over `.git`: the sandbox goes on without the guard, its plans carry
     none, and `tether doctor` says writes there are only listed and verified."""
     from tether.parent.cli import doctor
-    from tether.parent.process import isolation
+    from tether.parent.process import isolation, layers
 
-    def trial(abi: int, root: bool, *, local_sockets: bool, git: bool) -> isolation._Trial:
-        return isolation._Trial("unshare: Operation not permitted" if git else None)
+    def trial(
+        abi: int, root: bool, *, local_sockets: bool, git: bool, layer: bool = False
+    ) -> isolation._Trial:
+        # No user namespace: neither the git guard nor a layer's overlay can be made in one.
+        return isolation._Trial("unshare: Operation not permitted" if git or layer else None)
 
     monkeypatch.setattr(isolation, "_probed", {})
     monkeypatch.setattr(isolation, "_trial", trial)
+    # What this host gives a layered run is probed again, and forgotten after the test.
+    layers._support.cache_clear()
+    request.addfinalizer(layers._support.cache_clear)
     got = probe_host()
     assert got.why_not is None and got.best == "sandbox"
     assert got.git_unguarded == "unshare: Operation not permitted"
@@ -142,3 +148,6 @@ def test_a_host_whose_sandbox_cannot_guard_git_still_sandboxes_and_says_so(
     text = doctor.render(doctor.report())
     assert ".git/config and .git/hooks: NOT refused here" in text
     assert "why: unshare: Operation not permitted" in text
+    # Layered runs get a copy instead of an overlay, and doctor says why.
+    assert layers.support().overlay is None
+    assert "  no overlay: unshare: Operation not permitted" in text

@@ -142,13 +142,13 @@ async def test_a_hostile_sandboxed_child_cannot_reach_its_session_store_whatever
     tmp_path: Path, listener: Listener, layout: str
 ) -> None:
     """`apart`: the store is nowhere the sandbox grants; `beside_the_childs_code`: it lies in
-    the directory of the child's own script, which the sandbox grants for reading (there, only
-    the mount that covers it keeps the child out: the directory is the user's, mode 0755)."""
+    the directory of the child's own script, which the sandbox grants for reading (there, the
+    mount that covers it keeps the child out, beside the directory's own 0700)."""
     project = tmp_path / "project"
     command = hostile_child(project)
     state = tmp_path / "state" if layout == "apart" else project / ".state"
     state.mkdir()
-    state.chmod(0o755)  # made by the user, not the store: anyone may list it
+    state.chmod(0o700)  # the store refuses one open to others (docs/sessions.md)
     ws = tmp_path / "ws"
     ws.mkdir()
     aim(ws, state, listener)

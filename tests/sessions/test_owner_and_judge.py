@@ -124,3 +124,36 @@ def test_across_boots_the_heartbeat_is_aged_on_the_wall_clock(
     measured = heartbeat_age(lease, clock, HERE)
     assert abs(measured - wall_age) < 1e-6 * max(1.0, wall_beat)
     assert verdict == ("stale" if measured > stale else "held")
+
+
+@given(
+    age=st.floats(0, 1e4),
+    stale=st.floats(0.01, 1e3),
+    live=st.sets(st.sampled_from(["t", "u", "v"])),
+)
+def test_a_lease_of_the_asker_itself_is_an_orphan_exactly_when_none_of_its_activations_holds_it(
+    age: float, stale: float, live: set[str]
+) -> None:
+    mine = LeaseRow(
+        agent_id="ag_" + "0" * 20,
+        token="t",
+        owner=HERE,
+        acquired_at=0.0,
+        heartbeat_wall=0.0,
+        heartbeat_mono=0.0,
+    )
+    clock = Clock(wall=age, mono=age)
+    verdict = judge(mine, now=clock, here=HERE, liveness="alive", stale_after=stale, live_here=live)
+    if "t" not in live:
+        assert verdict == "orphaned"  # its release failed: the asker holds the slot now
+    else:
+        assert verdict == ("stale" if age > stale else "held")
+    # A reader, who does not know the live tokens, never finds an orphan.
+    reader = judge(mine, now=clock, here=HERE, liveness="alive", stale_after=stale)
+    assert reader == ("stale" if age > stale else "held")
+    # Another process's lease is never this asker's orphan.
+    theirs = _lease("boot-a", heartbeat_wall=0.0, heartbeat_mono=0.0)
+    assert (
+        judge(theirs, now=clock, here=HERE, liveness="alive", stale_after=stale, live_here=live)
+        != "orphaned"
+    )

@@ -13,7 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tether.parent.agents.sessions import DB_NAME, SessionStore, StoreUnavailable, default_state_dir
-from tether.parent.agents.sessions.paths import check_apart, store_paths, workspace_problem
+from tether.parent.agents.sessions.paths import (
+    check_apart,
+    prepare_database,
+    store_paths,
+    workspace_problem,
+)
 
 
 def _mode(path: Path) -> int:
@@ -61,28 +66,57 @@ def test_what_the_store_creates_is_private_whatever_the_umask(tmp_path: Path) ->
     assert _mode(state / DB_NAME) == 0o600
 
 
-def test_an_existing_directory_is_left_alone_but_a_wide_database_file_is_tightened(
-    tmp_path: Path,
-) -> None:
-    state = tmp_path / "shared"
-    state.mkdir(mode=0o755)
-    os.chmod(state, 0o755)
-    db = state / DB_NAME
-    db.touch()
-    os.chmod(db, 0o644)
-
+def _open(state: Path) -> None:
     async def open_() -> None:
         async with SessionStore(state):
             pass
 
     anyio.run(open_)
-    assert _mode(state) == 0o755
-    assert _mode(db) == 0o600
+
+
+def test_a_state_directory_open_to_others_is_refused_with_the_chmod_to_run_and_left_as_it_is(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "shared"
+    state.mkdir()
+    os.chmod(state, 0o755)
+    with pytest.raises(StoreUnavailable) as refused:
+        _open(state)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"the state directory {state} is open to others (mode 0755" in message
+    assert f"run `chmod 700 {state}`" in message
+    assert _mode(state) == 0o755 and not (state / DB_NAME).exists()
+
+
+def test_a_database_file_open_to_others_is_refused_with_the_chmod_to_run_and_left_as_it_is(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    _open(state)
+    db = state / DB_NAME
+    os.chmod(db, 0o644)
+    with pytest.raises(StoreUnavailable, match=r"is open to others \(mode 0644") as refused:
+        _open(state)
+    assert f"run `chmod 600 {db}`" in str(refused.value)
+    assert _mode(db) == 0o644
+    os.chmod(db, 0o600)
+    _open(state)  # once it is private again, it opens
+
+
+def test_a_sqlite_sidecar_widened_by_hand_is_tightened(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    _open(state)
+    wal = Path(f"{state / DB_NAME}-wal")
+    wal.touch()
+    os.chmod(wal, 0o644)
+    assert prepare_database(state) == state / DB_NAME
+    assert _mode(wal) == 0o600
 
 
 def test_a_database_path_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    state.mkdir()
+    state.mkdir(mode=0o700)
     elsewhere = tmp_path / "elsewhere.db"
     elsewhere.touch()
     (state / DB_NAME).symlink_to(elsewhere)
@@ -98,17 +132,23 @@ def test_a_database_path_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
 def test_a_database_file_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    state.mkdir()
+    state.mkdir(mode=0o700)
     db = state / DB_NAME
-    db.touch()
+    db.touch(mode=0o600)
     os.chown(db, 12345, 12345)
+    with pytest.raises(StoreUnavailable, match="belongs to uid 12345, not to this process") as no:
+        _open(state)
+    assert f"`chown {os.geteuid()} {db}`" in str(no.value)
 
-    async def open_() -> None:
-        async with SessionStore(state):
-            pass
 
-    with pytest.raises(StoreUnavailable, match="belongs to uid 12345"):
-        anyio.run(open_)
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+def test_a_state_directory_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
+    state = tmp_path / "theirs"
+    state.mkdir(mode=0o700)
+    os.chown(state, 12345, 12345)
+    with pytest.raises(StoreUnavailable, match=f"{state} belongs to uid 12345"):
+        _open(state)
+    assert not (state / DB_NAME).exists()
 
 
 def test_a_state_path_that_is_a_file_is_refused(tmp_path: Path) -> None:

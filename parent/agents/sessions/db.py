@@ -24,6 +24,12 @@ loss the last commits may roll back (the database stays consistent either way). 
 is a model turn, a report, a heartbeat or a lease change — seconds apart — so the fsync costs
 nothing that matters (scripts/bench-sessions measures it); `synchronous="normal"` is available
 for callers that prefer speed to power-loss durability.
+
+Trouble with the storage (a full disk, a read-only mount, a damaged file) is raised as the
+store's own exception (`diagnose.py`: `StoreFull`, `StoreReadOnly`, `StoreCorrupt`,
+`StoreUnavailable`), one line naming the file and what to do, never as `sqlite3.Error`. The
+transaction that met it was rolled back whole (SQLite's atomic commit), so what was stored
+before it is intact; a connection that could not even roll back is closed, never reused.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from tether.parent.agents.sessions.diagnose import sqlite_failure
 from tether.parent.agents.sessions.errors import StoreBusy, StoreUnavailable
 from tether.parent.agents.sessions.schema import (
     MIGRATIONS,
@@ -116,7 +123,7 @@ class Database:
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
         except BaseException:
-            conn.close()
+            _close(conn)
             raise
         return conn
 
@@ -133,11 +140,28 @@ class Database:
         try:
             yield conn
         finally:
+            # A connection still in a transaction could not roll back (its file went away
+            # under it, say): it is closed, never handed to the next caller half-done.
+            broken = conn.in_transaction
             with self._pool_lock:
-                if self._closed:
-                    conn.close()
+                if self._closed or broken:
+                    _close(conn)
+                    if broken and conn in self._all:
+                        self._all.remove(conn)
                 else:
                     self._idle.append(conn)
+
+    @contextmanager
+    def _storage(self) -> Iterator[None]:
+        """SQLite's errors about the storage raised as the store's own (see the module
+        docstring); any other goes on as itself."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            failure = sqlite_failure(exc, self.path)
+            if failure is None:
+                raise
+            raise failure from None
 
     def close(self) -> None:
         """Close every connection not in use (one in use is closed when it comes back)."""
@@ -145,7 +169,7 @@ class Database:
             self._closed = True
             idle, self._idle = self._idle, []
         for conn in idle:
-            conn.close()
+            _close(conn)
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -168,7 +192,7 @@ class Database:
 
     def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run `fn` in one write transaction; committed before this returns."""
-        with self._write_lock, self._connection() as conn:
+        with self._storage(), self._write_lock, self._connection() as conn:
 
             def attempt() -> T:
                 conn.execute("BEGIN IMMEDIATE")
@@ -176,8 +200,7 @@ class Database:
                     result = fn(conn)
                     conn.execute("COMMIT")
                 except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
+                    _roll_back(conn)
                     raise
                 return result
 
@@ -185,15 +208,17 @@ class Database:
 
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run `fn` in one read transaction: one consistent snapshot for all its queries."""
-        with self._connection() as conn:
+        with self._storage(), self._connection() as conn:
 
             def attempt() -> T:
                 conn.execute("BEGIN")
                 try:
-                    return fn(conn)
-                finally:
-                    if conn.in_transaction:
-                        conn.execute("COMMIT")
+                    result = fn(conn)
+                except BaseException:
+                    _roll_back(conn)
+                    raise
+                conn.execute("COMMIT")
+                return result
 
             return self._retrying(attempt)
 
@@ -201,11 +226,12 @@ class Database:
 
     def _migrate(self, migrations: Sequence[Migration]) -> None:
         # Look at the version before any of our pragmas can touch a newer tether's database.
-        probe = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None)
-        try:
-            found = self._retrying(lambda: user_version(probe))
-        finally:
-            probe.close()
+        with self._storage():
+            probe = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None)
+            try:
+                found = self._retrying(lambda: user_version(probe))
+            finally:
+                probe.close()
         if found > len(migrations):
             raise too_new(found, len(migrations))
         # Up to date: opening takes no write lock. Otherwise each step re-reads the version
@@ -215,3 +241,22 @@ class Database:
 
     def version(self) -> int:
         return self.read(user_version)
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """Roll back what is open, if SQLite has not already (it does itself on a full disk). A
+    rollback that fails leaves the connection in its transaction: it is closed, not reused."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+
+def _close(conn: sqlite3.Connection) -> None:
+    """Close a connection; one that fails to (its last checkpoint met a full disk, say) is
+    gone anyway, and the WAL keeps what it committed."""
+    try:
+        conn.close()
+    except sqlite3.Error:
+        pass

@@ -21,7 +21,22 @@ class StoreBusy(SessionError):
 
 class StoreUnavailable(SessionError):
     """The database cannot be used here: WAL refused (a network or read-only filesystem), the
-    path is not a regular file we own, or the store was closed."""
+    path is not a regular file we own or is open to others, or the store was closed. The
+    message is one line that names the path and what to do; the subclasses say why."""
+
+
+class StoreFull(StoreUnavailable):
+    """The file system that holds the store is full (ENOSPC, SQLite's `SQLITE_FULL`): the write
+    that met it was rolled back whole, and everything stored before it is intact."""
+
+
+class StoreReadOnly(StoreUnavailable):
+    """The store cannot be written: a read-only file system, or a file or directory we may not
+    write. SQLite writes its WAL index even to read, so reads fail too."""
+
+
+class StoreCorrupt(StoreUnavailable):
+    """The database file is damaged: its header (not a database at all) or one of its pages."""
 
 
 class LeaseLost(SessionError):

@@ -3,10 +3,13 @@
 The state directory is `$XDG_STATE_HOME/tether` (an absolute `XDG_STATE_HOME` only, as the
 XDG spec says), else `~/.local/state/tether`, unless the caller names one. Transcripts hold
 whatever the agents read, so: every directory component we create is made 0700 (chmod after
-mkdir, so the umask cannot widen it); a directory that already exists is left as it is; the
-database and SQLite's `-wal`/`-shm` files beside it are 0600 (SQLite gives those the database
-file's mode, and we tighten any we find wider). The database path must be a regular file owned
-by us, and is never opened outside SQLite (see `_tighten`).
+mkdir, so the umask cannot widen it); the state directory itself must be ours and 0700 or
+narrower, and the database a regular file of ours, 0600 or narrower — anything wider or
+someone else's is refused with the `chmod` to run, never silently changed (what was readable
+may already have been read). SQLite's `-wal`/`-shm` files take the database file's mode; any
+we find wider are tightened. The database path is never opened outside SQLite (see
+`_check_file`). Whatever the OS refuses (a full or read-only file system) is raised as the
+store's exception (`diagnose.os_failure`).
 
 The state never shares a place with a workspace (`workspace_problem`): a sub-agent writes its
 workspace, and a store it could write is a session it could rewrite — its model (where the
@@ -23,6 +26,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from tether.parent.agents.sessions.diagnose import ELSEWHERE, os_failure
 from tether.parent.agents.sessions.errors import StoreUnavailable
 
 DB_NAME = "sessions.sqlite3"
@@ -107,15 +111,30 @@ def ensure_private_dir(path: Path) -> None:
     for d in reversed(missing):
         try:
             os.mkdir(d, 0o700)
+            os.chmod(d, 0o700)
         except FileExistsError:
             continue  # another process made it first
-        os.chmod(d, 0o700)
+        except OSError as exc:
+            raise os_failure(exc, path / DB_NAME, f"creating {d}") from None
     if not path.is_dir():
-        raise StoreUnavailable(f"the state directory {path} is not a directory")
+        raise StoreUnavailable(f"the state directory {path} is not a directory; {ELSEWHERE}")
+    st = os.stat(path)
+    if st.st_uid != os.geteuid():
+        raise StoreUnavailable(
+            f"the state directory {path} belongs to uid {st.st_uid}, not to this process "
+            f"(uid {os.geteuid()}); point tether at a state directory of your own (--state DIR, "
+            "state_dir=)"
+        )
+    if st.st_mode & 0o077:
+        raise StoreUnavailable(
+            f"the state directory {path} is open to others (mode {stat.S_IMODE(st.st_mode):04o}"
+            f"; transcripts hold whatever the agents read): run `chmod 700 {path}`, {ELSEWHERE}"
+        )
 
 
-def _tighten(path: Path) -> bool:
-    """Check an existing file is a regular file of ours and make it 0600; `False` if absent.
+def _check_file(path: Path, *, tighten: bool) -> bool:
+    """Check an existing file is a regular file of ours, 0600 or narrower (`tighten`: make it
+    so instead of refusing); `False` if it is absent.
 
     Only `lstat` and `chmod` by path, never `open`: POSIX record locks belong to the process,
     and closing any descriptor of a file releases all of them, so opening and closing the
@@ -126,34 +145,53 @@ def _tighten(path: Path) -> bool:
         st = os.lstat(path)
     except FileNotFoundError:
         return False
+    except OSError as exc:
+        raise os_failure(exc, path, "looking at it") from None
     if stat.S_ISLNK(st.st_mode):
-        raise StoreUnavailable(f"{path} is a symlink; the session database must be a real file")
+        raise StoreUnavailable(
+            f"{path} is a symlink; the session database must be a real file: move the link "
+            f"away, {ELSEWHERE}"
+        )
     if not stat.S_ISREG(st.st_mode):
-        raise StoreUnavailable(f"{path} is not a regular file")
+        raise StoreUnavailable(f"{path} is not a regular file: move it away, {ELSEWHERE}")
     if st.st_uid != os.geteuid():
-        raise StoreUnavailable(f"{path} belongs to uid {st.st_uid}, not to us")
+        raise StoreUnavailable(
+            f"{path} belongs to uid {st.st_uid}, not to this process (uid {os.geteuid()}): run "
+            f"tether as its owner, or `chown {os.geteuid()} {path}` if it is yours, {ELSEWHERE}"
+        )
     if st.st_mode & 0o077:
-        os.chmod(path, 0o600)
+        if not tighten:
+            raise StoreUnavailable(
+                f"{path} is open to others (mode {stat.S_IMODE(st.st_mode):04o}; transcripts "
+                f"hold whatever the agents read): run `chmod 600 {path}`, {ELSEWHERE}"
+            )
+        try:
+            os.chmod(path, 0o600)
+        except OSError as exc:
+            raise os_failure(exc, path, "making it private") from None
     return True
 
 
 def prepare_database(state_dir: Path) -> Path:
-    """Make the state directory and the database file private; the database's path."""
+    """Make the state directory private and check the database file is; the database's path."""
     ensure_private_dir(state_dir)
     db = state_dir / DB_NAME
-    if not _tighten(db):
+    if not _check_file(db, tighten=False):
         try:
             fd = os.open(
                 db, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
             )
         except FileExistsError:
-            _tighten(db)  # another process created it first
+            _check_file(db, tighten=False)  # another process created it first
         except OSError as exc:
-            raise StoreUnavailable(f"cannot create the session database {db}: {exc}") from exc
+            raise os_failure(exc, db, "creating the session database") from None
         else:
             # A new inode nobody can hold a lock on yet: closing it here is harmless.
-            os.fchmod(fd, 0o600)
-            os.close(fd)
+            try:
+                os.fchmod(fd, 0o600)
+            finally:
+                os.close(fd)
     for suffix in SIDECARS:
-        _tighten(Path(f"{db}{suffix}"))
+        # SQLite's own files, made with the database's mode: a wider one was widened by hand.
+        _check_file(Path(f"{db}{suffix}"), tighten=True)
     return db

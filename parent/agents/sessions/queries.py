@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -363,10 +363,16 @@ class Granted:
 
 
 def acquire(
-    conn: sqlite3.Connection, agent_id: str, *, token: str, stale_after: float
+    conn: sqlite3.Connection,
+    agent_id: str,
+    *,
+    token: str,
+    stale_after: float,
+    live_here: Collection[str] | None = None,
 ) -> Granted | Busy | Unavailable:
     """Take the agent's activation lease, from a dead or stale holder if need be; the session
-    becomes `running` and its activation count goes up, in the same transaction."""
+    becomes `running` and its activation count goes up, in the same transaction. `live_here`:
+    the tokens this process's live activations hold (`lease.judge`)."""
     row = conn.execute("SELECT status FROM agents WHERE id = ?", (agent_id,)).fetchone()
     if row is None:
         return Unavailable(agent_id=agent_id, reason="unknown_agent")
@@ -377,7 +383,14 @@ def acquire(
     lease = _lease(conn, agent_id)
     if lease is not None:
         liveness = probe(lease.owner, here)
-        verdict = judge(lease, now=at, here=here, liveness=liveness, stale_after=stale_after)
+        verdict = judge(
+            lease,
+            now=at,
+            here=here,
+            liveness=liveness,
+            stale_after=stale_after,
+            live_here=live_here,
+        )
         if verdict == "held":
             return Busy(
                 agent_id=agent_id,

@@ -161,7 +161,8 @@ class TakenOver(Record, frozen=True):
 
     pid: int
     since: float
-    why: Literal["owner_dead", "stale"]
+    why: Literal["owner_dead", "stale", "orphaned"]
+    """`orphaned`: this process's own lease, left by a release that failed."""
 
 
 @dataclass(frozen=True)

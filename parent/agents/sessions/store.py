@@ -30,6 +30,12 @@ context manager its body is cancelled and `LeaseLost` raised at the end of the `
 `release()` is idempotent, and releases only what this activation's token still holds. Closing
 the store releases every activation still live (their sessions become `interrupted` if they
 were `running`), shielded and bounded.
+
+Trouble with the storage (`diagnose.py`) is the caller's exception wherever a caller waits for
+the write. Where none does — a heartbeat, a release while the store closes — it is told to
+`on_trouble(agent_id, message)` and the store goes on: a lease that cannot be renewed or
+released is left to go stale, which is what it is for. Nothing the disk does escapes
+`async with SessionStore`.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ import anyio.abc
 
 from tether.parent.agents.sessions import queries
 from tether.parent.agents.sessions.db import Database, Synchronous
-from tether.parent.agents.sessions.errors import LeaseLost, StoreUnavailable
+from tether.parent.agents.sessions.errors import LeaseLost, SessionError, StoreUnavailable
 from tether.parent.agents.sessions.ids import new_agent_id, parse_agent_id
 from tether.parent.agents.sessions.paths import prepare_database, resolve_state_dir
 from tether.parent.agents.sessions.records import (
@@ -72,6 +78,13 @@ from tether.protocol.messages import AgentDefinition, ChatMessage, Usage
 
 T = TypeVar("T")
 log = logging.getLogger("tether.parent.agents.sessions")
+TroubleHook = Callable[[str, str], None]
+"""Told `(agent_id, message)` of a store write nobody waited for that failed (a heartbeat, a
+release on close)."""
+
+_live_tokens: set[str] = set()
+"""The lease tokens of every live activation of this process, whichever store holds it: a lease
+of this process with another token is an orphan (`lease.judge`)."""
 
 RELEASE_GRACE = 30.0
 """At most this long to release one activation on close (a locked database is retried)."""
@@ -133,6 +146,7 @@ class Activation:
         self._beat_scope = anyio.CancelScope()
         self._body: anyio.CancelScope | None = None
         self.last_heartbeat = anyio.current_time()
+        _live_tokens.add(token)
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -301,6 +315,7 @@ class Activation:
                     )
                 )
             finally:
+                _live_tokens.discard(self.token)
                 self._store._forget(self)
         return released
 
@@ -342,7 +357,9 @@ class SessionStore:
         connections: int = 4,
         busy_timeout: float = 10.0,
         migrations: Sequence[Migration] = MIGRATIONS,
+        on_trouble: TroubleHook | None = None,
     ) -> None:
+        """`on_trouble`: see the module docstring (default: logged only)."""
         if connections < 1:
             raise ValueError("connections must be at least 1")
         self.state_dir = resolve_state_dir(state_dir)
@@ -356,6 +373,15 @@ class SessionStore:
         self._tg: anyio.abc.TaskGroup | None = None
         self._slots: dict[str, _Slot] = {}
         self._active: dict[str, Activation] = {}
+        self._on_trouble = on_trouble
+
+    def _trouble(self, agent_id: str, message: str) -> None:
+        log.warning("agent %s: %s", agent_id, message)
+        if self._on_trouble is not None:
+            try:
+                self._on_trouble(agent_id, message)
+            except Exception:  # a listener's bug must not break the store
+                log.exception("the session store's trouble hook failed")
 
     @property
     def path(self) -> Path:
@@ -408,7 +434,13 @@ class SessionStore:
             with anyio.CancelScope(shield=True):
                 for activation in list(self._active.values()):
                     with anyio.move_on_after(RELEASE_GRACE):
-                        await activation.release()
+                        try:
+                            await activation.release()
+                        except SessionError as exc:
+                            self._trouble(
+                                activation.agent_id,
+                                f"its lease could not be released (it goes stale): {exc}",
+                            )
             assert self._tg is not None
             self._tg.cancel_scope.cancel()
             # Only heartbeat loops run in this group, and they never raise: whatever the body
@@ -559,6 +591,7 @@ class SessionStore:
                         agent_id=agent_id,
                         token=token,
                         stale_after=self.lease.stale_after,
+                        live_here=frozenset(_live_tokens),
                     ),
                 )
                 if isinstance(outcome, queries.Granted):
@@ -631,7 +664,11 @@ class SessionStore:
                     await activation.heartbeat()
                 except LeaseLost:
                     return  # marked lost by the write itself
-                except Exception:
-                    # A missed heartbeat (a database locked past every retry) is not the end of
-                    # the activation: the next one may land, and the bound allows for a few.
-                    log.warning("agent %s: heartbeat failed", activation.agent_id, exc_info=True)
+                except SessionError as exc:
+                    # A missed heartbeat (a full disk, a database locked past every retry) is
+                    # not the end of the activation: the next one may land, and the bound
+                    # allows for a few. Whoever runs the agent is told.
+                    self._trouble(activation.agent_id, f"its lease could not be renewed: {exc}")
+                except Exception as exc:  # a bug: logged whole, and the loop goes on
+                    log.exception("agent %s: heartbeat failed", activation.agent_id)
+                    self._trouble(activation.agent_id, f"its lease could not be renewed: {exc!r}")

@@ -33,6 +33,7 @@ from tether.parent.process.host import Host
 from tether.parent.process.isolation import Choice
 from tether.parent.process.limits import Limits
 from tether.parent.process.pool import WarmPool
+from tether.parent.process.private_network import PrivateNetwork
 from tether.parent.process.spawn import Spawner
 from tether.parent.process.supervised import SupervisedProcess
 from tether.parent.process.wired import NotificationHandler, RequestHandler
@@ -115,6 +116,15 @@ class ChildRequest:
     """The isolation level the plan chose (`sandbox`, `process`, `none`)."""
     continuable: bool = False
     """The run keeps its child for follow-ups (so never a pooled one)."""
+    layer: str | None = None
+    """A layered run's layer directory: the child sees the workspace as an overlay of it (so
+    never a pooled child; a transport that cannot layer refuses the run)."""
+    workspace_read_only: bool = False
+    """The child sees the workspace (or its layer) read only."""
+    network: PrivateNetwork | None = None
+    """The parent's listeners a sandboxed child may reach (a run's egress proxy), its channel
+    passed into the child (so never a pooled child; a transport that cannot pass one refuses
+    the run)."""
 
 
 class Registrar(Protocol):

@@ -18,8 +18,9 @@ from typing import Literal, overload
 import anyio
 
 from tether.parent.process.config import ChildConfig, pool_key
-from tether.parent.process.isolation import Choice, GatewayNetwork, choose_level
+from tether.parent.process.isolation import Choice, choose_level
 from tether.parent.process.launchers import Launcher, Local, resolve_launcher
+from tether.parent.process.private_network import PrivateNetwork
 from tether.parent.process.proc import SpawnError
 from tether.parent.process.spawn import (
     AutoSpawner,
@@ -58,7 +59,13 @@ class LocalProcess:
         if missing is not None:
             raise SpawnError(missing)
         pool = host.pool
-        if pool is not None and isinstance(launcher, Local) and not request.continuable:
+        if (
+            pool is not None
+            and isinstance(launcher, Local)
+            and not request.continuable
+            and request.layer is None
+            and request.network is None
+        ):
             key = pool_key(cfg, request.limits, request.tier, request.level, request.workspace)
             pooled = pool.acquire(key, env)
             if pooled is not None:
@@ -75,7 +82,14 @@ class LocalProcess:
                         await pooled.finish()
                 return
         spawner = await host.spawner(cfg)
-        async with spawned(request, host, launcher=launcher, spawner=spawner) as child:
+        async with spawned(
+            request,
+            host,
+            launcher=launcher,
+            spawner=spawner,
+            network=request.network,
+            workspace_read_only=request.workspace_read_only,
+        ) as child:
             yield ObtainedChild(
                 child,
                 child.pid,
@@ -109,7 +123,7 @@ def spawned(
     launcher: Launcher | None = None,
     spawner: Spawner | None = None,
     wire: Literal["tether"] = "tether",
-    network: GatewayNetwork | None = None,
+    network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
 ) -> AbstractAsyncContextManager[SupervisedChild]: ...
 
@@ -122,7 +136,7 @@ def spawned(
     launcher: Launcher | None = None,
     spawner: Spawner | None = None,
     wire: Literal["raw"],
-    network: GatewayNetwork | None = None,
+    network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
 ) -> AbstractAsyncContextManager[SupervisedProcess]: ...
 
@@ -134,7 +148,7 @@ def spawned(
     launcher: Launcher | None = None,
     spawner: Spawner | None = None,
     wire: Literal["tether", "raw"] = "tether",
-    network: GatewayNetwork | None = None,
+    network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
 ) -> AbstractAsyncContextManager[SupervisedProcess]:
     """Start one local child process for `request` through the one spawn path, registered
@@ -160,7 +174,7 @@ async def _spawned(
     launcher: Launcher | None,
     spawner: Spawner | None,
     wire: Literal["tether", "raw"],
-    network: GatewayNetwork | None,
+    network: PrivateNetwork | None,
     workspace_read_only: bool,
 ) -> AsyncIterator[SupervisedProcess]:
     child = await spawn_child(
@@ -175,6 +189,7 @@ async def _spawned(
         wire=wire,
         network=network,
         workspace_read_only=workspace_read_only,
+        layer=request.layer,
     )
     registrar.register(child)
     try:

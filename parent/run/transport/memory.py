@@ -89,6 +89,11 @@ class InMemory:
     @asynccontextmanager
     async def open(self, request: ChildRequest, host: ProcessHost) -> AsyncIterator[ObtainedChild]:
         cfg = request.config
+        if request.network is not None:
+            raise SpawnError("a child in memory cannot be handed a network listener")
+        if request.layer is not None:
+            # The plan gives a child in memory a copied layer, never an overlay to mount.
+            raise SpawnError("a child in memory cannot mount an overlay")
         observed = Observed(limits=request.limits)
         serve = _runtime(cfg, observed)
         # No grace of the helper's own: the child's dispose has waited the EOF grace already.
