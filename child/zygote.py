@@ -9,7 +9,8 @@ FD is one end of a `SOCK_SEQPACKET` unix socket pair; one message per datagram, 
                       "cgroupProcs": [path, ...], "cwd": DIR, "argv": [extra, ...],
                       "claims": NAME?, "nextCgroup": {"id": NAME, "procs": [path, ...]}?}
                      with three fds (SCM_RIGHTS): the child's stdin, stdout, stderr
-    zygote → parent  {"pid": PID, "standby": BOOL} or {"error": TEXT}
+    zygote → parent  {"pid": PID, "standby": BOOL} with one fd: the child's pidfd,
+                     or {"error": TEXT}
     parent → zygote  {"op": "release", "claims": NAME}
     zygote → parent  {"released": NAME}
     parent → zygote  {"op": "reap", "pid": PID}
@@ -498,9 +499,29 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
         else:
             reply = {"error": f"unknown op {op!r}"}
         try:
-            sock.send(json.dumps(reply).encode())
+            pidfd = _pidfd(reply) if op == "spawn" else None
+            if pidfd is not None:
+                try:
+                    socket.send_fds(sock, [json.dumps(reply).encode()], [pidfd])
+                finally:
+                    os.close(pidfd)
+            else:
+                sock.send(json.dumps(reply).encode())
         except OSError:
             return
+
+
+def _pidfd(reply: dict[str, Any]) -> int | None:
+    """A pidfd of the child a spawn answers with, for the supervisor: the pid the zygote knows
+    is one of its own PID namespace, which the supervisor's may not be (a zygote run in a
+    namespace of its own, `Zygote.launch`); through the pidfd the supervisor sees the same
+    process under its own pid. `None` without a pid (an error) or pidfd support."""
+    if "pid" not in reply:
+        return None
+    try:
+        return os.pidfd_open(int(reply["pid"]))
+    except (AttributeError, OSError):
+        return None
 
 
 def _hand_over(standby: _Standby, data: bytes, fds: list[int]) -> int | None:

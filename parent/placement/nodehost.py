@@ -26,7 +26,9 @@ child, so the children's PR_SET_PDEATHSIG is tied to a thread that lives as long
   exits.
 - Children run under the placement's launcher, by default in a PID namespace of their own
   (`_pidns.py`), so a host that dies without its ladder (SIGKILLed worker, dead raylet, dead
-  driver) still leaves nothing behind: the kernel ends the namespace.
+  driver) still leaves nothing behind: the kernel ends the namespace. tether's own child is
+  forked by the host's zygote, which the local supervisor starts under that launcher's shim
+  (`Zygote.launch(contained=True)`): one namespace for the zygote and every child it forks.
 """
 
 from __future__ import annotations

@@ -89,11 +89,13 @@ class ChildProcess:
         stderr: int,
         *,
         pid: int | None = None,
+        pidfd: int | None = None,
     ):
         self._popen = popen
         self.pid = popen.pid if popen is not None else pid if pid is not None else -1
         self.pgid = self.pid  # the child leads its own session and group
-        self.pidfd = _pidfd_open(self.pid)
+        self.pidfd = pidfd if pidfd is not None else _pidfd_open(self.pid)
+        """Adopted when given (`pidfd`: this process's, now owned here), else opened."""
         self.lost: str | None = None
         """Why the exit status is unknown, when it is and the reason is known."""
         self.stdin = FdSendStream(stdin, grow=True)

@@ -11,6 +11,7 @@ a process goes through here). The handshake, whatever carries the child, is `wir
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import resource
@@ -23,7 +24,13 @@ from tether.parent.process.config import DEFAULT_COMMAND, ChildConfig
 from tether.parent.process.env import build_child_env
 from tether.parent.process.host import Host
 from tether.parent.process.isolation import isolation_setup, merged_env
-from tether.parent.process.launchers import LaunchContext, Launcher, Local, resolve_launcher
+from tether.parent.process.launchers import (
+    LaunchContext,
+    Launcher,
+    Local,
+    Pidns,
+    resolve_launcher,
+)
 from tether.parent.process.limits import Limits, inherited_open_files
 from tether.parent.process.private_network import PrivateNetwork
 from tether.parent.process.proc import ChildProcess, SpawnError, SpawnSpec
@@ -49,10 +56,17 @@ class AutoSpawner:
     exec through the trampoline when the zygote cannot serve this child (it could not start,
     the child's environment does not fit it, it died). `fallback` says why exec ran."""
 
-    def __init__(self, fork: Spawner | None, fallback: str | None = None) -> None:
+    def __init__(
+        self, fork: Spawner | None, fallback: str | None = None, contains: str | None = None
+    ) -> None:
         self._fork = fork
         self.fallback = fallback
         """Why the zygote did not start the child (`None`: it did, or nothing was started)."""
+        self.contains = contains
+        """The launcher the zygote's own containment stands for (`pidns`: it runs in a PID
+        namespace of its own), or `None`. Such a spawner never execs a child itself: a spec
+        made for the zygote lacks the launcher, so its caller starts the child again under
+        the launcher (`contained_by`)."""
 
     async def child_cgroup(
         self, host: Host, name: str, *, memory: int | None, pids: int | None
@@ -65,6 +79,8 @@ class AutoSpawner:
                 return await self._fork(spec)
             except SpawnError as exc:
                 self.fallback = f"the zygote could not fork the child: {exc}"
+                if self.contains is not None:
+                    raise
         log.warning("starting the child by exec: %s", self.fallback)
         return ChildProcess.spawn(spec)
 
@@ -85,6 +101,14 @@ def cgroup_maker(spawner: Spawner | None) -> CgroupMaker:
     `child_cgroup` method: the zygote's standby waits in a cgroup made ahead), or it is new."""
     made: CgroupMaker | None = getattr(spawner, "child_cgroup", None)
     return made if made is not None else new_cgroup
+
+
+def contained_by(spawner: Spawner | None, launcher: Launcher) -> bool:
+    """Whether `spawner` is a zygote whose own containment is `launcher`'s (a zygote in a PID
+    namespace of its own for the `pidns` launcher): its children are then forked as local
+    ones, inside it, and not started under the launcher."""
+    contains = getattr(spawner, "contains", None)
+    return contains is not None and contains == launcher.name
 
 
 def spawner_name(proc: ChildProcess) -> str:
@@ -153,7 +177,49 @@ async def spawn_child(
     behind). `wire="raw"`: a foreign agent whose pipes the caller drives. `network`: the
     listeners of the parent's a sandboxed child may reach (its `channel` descriptor is passed
     to the child); `workspace_read_only`: the sandbox grants the workspace read only; `layer`:
-    a layered workspace's layer directory, an overlay over the workspace (`Plan.layer`)."""
+    a layered workspace's layer directory, an overlay over the workspace (`Plan.layer`).
+
+    A zygote that stands for the launcher (`contained_by`) forks the child as a local one,
+    in its own containment; when it cannot (`spawner="auto"`), the child is started by exec
+    under the launcher, as without it."""
+    spawn = functools.partial(
+        _spawn_child,
+        cfg,
+        limits,
+        host,
+        tag,
+        workspace=workspace,
+        level=level,
+        wire=wire,
+        network=network,
+        workspace_read_only=workspace_read_only,
+        layer=layer,
+    )
+    if launcher is not None and contained_by(spawner, launcher):
+        try:
+            return await spawn(launcher=Local(), spawner=spawner)
+        except SpawnError:
+            if not isinstance(spawner, AutoSpawner):
+                raise
+            spawner = None  # its `fallback` says why
+    return await spawn(launcher=launcher, spawner=spawner)
+
+
+async def _spawn_child(
+    cfg: ChildConfig,
+    limits: Limits,
+    host: Host,
+    tag: str,
+    *,
+    launcher: Launcher | None,
+    workspace: str | None,
+    spawner: Spawner | None,
+    level: str,
+    wire: Literal["tether", "raw"],
+    network: PrivateNetwork | None,
+    workspace_read_only: bool,
+    layer: str | None,
+) -> SupervisedProcess:
     setup = isolation_setup(
         level,
         command=cfg.command,
@@ -328,8 +394,11 @@ def zygote_unfit(cfg: ChildConfig) -> str | None:
             "spawner='zygote' forks tether's own child runtime: it serves only the default "
             f"command ({' '.join(DEFAULT_COMMAND)}), not {' '.join(cfg.command)!r}"
         )
-    if not isinstance(resolve_launcher(cfg.launcher), Local):
-        return "spawner='zygote' forks local children only (launcher='local')"
+    if not isinstance(resolve_launcher(cfg.launcher), Local | Pidns):
+        return (
+            "spawner='zygote' forks local children only (launcher='local', or 'pidns': a "
+            "zygote in a PID namespace of its own)"
+        )
     why = zygote_supported()
     if why is not None:
         return f"spawner='zygote' is not available on this host: {why}"

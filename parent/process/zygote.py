@@ -33,6 +33,15 @@ for the kernel's migration lock), and gives it, with the child's limits written 
 child whose spawn names it (claims are matched by cgroup, so spawns may overlap); see
 `tether/child/zygote.py`.
 
+A zygote may run in a PID namespace of its own (`launch(..., contained=True)`: under the
+`pidns` launcher's shim, as a placed run's node host starts it): every child it forks is then
+in that namespace, so whatever kills the shim — the node host's death included — the kernel
+ends the zygote, its standby and every child and descendant of theirs, with no cooperation
+from anyone, as the `pidns` launcher does for one exec'd child. The zygote knows its children
+by the namespace's pids; each spawn's answer carries the child's pidfd, through which the
+supervisor sees the same process under its own pid (`_host_pid`) and signals it; a reap asks
+by the zygote's pid (`ZygoteProcess.zygote_pid`).
+
 A zygote-forked child is not the supervisor's child, so `ZygoteProcess` differs from
 `ChildProcess` only where that matters: exit is seen through `pidfd_open(pid)` (which works for
 any process), and `collect()` asks the zygote to `wait4` the pid and report the status and
@@ -62,6 +71,8 @@ import psutil
 
 from tether.parent.process.cgroups import ChildCgroup
 from tether.parent.process.host import Host
+from tether.parent.process.launchers import LaunchContext, Pidns
+from tether.parent.process.limits import Limits
 from tether.parent.process.pipes import stdio_pipes
 from tether.parent.process.proc import ChildProcess, ExitStatus, SpawnError, SpawnSpec
 from tether.parent.process.tree import TREE_ENV, new_tree_marker
@@ -111,6 +122,20 @@ def standby_pids(zygote_pid: int) -> list[int]:
     return found
 
 
+def _host_pid(pidfd: int) -> int | None:
+    """The pid, in this process's PID namespace, of the process `pidfd` refers to; `None`
+    when it has none here (or is gone)."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pid:"):
+                    pid = int(line.split()[1])
+                    return pid if pid > 0 else None
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def _block_bytes(env: dict[str, str]) -> int:
     return sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 for k, v in env.items())
 
@@ -118,9 +143,11 @@ def _block_bytes(env: dict[str, str]) -> int:
 class Zygote:
     """One running zygote: its process (a `ChildProcess`) and the supervisor's socket end."""
 
-    def __init__(self, proc: ChildProcess, sock: socket.socket) -> None:
+    def __init__(self, proc: ChildProcess, sock: socket.socket, contained: bool = False) -> None:
         self.proc = proc
         self._sock = sock
+        self.contained = contained
+        """Whether the zygote runs in a PID namespace of its own (see the module docstring)."""
         self.env_bytes = 0
         """Room in a child's environment block (the zygote reports it when ready)."""
         self.broken: str | None = None
@@ -160,36 +187,39 @@ class Zygote:
     # --- start --------------------------------------------------------------------------------
 
     @classmethod
-    def launch(cls, env: dict[str, str], standby_after: float | None = None) -> Zygote:
+    def launch(
+        cls, env: dict[str, str], standby_after: float | None = None, *, contained: bool = False
+    ) -> Zygote:
         """Start the zygote process (it is not ready until `ready()`); raises `SpawnError`.
-        `standby_after`: see `STANDBY_AFTER` (the module's value when not given)."""
+        `standby_after`: see `STANDBY_AFTER` (the module's value when not given); `contained`:
+        in a PID namespace of its own, under the `pidns` launcher's shim."""
         after = STANDBY_AFTER if standby_after is None else standby_after
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = dict(env)
         env[TREE_ENV] = new_tree_marker()
         env[PAD_ENV] = "x" * max(ENV_AREA_MIN, 4 * _block_bytes(env))
-        try:
-            proc = ChildProcess.spawn(
-                SpawnSpec(
-                    [
-                        sys.executable,
-                        "-I",
-                        "-m",
-                        ZYGOTE_MODULE,
-                        str(theirs.fileno()),
-                        "off" if after is None else repr(after),
-                    ],
-                    env,
-                    pass_fds=(theirs.fileno(),),
-                )
+        argv = [
+            sys.executable,
+            "-I",
+            "-m",
+            ZYGOTE_MODULE,
+            str(theirs.fileno()),
+            "off" if after is None else repr(after),
+        ]
+        if contained:
+            ctx = LaunchContext(
+                command=argv, env=env, explicit_env={}, workspace=".", limits=Limits()
             )
+            argv = Pidns().argv(ctx)
+        try:
+            proc = ChildProcess.spawn(SpawnSpec(argv, env, pass_fds=(theirs.fileno(),)))
         except BaseException:
             ours.close()
             raise
         finally:
             theirs.close()
         ours.setblocking(False)
-        zygote = cls(proc, ours)
+        zygote = cls(proc, ours, contained)
         zygote.standby_after = after
         return zygote
 
@@ -199,9 +229,11 @@ class Zygote:
         env: dict[str, str],
         ready_seconds: float = READY_SECONDS,
         standby_after: float | None = None,
+        *,
+        contained: bool = False,
     ) -> Zygote:
         """Start a zygote and wait (without blocking the event loop) until it is ready."""
-        zygote = cls.launch(env, standby_after)
+        zygote = cls.launch(env, standby_after, contained=contained)
         try:
             with anyio.move_on_after(ready_seconds):
                 await anyio.wait_readable(zygote._sock.fileno())
@@ -240,9 +272,14 @@ class Zygote:
             return await self._exchange(message, fds)
 
     async def _exchange(
-        self, message: dict[str, Any], fds: list[int] | None = None
+        self,
+        message: dict[str, Any],
+        fds: list[int] | None = None,
+        *,
+        received: list[int] | None = None,
     ) -> dict[str, Any]:
-        """`_ask` for a caller that holds `_turn`."""
+        """`_ask` for a caller that holds `_turn`. Descriptors the answer carries go to
+        `received` (the caller's to close), or are closed when nobody asked for them."""
         if not self.usable:
             raise SpawnError(self.broken or "the zygote has exited")
         data = json.dumps(message).encode()
@@ -251,7 +288,12 @@ class Zygote:
         with anyio.CancelScope(shield=True, deadline=deadline):
             try:
                 await self._send(data, fds)
-                reply = await self._receive()
+                reply, got_fds = await self._receive()
+                if received is not None:
+                    received.extend(got_fds)
+                else:
+                    for fd in got_fds:
+                        os.close(fd)
             except (OSError, anyio.ClosedResourceError) as exc:
                 reply = b""
                 why = getattr(exc, "strerror", None) or str(exc) or "its socket was closed"
@@ -277,13 +319,14 @@ class Zygote:
             except BlockingIOError:
                 await anyio.wait_writable(self._sock)
 
-    async def _receive(self) -> bytes:
+    async def _receive(self) -> tuple[bytes, list[int]]:
         while True:
             await anyio.wait_readable(self._sock)
             try:
-                return self._sock.recv(MAX_MESSAGE)
+                data, fds, _, _ = socket.recv_fds(self._sock, MAX_MESSAGE, 1)
             except BlockingIOError:
                 continue
+            return data, fds
 
     def _break(self, why: str) -> None:
         if self.broken is None:
@@ -349,16 +392,34 @@ class Zygote:
         forks the child into that cgroup."""
         claimed = self._claimed.pop(tuple(spec.cgroup_procs), None)
         claims = claimed[0] if claimed is not None else None
-        with stdio_pipes() as pipes:
-            # A spawn that claimed the standby's cgroup cannot be cancelled while it waits for
-            # its turn: the zygote must hear of the claim (the standby is in that cgroup).
-            with anyio.CancelScope(shield=claims is not None):
-                async with self._turn:
-                    reply = await self._fork(spec, claims, list(pipes.child))
-        self.forks["standby" if reply.get("standby") else "fresh"] += 1
-        return ZygoteProcess(self, int(reply["pid"]), *pipes.ours)
+        received: list[int] = []
+        try:
+            with stdio_pipes() as pipes:  # ours are closed if this raises
+                # A spawn that claimed the standby's cgroup cannot be cancelled while it waits
+                # for its turn: the zygote must hear of the claim (the standby is in that cgroup).
+                with anyio.CancelScope(shield=claims is not None):
+                    async with self._turn:
+                        reply = await self._fork(spec, claims, list(pipes.child), received)
+                self.forks["standby" if reply.get("standby") else "fresh"] += 1
+                zygote_pid = int(reply["pid"])
+                pid: int | None = zygote_pid
+                if self.contained:
+                    pid = _host_pid(received[0]) if received else None
+                if pid is None:
+                    # The child lives in the namespace, out of the supervisor's sight: the
+                    # zygote takes it down with it (it is SIGKILLed, broken).
+                    self._break("the zygote's answer carried no pidfd for its child")
+                    self.proc.send_signal(signal.SIGKILL)
+                    raise SpawnError(self.broken or "")
+                pidfd = received.pop(0) if received else None
+                return ZygoteProcess(self, pid, *pipes.ours, pidfd=pidfd, zygote_pid=zygote_pid)
+        finally:
+            for fd in received:
+                os.close(fd)
 
-    async def _fork(self, spec: SpawnSpec, claims: str | None, fds: list[int]) -> dict[str, Any]:
+    async def _fork(
+        self, spec: SpawnSpec, claims: str | None, fds: list[int], received: list[int]
+    ) -> dict[str, Any]:
         """The spawn request, `_turn` held; its answer, which has the child's pid."""
         needed = _block_bytes(spec.env) + 1
         if needed > self.env_bytes:
@@ -384,7 +445,7 @@ class Zygote:
         if told is not None:
             request["nextCgroup"] = {"id": told[0], "procs": told[1].procs_files}
         try:
-            reply = await self._exchange(request, fds)
+            reply = await self._exchange(request, fds, received=received)
         finally:
             if told is not None:
                 self._standby_cgroup, self._next_cgroup = told, None
@@ -458,11 +519,15 @@ class ZygoteSpawner:
     """The `Spawner` of children forked from a zygote (`zygote()`: the one running now, a
     supervisor restarts it), which also makes each child's cgroup (`child_cgroup`, see
     `Zygote.child_cgroup`). `skip`: how much of a spec's argv is the command the zygote
-    stands for; the rest goes to the child as its arguments."""
+    stands for; the rest goes to the child as its arguments. `contains`: the launcher a
+    contained zygote stands for (`pidns`; see `spawn.contained_by`)."""
 
-    def __init__(self, zygote: Callable[[], Zygote | None], skip: int) -> None:
+    def __init__(
+        self, zygote: Callable[[], Zygote | None], skip: int, contains: str | None = None
+    ) -> None:
         self._zygote = zygote
         self._skip = skip
+        self.contains = contains
 
     async def __call__(self, spec: SpawnSpec) -> ChildProcess:
         zygote = self._zygote()
@@ -482,10 +547,22 @@ class ZygoteSpawner:
 class ZygoteProcess(ChildProcess):
     """A child the zygote forked: the `ChildProcess` interface, for a process that is not ours."""
 
-    def __init__(self, zygote: Zygote, pid: int, stdin: int, stdout: int, stderr: int) -> None:
+    def __init__(
+        self,
+        zygote: Zygote,
+        pid: int,
+        stdin: int,
+        stdout: int,
+        stderr: int,
+        *,
+        pidfd: int | None = None,
+        zygote_pid: int | None = None,
+    ) -> None:
         # The zygote does not reap it before we ask, so the pid cannot have been reused yet.
-        super().__init__(None, stdin, stdout, stderr, pid=pid)
+        super().__init__(None, stdin, stdout, stderr, pid=pid, pidfd=pidfd)
         self.zygote = zygote
+        self.zygote_pid = pid if zygote_pid is None else zygote_pid
+        """The child's pid as the zygote knows it (in its PID namespace, when it has one)."""
 
     def exited(self) -> bool:
         if self.status is not None:
@@ -505,7 +582,7 @@ class ZygoteProcess(ChildProcess):
     async def collect(self) -> ExitStatus | None:
         if self.status is not None or not self.exited():
             return self.status
-        status = await self.zygote.reap(self.pid)
+        status = await self.zygote.reap(self.zygote_pid)
         if self.status is not None:
             return self.status  # another caller collected it meanwhile
         if status is None:

@@ -50,7 +50,7 @@ from tether.parent.process.env import build_child_env
 from tether.parent.process.host import host
 from tether.parent.process.isolation import Choice, choose_level, probe_host
 from tether.parent.process.keeper import Keeper
-from tether.parent.process.launchers import Local, resolve_launcher
+from tether.parent.process.launchers import Local, Pidns, resolve_launcher
 from tether.parent.process.layers import Layer
 from tether.parent.process.limits import Limits, raise_open_files_limit
 from tether.parent.process.pool import WarmPool
@@ -120,6 +120,13 @@ class SupervisorCore(EventBus):
         self._zygote_fork = ZygoteSpawner(lambda: self._zygote, skip=len(DEFAULT_COMMAND))
         self._zygote_failed: str | None = None
         """Why the zygote could not start (`spawner="auto"` then uses exec)."""
+        self._contained: Zygote | None = None
+        """The zygote in a PID namespace of its own, for children under the `pidns` launcher
+        (a placed run's node host's): started on first use, like the other."""
+        self._contained_fork = ZygoteSpawner(
+            lambda: self._contained, skip=len(DEFAULT_COMMAND), contains="pidns"
+        )
+        self._contained_failed: str | None = None
         self._warned = False
         self.providers = builtin_providers()
         """The ways this supervisor runs a sub-agent, by name (`start(provider=...)`); register
@@ -212,10 +219,11 @@ class SupervisorCore(EventBus):
         try:
             await tg.__aexit__(None, None, None)
         finally:
-            zygote, self._zygote = self._zygote, None
-            if zygote is not None:
-                with anyio.CancelScope(shield=True):
-                    await self._close_zygote(zygote)
+            for zygote in (self._zygote, self._contained):
+                if zygote is not None:
+                    with anyio.CancelScope(shield=True):
+                        await self._close_zygote(zygote)
+            self._zygote = self._contained = None
             keeper, self._keeper = self._keeper, None
             if keeper is not None:
                 with anyio.CancelScope(shield=True):
@@ -364,32 +372,46 @@ class SupervisorCore(EventBus):
         child is started by exec instead, and the returned `AutoSpawner` says why."""
         if not wants_zygote(cfg):
             return None
+        contained = isinstance(resolve_launcher(cfg.launcher), Pidns)
+        fork = self._contained_fork if contained else self._zygote_fork
         if cfg.spawner == "zygote":
-            await self._zygote_ready()
-            return self._zygote_fork
-        if self._zygote_failed is not None:
-            return AutoSpawner(None, self._zygote_failed)
+            await self._zygote_ready(contained)
+            return fork
+        failed = self._contained_failed if contained else self._zygote_failed
+        if failed is not None:
+            return AutoSpawner(None, failed)
         try:
-            await self._zygote_ready()
+            await self._zygote_ready(contained)
         except SpawnError as exc:
             # Not tried again by this supervisor: every later run would wait for it to fail.
-            self._zygote_failed = f"the zygote could not start: {exc}"
-            return AutoSpawner(None, self._zygote_failed)
-        return AutoSpawner(self._zygote_fork)
+            failed = f"the zygote could not start: {exc}"
+            if contained:
+                self._contained_failed = failed
+            else:
+                self._zygote_failed = failed
+            return AutoSpawner(None, failed)
+        return AutoSpawner(fork, contains=fork.contains)
 
-    async def _zygote_ready(self) -> Zygote:
-        """The supervisor's zygote, started on first use and again after it died; raises
-        `SpawnError` when it cannot start."""
+    async def _zygote_ready(self, contained: bool = False) -> Zygote:
+        """The supervisor's zygote (`contained`: the one in a PID namespace of its own),
+        started on first use and again after it died; raises `SpawnError` when it cannot
+        start."""
         async with self._zygote_lock:
-            old = self._zygote
+            old = self._contained if contained else self._zygote
             if old is not None and old.usable:
                 return old
-            self._zygote = None
+            if contained:
+                self._contained = None
+            else:
+                self._zygote = None
             if old is not None:
                 await self._close_zygote(old)
             keeper = self._keeper_ready()  # before the zygote, which is a child process too
-            zygote = await Zygote.start(build_child_env(os.environ))
-            self._zygote = zygote
+            zygote = await Zygote.start(build_child_env(os.environ), contained=contained)
+            if contained:
+                self._contained = zygote
+            else:
+                self._zygote = zygote
             if keeper is not None:
                 keeper.watch(zygote.pid)
                 # Each cgroup made for its standby too: if this supervisor dies, the keeper
@@ -461,8 +483,9 @@ class SupervisorCore(EventBus):
     def _kill_all_now(self) -> None:
         for child in list(self._live.values()):
             child.kill_now()
-        if self._zygote is not None:
-            self._zygote.proc.send_signal(signal.SIGKILL)
+        for zygote in (self._zygote, self._contained):
+            if zygote is not None:
+                zygote.proc.send_signal(signal.SIGKILL)
 
 
 _registry: weakref.WeakSet[SupervisorCore] = weakref.WeakSet()

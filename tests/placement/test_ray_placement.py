@@ -36,6 +36,7 @@ from tether.protocol.messages import (
     ModelCompleteParams,
     ModelCompleteResult,
     RunResult,
+    ToolCall,
     Usage,
 )
 
@@ -89,6 +90,10 @@ async def wait_for_file(path: Path, host_pid: Callable[[Path], int], seconds: fl
     pid = host_pid(path)
     assert pid, f"no live process wrote {path}"
     return pid
+
+
+def pid_namespace(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/pid")
 
 
 def placement(cluster: RayCluster, **kwargs: Any) -> RayPlacement:
@@ -152,12 +157,14 @@ async def test_a_run_on_a_chosen_node_is_the_local_run_event_for_event(
             on_event=local.append,
         )
     remote: list[Event] = []
-    parents: list[int] = []
+    parents: list[tuple[list[str], list[int], str]] = []
 
     def on_event(ev: Event) -> None:
         remote.append(ev)
         if isinstance(ev, RunStarted):
-            parents.append(psutil.Process(ev.pid).ppid())
+            parent = psutil.Process(psutil.Process(ev.pid).ppid())
+            above = [p.pid for p in parent.parents()]
+            parents.append((parent.cmdline(), above, pid_namespace(parent.pid)))
 
     async with placement(ray_cluster, nodes=[ray_cluster.worker]) as psup:
         streamed: list[Event] = []
@@ -181,7 +188,12 @@ async def test_a_run_on_a_chosen_node_is_the_local_run_event_for_event(
     assert [type(e).__name__ for e in remote][0 :: len(remote) - 1] == ["RunStarted", "RunFinished"]
     assert handle.node == ray_cluster.worker and host is not None
     assert host.node_id == ray_cluster.worker and host.launcher == "pidns"
-    assert parents == [host.pid], "the child's parent is the node's host actor"
+    # Forked by the node's zygote, which runs in a PID namespace of its own under the host.
+    (started,) = [e for e in remote if isinstance(e, RunStarted)]
+    assert started.spawner == "zygote" and started.fallback is None
+    ((cmdline, above, namespace),) = parents
+    assert "tether.child.zygote" in cmdline and host.pid in above
+    assert namespace != pid_namespace(os.getpid())
 
 
 class RecordingModel:
@@ -426,6 +438,87 @@ async def test_a_lost_host_is_a_result_its_runs_are_not_moved_and_waiting_runs_g
         done = await queued.result()
         assert done.success and queued.node == ray_cluster.head
         assert victim.pid is not None and gone(victim.pid)
+
+
+DAEMON = """
+import os, signal, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        with open(sys.argv[1], "w") as f:
+            f.write(os.readlink("/proc/self"))  # the namespace's pid (`host_pid` maps it)
+        time.sleep(120)
+    os._exit(0)
+"""
+
+
+class DaemonThenBusy:
+    """A model in the driver whose agent leaves a setsid double-fork daemon behind (through
+    the bash tool: the zygote's child's own grandchild), then sits in a long `sleep`."""
+
+    def __init__(self, workspace: Path) -> None:
+        self._pidfile = workspace / "daemon.pid"
+        (workspace / "daemon.py").write_text(DAEMON)
+        self._commands = [
+            f"{sys.executable} -I {workspace / 'daemon.py'} {self._pidfile}",
+            "sleep 120",
+        ]
+
+    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+        turn = sum(1 for m in params.messages if m.role == "assistant")
+        command = self._commands[min(turn, len(self._commands) - 1)]
+        call = ToolCall(id=str(turn), name="bash", arguments={"command": command})
+        message = ChatMessage(role="assistant", content="", tool_calls=[call])
+        return ModelCompleteResult(message=message, usage=Usage(input_tokens=1, output_tokens=1))
+
+
+async def test_a_zygote_forked_child_and_its_daemon_die_with_their_sigkilled_node_host(
+    ray_cluster: RayCluster, tmp_path: Path, host_pid: Callable[[Path], int]
+) -> None:
+    """A placed run of tether's own child is forked by its node's zygote, which lives in a PID
+    namespace of its own: the host's SIGKILL (no ladder runs) still leaves nothing behind —
+    the child, its setsid daemon, the zygote and its standby all die with the namespace."""
+    model = DaemonThenBusy(tmp_path)
+    async with placement(ray_cluster, nodes=[ray_cluster.worker]) as sup:
+        started: list[RunStarted] = []
+        run = await sup.start(
+            "x",
+            agent="tester",
+            model=model,
+            workspace=tmp_path,
+            on_event=lambda ev: started.append(ev) if isinstance(ev, RunStarted) else None,
+        )
+        daemon = await wait_for_file(tmp_path / "daemon.pid", host_pid)
+        host = sup.hosts[ray_cluster.worker].info
+        assert host is not None and started and started[0].spawner == "zygote"
+        child = started[0].pid
+        zygote = psutil.Process(child).ppid()
+        namespace = pid_namespace(child)
+        assert namespace == pid_namespace(daemon) == pid_namespace(zygote)
+        assert namespace != pid_namespace(host.pid)
+        in_namespace = [
+            p.pid
+            for p in psutil.process_iter()
+            if not gone(p.pid) and _in_namespace(p.pid, namespace)
+        ]
+        assert {child, daemon, zygote} <= set(in_namespace)
+        t0 = time.monotonic()
+        os.kill(host.pid, signal.SIGKILL)
+        assert wait_until(lambda: all(gone(pid) for pid in in_namespace), 2.0), [
+            pid for pid in in_namespace if not gone(pid)
+        ]
+        print(f"[timing] host SIGKILL: its namespace was empty {time.monotonic() - t0:.2f}s later")
+        lost = await run.result()
+        assert_lost(lost, ray_cluster.worker, time.monotonic() - t0)
+
+
+def _in_namespace(pid: int, namespace: str) -> bool:
+    try:
+        return pid_namespace(pid) == namespace
+    except OSError:
+        return False
 
 
 async def test_a_node_whose_raylet_is_sigkilled_loses_its_runs_and_leaves_nothing_behind(

@@ -369,7 +369,9 @@ async def test_a_command_child_is_started_by_exec_under_the_default_spawner(
 async def test_when_the_zygote_cannot_start_the_default_spawner_falls_back_to_exec_and_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def broken(cls: type[Zygote], env: dict[str, str], ready_seconds: float = 0) -> Zygote:
+    async def broken(
+        cls: type[Zygote], env: dict[str, str], ready_seconds: float = 0, **_: object
+    ) -> Zygote:
         raise SpawnError("no zygote here")
 
     monkeypatch.setattr(Zygote, "start", classmethod(broken))
@@ -426,3 +428,47 @@ def test_the_zygote_rehearses_a_whole_scripted_run_and_leaves_no_thread_fd_or_di
     assert got.returncode == 0, got.stderr
     assert got.stdout.split(maxsplit=1) == ["True", "1 []\n"], got.stdout + got.stderr
     assert list(tmp_path.iterdir()) == [], "the rehearsal's workspace was removed"
+
+
+def _namespace(pid: int | str) -> str:
+    return os.readlink(f"/proc/{pid}/ns/pid")
+
+
+async def test_a_child_under_the_pidns_launcher_is_forked_by_a_zygote_in_a_namespace_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """The `pidns` launcher's guarantee kept by the zygote: its children are forked in its own
+    PID namespace (seen by the supervisor under their host pids); one the zygote cannot serve
+    (its environment does not fit) is exec'd under the launcher, in a namespace all the same."""
+    seen: list[tuple[str, str | None, str, str]] = []
+
+    def on_event(ev: object) -> None:
+        if isinstance(ev, RunStarted):
+            child = psutil.Process(ev.pid)
+            parent = child.parent()
+            assert parent is not None
+            # A zygote's child: its parent, the zygote; an exec'd one: the launcher's shim.
+            lineage = " ".join([*parent.cmdline(), "|", *child.cmdline()])
+            seen.append((ev.spawner, ev.fallback, _namespace(ev.pid), lineage))
+
+    big = {f"TETHER_TEST_BIG_{i}": "x" * 4000 for i in range(20)}  # more than the zygote's area
+    async with Supervisor(ChildConfig(dispose=FAST, launcher="pidns")) as sup:
+        sup.subscribe(on_event)
+        with anyio.fail_after(DEADLINE):
+            for config in (None, None, ChildConfig(dispose=FAST, launcher="pidns", env=big)):
+                result = await sup.run(
+                    "notes",
+                    workspace=tmp_path,
+                    model=ScriptedModel.from_json(COMPLETE),
+                    config=config,
+                )
+                assert result.success and result.launcher == "pidns", result
+    ours = _namespace("self")
+    (first, second, exec_d) = seen
+    for spawner, fallback, namespace, parent in (first, second):
+        assert (spawner, fallback) == ("zygote", None)
+        assert namespace != ours and "tether.child.zygote" in parent
+    assert first[2] == second[2], "one zygote, one namespace, for both children"
+    spawner, fallback, _, lineage = exec_d
+    assert spawner == "exec" and fallback is not None and "environment" in fallback
+    assert "_pidns.py" in lineage.split("|")[1] and "tether.child.zygote" not in lineage
