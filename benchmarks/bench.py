@@ -42,6 +42,7 @@ import psutil
 from benchmarks.egress import egress_group
 from benchmarks.fanout import fanout_group
 from benchmarks.followup import follow_up_group
+from benchmarks.gateway import gateway_group
 from benchmarks.layered import layered_group
 from benchmarks.providers import providers_group
 from benchmarks.report import SOAK_HEADING, Figure, Results, render, section, with_section
@@ -150,6 +151,9 @@ class Plan:
     """Rounds of the egress group (a block of small requests and three downloads each)."""
     egress_requests: int = 200
     """Small requests per round and way (direct, through the proxy)."""
+    gateway_rounds: int = 10
+    """Rounds of the gateway group (a block of model calls direct and through the gateway)."""
+    gateway_calls: int = 200
     only: tuple[str, ...] = ()
     """Run only these groups (by name, as printed); empty: every group."""
 
@@ -189,6 +193,8 @@ class Plan:
             fleet_stretch=0,
             egress_rounds=2,
             egress_requests=20,
+            gateway_rounds=2,
+            gateway_calls=20,
         )
 
 
@@ -2124,6 +2130,7 @@ async def measure(res: Results, p: Plan) -> None:
             ("fan-out", lambda: fanout_group(res, p.fanouts, ws, p.fanout)),
             ("providers", lambda: providers_group(res, p.whole_runs, ws)),
             ("egress proxy", lambda: egress_group(res, p.egress_rounds, p.egress_requests)),
+            ("model gateway", lambda: gateway_group(res, p.gateway_rounds, p.gateway_calls)),
             ("layered workspaces", lambda: layered_group(res, p.whole_runs, ws)),
             ("traces", lambda: traces_group(res, p.traced_runs)),
         ]

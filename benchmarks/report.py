@@ -321,6 +321,16 @@ TARGETS = [
         ),
     ),
     Target(
+        "ray_run",
+        f"a brokered run on another Ray node ≤ 2{X} the same run local (both through a zygote)",
+        _relative("tether.ray_run", "context.ray_local_run", 2.0, True),
+    ),
+    Target(
+        "gateway",
+        "a foreign agent's model call through the gateway adds ≤ 1 ms to the same call direct",
+        _added("tether.gateway_call", "floor.direct_model_call", 1000.0),
+    ),
+    Target(
         "egress_request",
         "a run's egress proxy adds ≤ 1 ms to a request",
         _added("tether.egress_request", "floor.direct_request", 1000.0),

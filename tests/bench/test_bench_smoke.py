@@ -149,6 +149,8 @@ TARGETS = [
     "a follow-up to a live run",
     "task calls in one turn",
     "asking for model turns at once",
+    "on another Ray node",
+    "through the gateway adds",
 ]
 
 

@@ -125,3 +125,27 @@ def test_the_egress_latency_target_judges_the_time_the_proxy_adds() -> None:
         "egress proxy adds",
     )
     assert missed.endswith("| **missed** |"), missed
+
+
+def test_a_run_on_a_ray_node_is_judged_against_the_same_run_local() -> None:
+    met = _row(
+        _rendered({"tether.ray_run": 90.0, "context.ray_local_run": 50.0}), "another Ray node"
+    )
+    assert met.endswith("| met |"), met
+    missed = _row(
+        _rendered({"tether.ray_run": 110.0, "context.ray_local_run": 50.0}), "another Ray node"
+    )
+    assert missed.endswith("| **missed** |"), missed
+
+
+def test_the_gateway_target_judges_the_time_the_gateway_adds_to_a_direct_call() -> None:
+    met = _row(
+        _rendered({"tether.gateway_call": 1050.0, "floor.direct_model_call": 100.0}),
+        "through the gateway adds",
+    )
+    assert "950 ms added" in met and met.endswith(f"| 0.95{X} the limit | met |"), met
+    missed = _row(
+        _rendered({"tether.gateway_call": 1200.0, "floor.direct_model_call": 100.0}),
+        "through the gateway adds",
+    )
+    assert missed.endswith("| **missed** |"), missed
