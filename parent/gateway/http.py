@@ -177,10 +177,17 @@ class Responder:
         self.finished = False
 
     async def send(self, status: int, body: bytes, headers: Sequence[tuple[str, str]] = ()) -> None:
-        await self.start(status, [*headers, ("content-length", str(len(body)))])
+        # One write for the whole response: each write to a loopback socket wakes the client,
+        # and a second one costs as much again (a model call's answer, on every call's path).
+        self.started = True
+        events: list[h11.Event] = [
+            h11.Response(status_code=status, headers=[*headers, ("content-length", str(len(body)))])
+        ]
         if body and not self._head:
-            await self.write(body)
-        await self.end()
+            events.append(h11.Data(data=body))
+        events.append(h11.EndOfMessage())
+        await self._put(*events)
+        self.finished = True
 
     async def start(self, status: int, headers: Sequence[tuple[str, str]] = ()) -> None:
         """Send the status line and headers; without a content-length the body is chunked."""
@@ -194,8 +201,8 @@ class Responder:
         await self._put(h11.EndOfMessage())
         self.finished = True
 
-    async def _put(self, event: h11.Event) -> None:
-        data = self._conn.send(event)
+    async def _put(self, *events: h11.Event) -> None:
+        data = b"".join(self._conn.send(event) or b"" for event in events)
         if not data:
             return
         try:
