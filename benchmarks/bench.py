@@ -2145,7 +2145,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="tether's benchmarks; writes docs/performance.md")
     ap.add_argument("--quick", action="store_true", help="tiny sample counts (smoke test)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "performance.md")
-    ap.add_argument("--json", type=Path, help="also write the raw samples here")
+    ap.add_argument("--json", type=Path, help="also write the figures and their samples here")
+    ap.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="measure nothing: write the report again from a run's `--json` (with the notes "
+        "as they are now)",
+    )
     ap.add_argument(
         "--only",
         action="append",
@@ -2155,6 +2162,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "figures and the targets it can check",
     )
     args = ap.parse_args(argv)
+    if args.render is not None:
+        saved = msgspec.json.decode(args.render.read_bytes(), type=Saved)
+        res = Results(quick=saved.quick, figures={f.key: f for f in saved.figures})
+        text = render(res, saved.started, saved.seconds, saved.load)
+        _write(args.out, text)
+        print(f"wrote {args.out} from {args.render}")
+        return 0
     plan = dataclasses.replace(Plan.make(args.quick), only=tuple(args.only))
     res = Results(quick=plan.quick)
     started = dt.datetime.now(dt.UTC)
@@ -2174,18 +2188,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("== scale-out through Ray", flush=True)
         ray_group(res, plan)
     seconds = time.perf_counter() - t0
-    text = render(res, started, seconds, (load0, os.getloadavg()[0]))
-    # The soak's section is written by scripts/soak, not measured here: keep it.
-    kept = section(args.out.read_text(), SOAK_HEADING) if args.out.exists() else None
-    if kept is not None:
-        text = with_section(text, SOAK_HEADING, kept)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    load = (load0, os.getloadavg()[0])
+    _write(args.out, render(res, started, seconds, load))
     if args.json:
-        raw = {k: {"unit": f.unit, "samples": f.samples} for k, f in res.figures.items()}
-        args.json.write_bytes(msgspec.json.encode(raw))
+        saved = Saved(res.quick, started, seconds, load, list(res.figures.values()))
+        args.json.write_bytes(msgspec.json.encode(saved))
     print(f"wrote {args.out} in {seconds:.0f} s")
     return 0
+
+
+@dataclass
+class Saved:
+    """A run's figures as `--json` writes them and `--render` reads them."""
+
+    quick: bool
+    started: dt.datetime
+    seconds: float
+    load: tuple[float, float]
+    figures: list[Figure]
+
+
+def _write(out: Path, text: str) -> None:
+    # The soak's section is written by scripts/soak, not measured here: keep it.
+    kept = section(out.read_text(), SOAK_HEADING) if out.exists() else None
+    if kept is not None:
+        text = with_section(text, SOAK_HEADING, kept)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
 
 
 if __name__ == "__main__":

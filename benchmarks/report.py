@@ -13,6 +13,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 NOTES = Path(__file__).resolve().parent / "notes.md"
+HISTORY = "# History"
+"""The notes' heading past which nothing goes into the report (the earlier rounds)."""
 X = "\u00d7"
 """The multiplication sign of ratios."""
 
@@ -439,12 +441,14 @@ def _row(fig: Figure, figs: dict[str, Figure]) -> str:
 
 
 def notes() -> dict[str, str]:
-    """Sections of benchmarks/notes.md by heading: `## key` → its text."""
+    """Sections of benchmarks/notes.md by heading, `## key` → its text, up to `HISTORY`."""
     sections: dict[str, str] = {}
     if not NOTES.exists():
         return sections
     key = ""
     for line in NOTES.read_text().splitlines():
+        if line.startswith(HISTORY):
+            break  # the earlier rounds stay in the notes, out of the report
         if line.startswith("## "):
             key = line[3:].strip()
             sections[key] = ""
