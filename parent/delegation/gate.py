@@ -31,8 +31,9 @@ job passes the same stages, in this order:
 
 The `TaskOutput` of a job names the sub-agent by its agent id when it is continuable (what
 `send_message` takes), else by its delegation id (`sa-N`); its artifacts are checked again as
-it is delivered (`run.evidence.recheck`). One event loop owns a gate; jobs run concurrently by
-being awaited from concurrent tasks.
+it is delivered (`run.evidence.recheck`); a check that raises (tether's own failure) makes the
+output a `parent_error`, logged, rather than a raise. One event loop owns a gate; jobs run
+concurrently by being awaited from concurrent tasks.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from tether.parent.run import apply as applying
 from tether.parent.run.attempts import default_choice
 from tether.parent.run.budget import Budget
 from tether.parent.run.evidence import parse_verdict, recheck
+from tether.parent.run.results import parent_error
 from tether.parent.run.spec import Chooser
 from tether.parent.run.status import task_status
 from tether.parent.run.stop import StopLine
@@ -803,10 +805,12 @@ class Gate:
         verification: Verification | None = None,
     ) -> TaskOutput:
         result = ran.result
-        if self.workspace is not None:
-            result = recheck(self.workspace, result)  # delivered now: as the files are now
-        if result.workspace_mode == "layered" and change is None and result.changes is not None:
-            change = changed_files(result.changes, result.sensitive_changes)
+        try:
+            result, change = self._as_delivered(result, change)
+        except Exception as exc:  # owed all the same: tether's own failure, told
+            log.exception("the delegation failed checking a result as it was delivered")
+            rung = result.failure.rung if result.failure is not None else None
+            result, change = parent_error(exc, result, rung=rung), None
         status = task_status(result)
         message = "" if status == "completed" else result.message
         if status == "completed" and verification is not None and verification.verdict == "FAIL":
@@ -851,6 +855,16 @@ class Gate:
             changes=for_model(result.changes) if result.changes is not None else None,
             applied=result.applied,
         )
+
+    def _as_delivered(
+        self, result: RunResult, change: WorkspaceDiff | None
+    ) -> tuple[RunResult, WorkspaceDiff | None]:
+        """`result` checked as the files are now, and a layered run's changed files."""
+        if self.workspace is not None:
+            result = recheck(self.workspace, result)
+        if result.workspace_mode == "layered" and change is None and result.changes is not None:
+            change = changed_files(result.changes, result.sensitive_changes)
+        return result, change
 
     async def _snapshot(self) -> Snapshot | None:
         if self.workspace is None:
