@@ -1009,7 +1009,8 @@ class RunHandle:
 
 
 def _logged(run_id: str, exc: Exception) -> Exception:
-    log.error("run %s: tether itself failed building its result", run_id, exc_info=exc)
+    """`exc`, a failure of tether's own in a run, logged with its traceback."""
+    log.error("run %s: tether itself failed (the run ends as parent_error)", run_id, exc_info=exc)
     return exc
 
 
