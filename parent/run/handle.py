@@ -525,8 +525,8 @@ class RunHandle:
                 self.trace.result(result)
                 with anyio.CancelScope(shield=True):
                     await self.trace.flush()
-            except Exception as exc:
-                _logged(self.run_id, exc)  # the result is owed all the same
+            except Exception:  # the result is owed all the same, traced or not
+                log.exception("run %s: the trace could not take its result", self.run_id)
         act.done.set()
         self._sup.publish(RunFinished(self.run_id, result), self._on_event)
 
