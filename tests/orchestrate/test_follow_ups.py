@@ -288,3 +288,32 @@ async def test_completed_events_close_every_started_one(tmp_path: Path, workspac
     started = [(e.id, e.role) for e in seen if isinstance(e, SubagentStarted)]
     ended = [(e.id, e.role) for e in seen if isinstance(e, SubagentCompleted)]
     assert started == ended and len(started) == 3
+
+
+@pytest.mark.in_memory
+@pytest.mark.parametrize("keep_alive", [30.0, None], ids=["continuable", "one-shot"])
+async def test_a_continuable_sub_agent_is_told_it_may_ask_and_a_one_shot_one_that_nobody_answers(
+    tmp_path: Path, workspace: Path, keep_alive: float | None
+) -> None:
+    """What the sub-agent's model is sent: a continuable sub-agent has `ask_orchestrator` and
+    its prompt says how a question is answered; a one-shot one is told nobody will answer."""
+    sub = Recorder(script("Role: tester", turn(complete("nothing to do"))))
+    async with Supervisor(IN_MEMORY, state_dir=tmp_path / "state") as sup:
+        runner = SupervisorRunner(sup, default_model=NamedModel(MODEL, sub), keep_alive=keep_alive)
+        delegator = Delegator(builtin_registry(), runner, workspace=workspace)
+        out = await delegator.execute(
+            {"subagent_type": "tester", "description": "look", "prompt": "Look around."},
+            tool_call_id="c1",
+        )
+    assert out.status == "completed", out
+    [[first, *_]] = sub.runs("Role: tester")
+    system = "\n".join(m.content for m in first.messages if m.role == "system")
+    tools = {t.name for t in first.tools}
+    if keep_alive is None:
+        assert "nobody will answer" in system
+        assert "ask_orchestrator" not in tools
+        assert "ask_orchestrator" not in system
+    else:
+        assert "nobody will answer" not in system
+        assert "ask_orchestrator" in tools
+        assert "call `ask_orchestrator` with your question" in system
