@@ -7,10 +7,11 @@ A delegation (an orchestrator's task calls, `tether mcp`) runs its sub-agents th
 sub-agent (`send_message`), the verifier of a change and each fix cycle — is a `Job`, and every
 job passes the same stages, in this order:
 
-1. the tree budget: a job is refused (`budget_exhausted`, nothing runs) once the tree's token
-   budget is spent. The budget is a `run.budget.Budget` that every run of the tree reserves its
-   model turns against, so the parent's brokers hold it while the runs go on, and turns sent
-   together cannot pass it; when a settle spends it, the runner ends its live sub-agents;
+1. the tree budget: a job is refused (the task tool's `budget_spent`, nothing runs) once the
+   tree's token budget is spent; a run the budget ends while it works fails `budget_exhausted`.
+   The budget is a `run.budget.Budget` that every run of the tree reserves its model turns
+   against, so the parent's brokers hold it while the runs go on, and turns sent together
+   cannot pass it; when a settle spends it, the runner ends its live sub-agents;
 2. build serialization: a build-mode job waits for the workspace — build sub-agents change the
    shared workspace one at a time, so the parent's before/after diff belongs to one of them
    (read-only ones cannot change it and run side by side);
