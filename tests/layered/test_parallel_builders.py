@@ -115,6 +115,29 @@ async def test_with_apply_never_the_change_set_comes_back_and_the_workspace_is_u
     assert output.artifacts[0].in_change_set
 
 
+async def test_an_applied_change_sets_artifact_reaches_the_model_as_delivered_in_the_workspace(
+    workspace: Path,
+) -> None:
+    """Once its change set is applied, a sub-agent's artifact is the workspace's file, looked
+    up by the parent: not in the change set any more, and not `skipped` as changed after the
+    run answered (the applying is what changed it)."""
+    model = Recorder(
+        fan_out(task("c1", "tester", "edit A", "MARK-A: write A")),
+        writer("MARK-A", "printf 'A\\n' > shared.txt", delay=0.0),
+    )
+    async with Supervisor() as sup:
+        got = await sup.orchestrate(
+            "Edit.", model=model, workspace=workspace, workspace_mode="layered"
+        )
+    output = model.task_output("c1")
+    assert output["applied"]["state"] == "applied", output
+    assert output.get("skipped") is None, output["skipped"]
+    [artifact] = output["artifacts"]
+    assert artifact["path"] == str(workspace / "shared.txt") and artifact["size"] == 2
+    assert not artifact.get("inChangeSet") and artifact["modifiedAt"] is not None
+    assert got.tasks[0].output.artifacts[0].in_change_set is False
+
+
 def verifier(verdict: str) -> dict[str, Any]:
     return script(
         "Role: verifier",
