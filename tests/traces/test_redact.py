@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import msgspec
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tether.parent.trace.format import Turn, TurnRequest, decode, encode
@@ -87,11 +87,14 @@ def test_a_secret_is_redacted_wherever_it_hides_in_a_line(
 
 @settings(max_examples=200, deadline=None)
 @given(text=st.text(max_size=60), secret=secrets)
+# The secret may be a word of the line's own structure (a key): then it is no line without it.
+@example(text="", secret="argument")
 def test_a_line_without_the_secret_is_left_as_it_is(text: str, secret: str) -> None:
     line = encode(turn_with(text))
     redacted = Redactor([secret])(line)
-    if secret not in text:
-        assert msgspec.json.decode(redacted) == msgspec.json.decode(line)
+    original = msgspec.json.decode(line)
+    if not any(secret in found for s in strings(original) for found in unwrapped(s)):
+        assert msgspec.json.decode(redacted) == original
 
 
 def test_a_short_value_is_not_treated_as_a_secret() -> None:
