@@ -67,7 +67,7 @@ from tether.parent.roles.prompts import CONTINUABLE_SUBAGENT_SYSTEM_PROMPT
 from tether.parent.run import apply as applying
 from tether.parent.run.attempts import default_choice
 from tether.parent.run.budget import Budget
-from tether.parent.run.evidence import parse_verdict, recheck
+from tether.parent.run.evidence import as_applied, parse_verdict, recheck
 from tether.parent.run.spec import Chooser
 from tether.parent.run.status import task_status
 from tether.parent.run.stop import StopLine
@@ -447,14 +447,8 @@ class Gate:
         if cs is not None:
             outcome = await self._decide(cs, ran, verification)
             result = msgspec.structs.replace(result, applied=outcome)
-            if outcome.state == "applied":
-                result = msgspec.structs.replace(
-                    result,
-                    artifacts=[
-                        msgspec.structs.replace(a, in_change_set=False, modified_at=None)
-                        for a in result.artifacts
-                    ],
-                )
+            if outcome.state == "applied":  # its artifacts are the workspace's files now
+                result = as_applied(cs.workspace, result)
         return self._output(call, _Ran(ran.sid, result, ran.facts), None, verification)
 
     async def _decide(
