@@ -16,9 +16,10 @@ import msgspec
 from tether.parent import conformance
 from tether.parent.cli import agents as agents_cli
 from tether.parent.cli import mcp as mcp_cli
+from tether.parent.cli import orchestrate as orchestrate_cli
 from tether.parent.cli import replay as replay_cli
 from tether.parent.cli import run as run_cli
-from tether.parent.cli import task_schema as delegation_cli
+from tether.parent.cli import task_schema as task_schema_cli
 from tether.parent.cli import trace as trace_cli
 from tether.parent.cli.options import (
     UsageError,
@@ -52,13 +53,13 @@ def _parser() -> argparse.ArgumentParser:
     conformance.add_arguments(
         sub.add_parser("conformance", help="check that a child command speaks the protocol")
     )
-    delegation_cli.add_arguments(
+    task_schema_cli.add_arguments(
         sub.add_parser("task-schema", help="print the model-facing task tool's schema")
     )
     orchestrate = sub.add_parser(
         "orchestrate", help="run a top-level agent that delegates to sub-agents (task tool)"
     )
-    delegation_cli.add_orchestrate_arguments(orchestrate)
+    orchestrate_cli.add_arguments(orchestrate)
     add_limit_options(orchestrate)
     add_isolation_options(orchestrate)
     add_workspace_options(orchestrate, default_apply="on_success")
@@ -118,10 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "conformance":
             return conformance.main(args)
         if args.cmd == "task-schema":
-            return delegation_cli.main(args)
+            return task_schema_cli.main(args)
         if args.cmd == "orchestrate":
-            from tether.parent.cli import orchestrate as orchestrate_cli
-
             return orchestrate_cli.main(args)
         if args.cmd == "agents":
             return agents_cli.main(args)

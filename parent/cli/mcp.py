@@ -28,7 +28,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from tether.parent.cli.task_schema import add_continuable_arguments, check_continuable_arguments
+from tether.parent.cli.options import (
+    add_continuable_arguments,
+    add_delegation_options,
+    check_continuable_arguments,
+)
 from tether.protocol.messages import RunResult, ToolCallParams, ToolCallResult
 
 if TYPE_CHECKING:
@@ -62,35 +66,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "scripted:FILE (required unless every definition names its model)",
     )
     p.add_argument("--workspace", default=".", help="directory every sub-agent works in")
-    p.add_argument(
-        "--max-concurrent",
-        type=int,
-        default=4,
-        metavar="N",
-        help="sub-agents running at once; more queue (default 4)",
-    )
-    p.add_argument(
-        "--token-budget",
-        type=int,
-        metavar="N",
-        help="input + output tokens for every sub-agent this server runs; once spent, task "
+    add_delegation_options(
+        p,
+        budget="input + output tokens for every sub-agent this server runs; once spent, task "
         "calls are refused",
     )
-    p.add_argument(
-        "--verify-min-files",
-        type=int,
-        default=3,
-        metavar="N",
-        help="a build sub-agent's change touching N files or more is verified (default 3)",
-    )
-    p.add_argument(
-        "--max-fix-cycles",
-        type=int,
-        default=2,
-        metavar="N",
-        help="fix-and-reverify cycles after a FAIL verdict (default 2)",
-    )
-    p.add_argument("--ledger", metavar="FILE", help="append the usage ledger to FILE (JSONL)")
     add_continuable_arguments(p, "the server also offers")
     p.add_argument(
         "--list-tools",

@@ -167,3 +167,64 @@ def absolute_if_here(arg: str) -> str:
     if os.sep in arg and not os.path.isabs(arg) and not arg.startswith("-") and os.path.exists(arg):
         return os.path.abspath(arg)
     return arg
+
+
+def add_delegation_options(p: argparse.ArgumentParser, *, budget: str) -> None:
+    """A delegation's admission, budget, verifier and ledger options (`tether orchestrate`,
+    `tether mcp`); `budget`: what `--token-budget` counts there."""
+    p.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=4,
+        metavar="N",
+        help="sub-agents running at once; more queue (default 4)",
+    )
+    p.add_argument("--token-budget", type=int, metavar="N", help=budget)
+    p.add_argument(
+        "--verify-min-files",
+        type=int,
+        default=3,
+        metavar="N",
+        help="a build sub-agent's change touching N files or more is verified (default 3)",
+    )
+    p.add_argument(
+        "--max-fix-cycles",
+        type=int,
+        default=2,
+        metavar="N",
+        help="fix-and-reverify cycles after a FAIL verdict (default 2)",
+    )
+    p.add_argument("--ledger", metavar="FILE", help="also append the usage ledger to FILE (JSONL)")
+
+
+def add_continuable_arguments(p: argparse.ArgumentParser, who_gets_the_tools: str) -> None:
+    """`--continuable`, `--state`, `--keep-alive` (`tether orchestrate`, `tether mcp`)."""
+    p.add_argument(
+        "--continuable",
+        action="store_true",
+        help="task sub-agents are continuable agents (a session each, the child kept alive "
+        f"after an answer) and {who_gets_the_tools} send_message and list_agents",
+    )
+    p.add_argument(
+        "--state",
+        metavar="DIR",
+        help="with --continuable: where the sessions are stored (default: $XDG_STATE_HOME/tether)",
+    )
+    p.add_argument(
+        "--keep-alive",
+        metavar="T",
+        help="with --continuable: how long a sub-agent's child idles after an answer (default 5m)",
+    )
+
+
+def check_continuable_arguments(args: argparse.Namespace) -> None:
+    """Raises ValueError (bad usage) for `--state`/`--keep-alive` without `--continuable`, or a
+    keep-alive that is not a duration."""
+    if not args.continuable:
+        for flag, value in (("--state", args.state), ("--keep-alive", args.keep_alive)):
+            if value is not None:
+                raise ValueError(f"{flag} applies only with --continuable")
+    elif args.keep_alive is not None:
+        from tether.parent.agents.settings import parse_keep_alive
+
+        parse_keep_alive(args.keep_alive)

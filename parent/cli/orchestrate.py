@@ -21,6 +21,12 @@ from typing import TYPE_CHECKING
 import anyio
 import msgspec
 
+from tether.parent.cli.options import (
+    add_continuable_arguments,
+    add_delegation_options,
+    add_trace_option,
+    check_continuable_arguments,
+)
 from tether.parent.run.terminal import clean
 
 if TYPE_CHECKING:
@@ -29,10 +35,39 @@ if TYPE_CHECKING:
     from tether.parent.run.handle import RunHandle
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`tether orchestrate`'s own options; the limit and isolation flags are `tether run`'s."""
+    p.add_argument("prompt", help="the task for the orchestrator")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="the orchestrator's model (and every sub-agent's whose definition names none), "
+        "e.g. scripted:FILE or openai:MODEL",
+    )
+    p.add_argument(
+        "--agents",
+        metavar="FILE",
+        help="a TOML definitions file ([[agent]] tables); default: the built-in roles",
+    )
+    p.add_argument("--workspace", default=".", help="directory every agent works in")
+    add_delegation_options(
+        p, budget="input + output tokens for the whole tree, orchestrator included"
+    )
+    p.add_argument(
+        "--max-steps", type=int, default=40, metavar="N", help="the orchestrator's model turns"
+    )
+    add_trace_option(p)
+    p.add_argument("--description", default="", help="short label for the orchestrator's run")
+    p.add_argument(
+        "--json", action="store_true", help="print the result, the task calls and the ledger"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_continuable_arguments(p, "the orchestrator's model also gets")
+
+
 def main(args: argparse.Namespace) -> int:
     """Raises ValueError (bad usage, exit 2) for a bad definitions file, model or limit."""
     from tether.parent.cli.options import config_from, limits_from, trace_from
-    from tether.parent.cli.task_schema import check_continuable_arguments
     from tether.parent.delegation.files import load_registry
     from tether.parent.delegation.verification import VerifierPolicy
     from tether.parent.roles.builtins import builtin_registry

@@ -7,10 +7,11 @@ A delegation (an orchestrator's task calls, `tether mcp`) runs its sub-agents th
 sub-agent (`send_message`), the verifier of a change and each fix cycle — is a `Job`, and every
 job passes the same stages, in this order:
 
-1. the tree budget: a job is refused (`budget_exhausted`, nothing runs) once the tree's token
-   budget is spent. The budget is a `run.budget.Budget` that every run of the tree reserves its
-   model turns against, so the parent's brokers hold it while the runs go on, and turns sent
-   together cannot pass it; when a settle spends it, the runner ends its live sub-agents;
+1. the tree budget: a job is refused (the task tool's `budget_spent`, nothing runs) once the
+   tree's token budget is spent; a run the budget ends while it works fails `budget_exhausted`.
+   The budget is a `run.budget.Budget` that every run of the tree reserves its model turns
+   against, so the parent's brokers hold it while the runs go on, and turns sent together
+   cannot pass it; when a settle spends it, the runner ends its live sub-agents;
 2. build serialization: a build-mode job waits for the workspace — build sub-agents change the
    shared workspace one at a time, so the parent's before/after diff belongs to one of them
    (read-only ones cannot change it and run side by side);
@@ -67,7 +68,7 @@ from tether.parent.roles.prompts import CONTINUABLE_SUBAGENT_SYSTEM_PROMPT
 from tether.parent.run import apply as applying
 from tether.parent.run.attempts import default_choice
 from tether.parent.run.budget import Budget
-from tether.parent.run.evidence import parse_verdict, recheck
+from tether.parent.run.evidence import as_applied, parse_verdict, recheck
 from tether.parent.run.results import parent_error
 from tether.parent.run.spec import Chooser
 from tether.parent.run.status import task_status
@@ -448,14 +449,8 @@ class Gate:
         if cs is not None:
             outcome = await self._decide(cs, ran, verification)
             result = msgspec.structs.replace(result, applied=outcome)
-            if outcome.state == "applied":
-                result = msgspec.structs.replace(
-                    result,
-                    artifacts=[
-                        msgspec.structs.replace(a, in_change_set=False, modified_at=None)
-                        for a in result.artifacts
-                    ],
-                )
+            if outcome.state == "applied":  # its artifacts are the workspace's files now
+                result = as_applied(cs.workspace, result)
         return self._output(call, _Ran(ran.sid, result, ran.facts), None, verification)
 
     async def _decide(

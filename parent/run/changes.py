@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tether.contain.confined import descend
+from tether.contain.gitdirs import open_dir
 from tether.parent.process.layers import Layer, LayerLimits, Meta, is_git
 from tether.parent.run import sensitive
 from tether.protocol.messages import ChangeKind, ChangeSet, FileChange, SkippedPath
@@ -331,7 +332,7 @@ def _base_now(
     `lstat`; `check=False`: from a frozen base, which is); `None` when the workspace changed
     there since the layer was made."""
     parent, _, name = rel.rpartition("/")
-    fd = _open_dir(workspace_fd, parent)
+    fd = open_dir(workspace_fd, parent)  # one component at a time, never through a link
     if fd is None:
         return None
     try:
@@ -351,19 +352,6 @@ def _base_now(
         return None
     finally:
         os.close(fd)
-
-
-def _open_dir(root: int, rel: str) -> int | None:
-    fd = os.dup(root)
-    for part in (p for p in rel.split("/") if p):
-        try:
-            nxt = os.open(part, _DIR, dir_fd=fd)
-        except OSError:
-            os.close(fd)
-            return None
-        os.close(fd)
-        fd = nxt
-    return fd
 
 
 def _changes(layer: Layer, walk: _Walk, limits: LayerLimits) -> tuple[list[FileChange], int]:
