@@ -444,31 +444,7 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
             if len(fds) != 3:
                 reply = {"error": f"a spawn needs 3 fds, got {len(fds)}"}
             else:
-                if standby is not None and not standby.parked:
-                    _hear_standby(standby)  # it may have parked since the last poll
-                if (
-                    claims is not None
-                    and standby is not None
-                    and not standby.parked
-                    and standby.cgroup == claims
-                ):
-                    # Not ready, and in the cgroup the child is to have to itself.
-                    poller.unregister(standby.sock)
-                    _lose(standby)
-                    standby = None
-                extra, roles = _extra_fds(request)
-                given = [*fds, *extra]
-                request["extraFds"] = roles
-                handed = None
-                if standby is not None and standby.parked:
-                    poller.unregister(standby.sock)
-                    handed = _hand_over(standby, json.dumps(request).encode(), given)
-                    lost = 0 if handed is not None else lost + 1  # gone: fork as if none
-                    standby = None
-                if handed is not None:
-                    reply = {"pid": handed, "standby": True}
-                else:
-                    reply = _fork_child(request, given, me)
+                reply, standby, lost = _spawn(request, fds, claims, standby, lost, poller, me)
             if "pid" in reply:
                 given_out.add(int(reply["pid"]))
             for fd in fds:
@@ -491,24 +467,25 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
                 poller.unregister(standby.sock)
                 _lose(standby)
                 standby, lost = None, lost + 1
-            reply = {
-                "pid": standby.pid if standby is not None else None,
-                "parked": standby is not None and standby.parked,
-                "lost": lost,
-            }
+            reply = _standby_state(standby, lost)
         else:
             reply = {"error": f"unknown op {op!r}"}
         try:
-            pidfd = _pidfd(reply) if op == "spawn" else None
-            if pidfd is not None:
-                try:
-                    socket.send_fds(sock, [json.dumps(reply).encode()], [pidfd])
-                finally:
-                    os.close(pidfd)
-            else:
-                sock.send(json.dumps(reply).encode())
+            _reply(sock, reply, with_pidfd=op == "spawn")
         except OSError:
             return
+
+
+def _reply(sock: socket.socket, reply: dict[str, Any], *, with_pidfd: bool) -> None:
+    """Send one reply; a spawn's carries the child's pidfd when there is one (`_pidfd`)."""
+    pidfd = _pidfd(reply) if with_pidfd else None
+    if pidfd is None:
+        sock.send(json.dumps(reply).encode())
+        return
+    try:
+        socket.send_fds(sock, [json.dumps(reply).encode()], [pidfd])
+    finally:
+        os.close(pidfd)
 
 
 def _pidfd(reply: dict[str, Any]) -> int | None:
@@ -522,6 +499,52 @@ def _pidfd(reply: dict[str, Any]) -> int | None:
         return os.pidfd_open(int(reply["pid"]))
     except (AttributeError, OSError):
         return None
+
+
+def _spawn(
+    request: dict[str, Any],
+    fds: list[int],
+    claims: Any,
+    standby: _Standby | None,
+    lost: int,
+    poller: select.poll,
+    me: int,
+) -> tuple[dict[str, Any], _Standby | None, int]:
+    """A spawn's reply: the parked standby handed the request, else a fresh fork; with the
+    standby and the lost count as they are after it."""
+    if standby is not None and not standby.parked:
+        _hear_standby(standby)  # it may have parked since the last poll
+    if (
+        claims is not None
+        and standby is not None
+        and not standby.parked
+        and standby.cgroup == claims
+    ):
+        # Not ready, and in the cgroup the child is to have to itself.
+        poller.unregister(standby.sock)
+        _lose(standby)
+        standby = None
+    extra, roles = _extra_fds(request)
+    given = [*fds, *extra]
+    request["extraFds"] = roles
+    handed = None
+    if standby is not None and standby.parked:
+        poller.unregister(standby.sock)
+        handed = _hand_over(standby, json.dumps(request).encode(), given)
+        lost = 0 if handed is not None else lost + 1  # gone: fork as if none
+        standby = None
+    if handed is not None:
+        return {"pid": handed, "standby": True}, standby, lost
+    return _fork_child(request, given, me), standby, lost
+
+
+def _standby_state(standby: _Standby | None, lost: int) -> dict[str, Any]:
+    """The `standby` op's reply: the standby's pid, whether it is parked, how many were lost."""
+    return {
+        "pid": standby.pid if standby is not None else None,
+        "parked": standby is not None and standby.parked,
+        "lost": lost,
+    }
 
 
 def _hand_over(standby: _Standby, data: bytes, fds: list[int]) -> int | None:

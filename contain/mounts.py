@@ -536,30 +536,8 @@ def private_namespace(
             sealer = made_sealer = unmapped_userns()
         unshare(CLONE_NEWNS)
         mount("none", "/", None, MS_REC | MS_SLAVE)
-        guards = {
-            path: open_tree_clone(path)
-            for path in protect
-            if plan.workspace and _under(path, plan.workspace) and path != plan.workspace
-            if os.path.isdir(path) and not os.path.islink(path)
-        }
-        for fd in guards.values():
-            set_attr(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
-        ws_fd = layer_fd = None
-        if plan.workspace and layer:
-            layer_fd = open_tree_clone(layer)  # before /tmp, where it may lie, is covered
-            set_attr(layer_fd, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
-        if plan.workspace:
-            # A layer's frozen base, when it has one, is what the child sees under its writes.
-            frozen = f"{layer}/base" if layer else None
-            ws_fd = open_tree_clone(frozen if frozen and os.path.isdir(frozen) else plan.workspace)
-            set_attr(
-                ws_fd,
-                MOUNT_ATTR_NOSUID
-                | MOUNT_ATTR_NODEV
-                | (MOUNT_ATTR_IDMAP if userns else 0)
-                | (MOUNT_ATTR_RDONLY if workspace_read_only else 0),
-                userns or 0,
-            )
+        guards = _guard_clones(plan, protect)
+        ws_fd, layer_fd = _workspace_clones(plan, layer, userns, workspace_read_only)
         done = Applied()
         if seal and sealer is not None:
             clones = _seal(sealer, devices, plan.restore, needed, done.unsealed)
@@ -579,29 +557,76 @@ def private_namespace(
             os.close(fd)
             done.restored.append(path)
         if ws_fd is not None and plan.workspace:
-            _make_mount_point(plan.workspace, True)
-            if layer_fd is None:
-                move_to(ws_fd, plan.workspace)
-            else:
-                overlay_from_clones(ws_fd, layer_fd, plan.workspace, read_only=workspace_read_only)
-                os.close(layer_fd)
-            os.close(ws_fd)
+            _mount_workspace(plan.workspace, ws_fd, layer_fd, workspace_read_only)
         # Over the workspace, outermost first, so an inner one is not hidden by an outer one.
         for path in sorted(guards, key=lambda p: (p.count("/"), p)):
             move_to(guards[path], path)
             os.close(guards[path])
             done.restored.append(path)
-        for path in sorted(set(hide), key=lambda p: (p.count("/"), p)):
-            if os.path.isdir(path) and not os.path.islink(path):
-                mount(
-                    "tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0"
-                )
-                done.hidden.append(path)
+        _hide(hide, done)
         return done
     finally:
         for owned in (made, made_sealer):
             if owned is not None:
                 os.close(owned)
+
+
+def _guard_clones(plan: Layout, protect: Iterable[str]) -> dict[str, int]:
+    """Read-only clones of the directories to protect inside the workspace, by path."""
+    guards = {
+        path: open_tree_clone(path)
+        for path in protect
+        if plan.workspace and _under(path, plan.workspace) and path != plan.workspace
+        if os.path.isdir(path) and not os.path.islink(path)
+    }
+    for fd in guards.values():
+        set_attr(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+    return guards
+
+
+def _workspace_clones(
+    plan: Layout, layer: str | None, userns: int | None, workspace_read_only: bool
+) -> tuple[int | None, int | None]:
+    """Clones of the workspace (id-mapped through `userns`, read-only if asked) and of its
+    layer, taken before anything is covered; `None` for what there is none of."""
+    ws_fd = layer_fd = None
+    if plan.workspace and layer:
+        layer_fd = open_tree_clone(layer)  # before /tmp, where it may lie, is covered
+        set_attr(layer_fd, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+    if plan.workspace:
+        # A layer's frozen base, when it has one, is what the child sees under its writes.
+        frozen = f"{layer}/base" if layer else None
+        ws_fd = open_tree_clone(frozen if frozen and os.path.isdir(frozen) else plan.workspace)
+        set_attr(
+            ws_fd,
+            MOUNT_ATTR_NOSUID
+            | MOUNT_ATTR_NODEV
+            | (MOUNT_ATTR_IDMAP if userns else 0)
+            | (MOUNT_ATTR_RDONLY if workspace_read_only else 0),
+            userns or 0,
+        )
+    return ws_fd, layer_fd
+
+
+def _mount_workspace(
+    workspace: str, ws_fd: int, layer_fd: int | None, workspace_read_only: bool
+) -> None:
+    """The workspace's clone moved into place, or an overlay of it under its layer."""
+    _make_mount_point(workspace, True)
+    if layer_fd is None:
+        move_to(ws_fd, workspace)
+    else:
+        overlay_from_clones(ws_fd, layer_fd, workspace, read_only=workspace_read_only)
+        os.close(layer_fd)
+    os.close(ws_fd)
+
+
+def _hide(hide: Iterable[str], done: Applied) -> None:
+    """Cover each directory to hide with an empty read-only mount, outermost first."""
+    for path in sorted(set(hide), key=lambda p: (p.count("/"), p)):
+        if os.path.isdir(path) and not os.path.islink(path):
+            mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0")
+            done.hidden.append(path)
 
 
 # --- the git directories -----------------------------------------------------------------------

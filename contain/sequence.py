@@ -193,55 +193,70 @@ def enter_sandbox(plan: Plan, *, userns: int | None = None, sealer: int | None =
         raise SandboxError(f"the sandbox could not be set up: {exc}") from exc
 
 
+def _private_view(plan: Plan, userns: int | None, sealer: int | None) -> list[str]:
+    """Root: the child's private mount namespace, laid out from the plan, its git directories
+    guarded; what could not be sealed."""
+    from tether.contain import mounts
+
+    uid = plan.uid if plan.uid is not None else os.geteuid()
+    gid = plan.gid if plan.gid is not None else os.getegid()
+    lay = mounts.layout(
+        plan.reads,
+        plan.workspace,
+        lambda d: mounts.can_traverse(d, uid, [gid]),
+    )
+    if plan.workspace and plan.git_guard:
+        mounts.prepare_git(plan.workspace, plan.git_guard)
+    applied = mounts.private_namespace(
+        lay,
+        idmap=workspace_idmap(plan),
+        userns=userns,
+        workspace_read_only=plan.workspace_read_only,
+        protect=plan.protect,
+        seal=local_sockets(plan),
+        sealer=sealer,
+        devices=plan.devices,
+        # Not the writes: they are the private tmpfs, whatever the host mounts there.
+        needed=[*plan.reads, *([plan.workspace] if plan.workspace else [])],
+        hide=plan.hide,
+        layer=plan.layer,
+    )
+    if plan.workspace and plan.git_guard:
+        mounts.guard_git(plan.workspace, plan.git_guard)
+    _private_dirs(plan)
+    return applied.unsealed
+
+
+def _own_view(plan: Plan) -> None:
+    """Without root: the child's home, and where it has a git guard or a layer, a user
+    namespace of its own to mount them in (`mounts.user_namespace`)."""
+    from tether.contain import mounts
+
+    if plan.home:
+        os.makedirs(plan.home, mode=0o700, exist_ok=True)
+    if plan.workspace and (plan.git_guard or plan.layer):
+        if plan.git_guard:
+            mounts.prepare_git(plan.workspace, plan.git_guard)
+        mounts.user_namespace(os.geteuid(), os.getegid())
+        if plan.layer:
+            from tether.contain import layer
+
+            layer.over_path(plan.workspace, plan.layer, read_only=plan.workspace_read_only)
+        if plan.git_guard:
+            mounts.guard_git(plan.workspace, plan.git_guard)
+
+
 def _enter(plan: Plan, userns: int | None, sealer: int | None) -> None:
     # Imported here: a child at the process level never pays for them.
-    from tether.contain import landlock, mounts, seccomp
+    from tether.contain import landlock, seccomp
 
     if plan.abi < 1:
         raise SandboxError("the plan has no Landlock ABI (Landlock is unavailable)")
     unsealed: list[str] = []
     if plan.private_mounts:
-        uid = plan.uid if plan.uid is not None else os.geteuid()
-        gid = plan.gid if plan.gid is not None else os.getegid()
-        lay = mounts.layout(
-            plan.reads,
-            plan.workspace,
-            lambda d: mounts.can_traverse(d, uid, [gid]),
-        )
-        if plan.workspace and plan.git_guard:
-            mounts.prepare_git(plan.workspace, plan.git_guard)
-        applied = mounts.private_namespace(
-            lay,
-            idmap=workspace_idmap(plan),
-            userns=userns,
-            workspace_read_only=plan.workspace_read_only,
-            protect=plan.protect,
-            seal=local_sockets(plan),
-            sealer=sealer,
-            devices=plan.devices,
-            # Not the writes: they are the private tmpfs, whatever the host mounts there.
-            needed=[*plan.reads, *([plan.workspace] if plan.workspace else [])],
-            hide=plan.hide,
-            layer=plan.layer,
-        )
-        if plan.workspace and plan.git_guard:
-            mounts.guard_git(plan.workspace, plan.git_guard)
-        _private_dirs(plan)
-        unsealed = applied.unsealed
+        unsealed = _private_view(plan, userns, sealer)
     else:
-        if plan.home:
-            os.makedirs(plan.home, mode=0o700, exist_ok=True)
-        if plan.workspace and (plan.git_guard or plan.layer):
-            # Without root: a user namespace of its own to mount in (`mounts.user_namespace`).
-            if plan.git_guard:
-                mounts.prepare_git(plan.workspace, plan.git_guard)
-            mounts.user_namespace(os.geteuid(), os.getegid())
-            if plan.layer:
-                from tether.contain import layer
-
-                layer.over_path(plan.workspace, plan.layer, read_only=plan.workspace_read_only)
-            if plan.git_guard:
-                mounts.guard_git(plan.workspace, plan.git_guard)
+        _own_view(plan)
     network = plan.network
     ports = [int(p) for p in network["ports"]] if network is not None else []
     if network is not None and network.get("channel") is not None:

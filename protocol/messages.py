@@ -288,6 +288,7 @@ FailureKind = Literal[
     "placement_lost",
     "net_limit",
     "changes_too_large",
+    "parent_error",
 ]
 FAILURE_KINDS: tuple[str, ...] = FailureKind.__args__  # type: ignore[attr-defined]
 

@@ -108,7 +108,7 @@ from tether.parent.run.handle import RunHandle
 from tether.parent.run.provider import Provider
 from tether.parent.run.spec import Continuation, ModelSpec, RunSpec, spec_of
 from tether.parent.trace.recorder import RunTrace
-from tether.protocol.messages import ChatMessage, Failure, RunResult
+from tether.protocol.messages import AgentDefinition, ChatMessage, Failure, RunResult
 
 if TYPE_CHECKING:
     from tether.parent.run.core import SupervisorCore
@@ -320,16 +320,7 @@ class Agents:
         every activation together. Raises `ValueError` for bad usage (before anything is
         spawned or stored)."""
         run = spec_of(spec, fields)
-        if isinstance(run.agent, str) and ":" in run.agent:
-            raise ValueError("a continuable agent is a role name or an AgentDefinition")
-        if run.continuation is not None:
-            raise ValueError("a continuable agent's continuation is its keep_alive")
-        if run.workspace_mode != "shared" or run.layer is not None or run.attempts != 1:
-            raise ValueError(
-                "a continuable agent works in its workspace: its session outlives any one child, "
-                "and a layer (or an attempt's) would not be there for a cold resume; run it "
-                "with Supervisor.run(..., workspace_mode='layered') instead"
-            )
+        _check_agent_run(run)
         definition = resolve_agent(run.agent)
         keep = parse_keep_alive(keep_alive)
         run = self.guard(run)
@@ -340,16 +331,7 @@ class Agents:
             turns = run.fork_from.broker.completed_turns()
             run = run.replace(fork_from=None, history=(*turns, *run.history))
         prompt, history = run.prompt, run.history
-        template = run.replace(
-            prompt="",
-            agent=definition,
-            workspace=str(Path(run.workspace).resolve()),
-            limits=run.limits or Limits(),
-            history=(),
-            provider=None if run.provider == "fork" else run.provider,
-            run_id=None,
-        )
-        agent_spec = AgentSpec(template, keep, token_total)
+        agent_spec = AgentSpec(_template(run, definition), keep, token_total)
         ws = agent_spec.workspace
         store = await self.store()
         recorder = Recorder()
@@ -390,6 +372,17 @@ class Agents:
         if handle.trace is not None:
             handle.trace.agent(summary.id)
             self._traces[summary.id] = handle.trace
+        return self._tended(summary, activation, handle, recorder, agent_spec)
+
+    def _tended(
+        self,
+        summary: AgentSummary,
+        activation: Activation,
+        handle: RunHandle,
+        recorder: Recorder,
+        agent_spec: AgentSpec,
+    ) -> AgentHandle:
+        """A new agent's entry, its first child tended and its first answer awaited."""
         entry = _Agent(summary.id, activation=activation, handle=handle, recorder=recorder)
         entry.slot.acquire_nowait()
         self._agents[entry.id] = entry
@@ -770,4 +763,32 @@ def _budget_spent(agent_id: str, used: int, total: int) -> RunResult:
         message=f"agent {agent_id} has used {used} tokens of its total budget of {total}; it "
         "cannot continue",
         failure=Failure(kind="budget_exhausted", limit=f"token_total={total}"),
+    )
+
+
+def _check_agent_run(run: RunSpec) -> None:
+    """What a continuable agent's run cannot be: raises `ValueError`."""
+    if isinstance(run.agent, str) and ":" in run.agent:
+        raise ValueError("a continuable agent is a role name or an AgentDefinition")
+    if run.continuation is not None:
+        raise ValueError("a continuable agent's continuation is its keep_alive")
+    if run.workspace_mode != "shared" or run.layer is not None or run.attempts != 1:
+        raise ValueError(
+            "a continuable agent works in its workspace: its session outlives any one child, "
+            "and a layer (or an attempt's) would not be there for a cold resume; run it "
+            "with Supervisor.run(..., workspace_mode='layered') instead"
+        )
+
+
+def _template(run: RunSpec, definition: AgentDefinition) -> RunSpec:
+    """The run every child of the agent starts from (its prompt and history are each
+    activation's own)."""
+    return run.replace(
+        prompt="",
+        agent=definition,
+        workspace=str(Path(run.workspace).resolve()),
+        limits=run.limits or Limits(),
+        history=(),
+        provider=None if run.provider == "fork" else run.provider,
+        run_id=None,
     )

@@ -277,6 +277,17 @@ def report(agents: str | None = None) -> dict[str, Any]:
 
 def render(r: dict[str, Any]) -> str:
     lines = [f"tether doctor (python {r['python']}, {'root' if r['root'] else 'not root'})"]
+    lines += _containment_lines(r)
+    lines += _isolation_lines(r["isolation"])
+    lines += _network_lines(r["network"])
+    lines += _layer_lines(r["layers"])
+    lines += _catalog_lines(r)
+    return "\n".join(lines)
+
+
+def _containment_lines(r: dict[str, Any]) -> list[str]:
+    """The install, the containment tiers, bwrap and Landlock."""
+    lines: list[str] = []
     inst = r["install"]
     lines.append("install: ok" if inst["ok"] else f"install: BROKEN: {inst['problem']}")
     lines.append(f"containment: auto picks {r['auto']['tier']} — {r['auto']['why']}")
@@ -303,7 +314,12 @@ def render(r: dict[str, Any]) -> str:
     lines.append(
         "landlock: " + (f"ABI {ll['abi']}" if ll["available"] else f"no ({ll.get('why', '')})")
     )
-    iso = r["isolation"]
+    return lines
+
+
+def _isolation_lines(iso: dict[str, Any]) -> list[str]:
+    """What isolation `auto` picks, and what its sandbox refuses."""
+    lines: list[str] = []
     if "untried" in iso:
         lines.append(f"isolation: not tried: {iso['untried']}")
     elif iso["sandbox"]:
@@ -335,7 +351,12 @@ def render(r: dict[str, Any]) -> str:
     else:
         lines.append(f"isolation: auto picks PROCESS ONLY: WARNING: {iso['warning']}")
         lines.append(f"  why: {iso['why']}")
-    net = r["network"]
+    return lines
+
+
+def _network_lines(net: dict[str, Any]) -> list[str]:
+    """How a run's egress proxy is enforced here, and its credentials."""
+    lines: list[str] = []
     how = {
         "namespace": "kept to it by a private network namespace whose one listener is the "
         "proxy's (no route, no resolver, no other port)",
@@ -355,7 +376,12 @@ def render(r: dict[str, Any]) -> str:
             else f"not available: {net['credentialsWhy']}"
         )
     )
-    lay = r["layers"]
+    return lines
+
+
+def _layer_lines(lay: dict[str, Any]) -> list[str]:
+    """How a layered workspace is made here."""
+    lines: list[str] = []
     if lay["method"] is None:
         lines.append(f"layered workspaces: NOT available: {lay['why']}")
     else:
@@ -374,6 +400,12 @@ def render(r: dict[str, Any]) -> str:
             lines.append(f"  otherwise (no sandbox, a launcher, a foreign agent): {other}")
         if lay.get("overlayWhyNot"):
             lines.append(f"  no overlay: {lay['overlayWhyNot']}")
+    return lines
+
+
+def _catalog_lines(r: dict[str, Any]) -> list[str]:
+    """The kernel's helpers, the launchers, the limits and the providers."""
+    lines: list[str] = []
     lines.append("pidfd: " + ("yes" if r["pidfd"]["available"] else "no"))
     lines.append("subreaper: " + ("yes" if r["subreaper"]["available"] else "no"))
     lines.append("keeper: " + ("yes" if r["keeper"]["available"] else "missing"))
@@ -388,4 +420,4 @@ def render(r: dict[str, Any]) -> str:
     for p in r["providers"]:
         state = "ready" if p["ready"] else f"not ready: {p['why']}"
         lines.append(f"  {p['name']}: {p['summary']} ({state})")
-    return "\n".join(lines)
+    return lines

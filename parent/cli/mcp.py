@@ -36,7 +36,7 @@ from tether.parent.cli.options import (
 from tether.protocol.messages import RunResult, ToolCallParams, ToolCallResult
 
 if TYPE_CHECKING:
-    from tether.parent.delegation.delegator import Delegator, RunRequest
+    from tether.parent.delegation.delegator import Delegator, Runner, RunRequest
     from tether.parent.delegation.verification import VerifierPolicy
     from tether.parent.mcp_server.tools import ServedTool
     from tether.parent.models import ModelProvider
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from tether.parent.roles.definitions import Registry
     from tether.parent.run.provider import Provider
     from tether.parent.run.spec import NamedModel
+    from tether.parent.supervisor import Supervisor
 
 log = logging.getLogger("tether.mcp")
 INSTALL_HINT = "pip install 'tether[mcp]'"
@@ -140,17 +141,10 @@ async def _serve(
     config: ChildConfig,
     policy: VerifierPolicy,
 ) -> int:
-    from tether.parent.agents.service import DEFAULT_KEEP_ALIVE
-    from tether.parent.cli.agents import continue_command
-    from tether.parent.delegation.delegator import Delegator, Runner
+    from tether.parent.delegation.delegator import Delegator
     from tether.parent.delegation.files import register_providers
     from tether.parent.delegation.ledger import Ledger
-    from tether.parent.delegation.runner import SupervisorRunner
-    from tether.parent.mcp_server.continuable import (
-        continuable,
-        continuation_tools,
-        parent_run,
-    )
+    from tether.parent.mcp_server.continuable import continuation_tools, parent_run
     from tether.parent.mcp_server.server import ToolServer
     from tether.parent.mcp_server.stdio import claim_stdio, stdio_streams
     from tether.parent.supervisor import Supervisor
@@ -164,30 +158,8 @@ async def _serve(
         with serving:
             async with Supervisor(config, state_dir=args.state, trace=args.trace) as sup:
                 register_providers(sup.providers, args.agents)
-                runner: Runner
                 under = parent_run()
-                if args.continuable:
-                    runner = continuable(
-                        sup,
-                        under=under,
-                        keep_alive=args.keep_alive or DEFAULT_KEEP_ALIVE,
-                        default_model=default_model,
-                        models=models,
-                        limits=limits,
-                        config=config,
-                        workspace=args.workspace,
-                    )
-                    hint = continue_command("ID", state=args.state, model=args.model)
-                    _say(f"continuable sub-agents, parent run {under}; continue one: {hint}")
-                else:
-                    runner = SupervisorRunner(
-                        sup,
-                        default_model=default_model,
-                        models=models,
-                        workspace=args.workspace,
-                        limits=limits,
-                        config=config,
-                    )
+                runner = _runner(args, sup, under, default_model, models, limits, config)
                 delegator = Delegator(
                     registry,
                     runner,
@@ -217,6 +189,46 @@ async def _serve(
         outer.cancel_scope.cancel()
     _say(f"stopped; {len(ledger.records)} sub-agent run(s), every child disposed")
     return 128 + signals[0] if signals else 0
+
+
+def _runner(
+    args: argparse.Namespace,
+    sup: Supervisor,
+    under: str,
+    default_model: NamedModel | None,
+    models: dict[str, ModelProvider],
+    limits: Limits,
+    config: ChildConfig,
+) -> Runner:
+    """What runs each task: continuable agents under the parent run `under`, or one-shot
+    runs of the supervisor."""
+    from tether.parent.agents.service import DEFAULT_KEEP_ALIVE
+    from tether.parent.cli.agents import continue_command
+    from tether.parent.delegation.runner import SupervisorRunner
+    from tether.parent.mcp_server.continuable import continuable
+
+    if args.continuable:
+        runner = continuable(
+            sup,
+            under=under,
+            keep_alive=args.keep_alive or DEFAULT_KEEP_ALIVE,
+            default_model=default_model,
+            models=models,
+            limits=limits,
+            config=config,
+            workspace=args.workspace,
+        )
+        hint = continue_command("ID", state=args.state, model=args.model)
+        _say(f"continuable sub-agents, parent run {under}; continue one: {hint}")
+        return runner
+    return SupervisorRunner(
+        sup,
+        default_model=default_model,
+        models=models,
+        workspace=args.workspace,
+        limits=limits,
+        config=config,
+    )
 
 
 def offered(providers: Iterable[Provider]) -> dict[str, str]:

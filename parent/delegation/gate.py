@@ -7,10 +7,11 @@ A delegation (an orchestrator's task calls, `tether mcp`) runs its sub-agents th
 sub-agent (`send_message`), the verifier of a change and each fix cycle — is a `Job`, and every
 job passes the same stages, in this order:
 
-1. the tree budget: a job is refused (`budget_exhausted`, nothing runs) once the tree's token
-   budget is spent. The budget is a `run.budget.Budget` that every run of the tree reserves its
-   model turns against, so the parent's brokers hold it while the runs go on, and turns sent
-   together cannot pass it; when a settle spends it, the runner ends its live sub-agents;
+1. the tree budget: a job is refused (the task tool's `budget_spent`, nothing runs) once the
+   tree's token budget is spent; a run the budget ends while it works fails `budget_exhausted`.
+   The budget is a `run.budget.Budget` that every run of the tree reserves its model turns
+   against, so the parent's brokers hold it while the runs go on, and turns sent together
+   cannot pass it; when a settle spends it, the runner ends its live sub-agents;
 2. build serialization: a build-mode job waits for the workspace — build sub-agents change the
    shared workspace one at a time, so the parent's before/after diff belongs to one of them
    (read-only ones cannot change it and run side by side);
@@ -31,8 +32,9 @@ job passes the same stages, in this order:
 
 The `TaskOutput` of a job names the sub-agent by its agent id when it is continuable (what
 `send_message` takes), else by its delegation id (`sa-N`); its artifacts are checked again as
-it is delivered (`run.evidence.recheck`). One event loop owns a gate; jobs run concurrently by
-being awaited from concurrent tasks.
+it is delivered (`run.evidence.recheck`); a check that raises (tether's own failure) makes the
+output a `parent_error`, logged, rather than a raise. One event loop owns a gate; jobs run
+concurrently by being awaited from concurrent tasks.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ from tether.parent.roles.prompts import CONTINUABLE_SUBAGENT_SYSTEM_PROMPT
 from tether.parent.run import apply as applying
 from tether.parent.run.attempts import default_choice
 from tether.parent.run.budget import Budget
-from tether.parent.run.evidence import parse_verdict, recheck
+from tether.parent.run.evidence import as_applied, parse_verdict, recheck
+from tether.parent.run.results import parent_error
 from tether.parent.run.spec import Chooser
 from tether.parent.run.status import task_status
 from tether.parent.run.stop import StopLine
@@ -446,14 +449,8 @@ class Gate:
         if cs is not None:
             outcome = await self._decide(cs, ran, verification)
             result = msgspec.structs.replace(result, applied=outcome)
-            if outcome.state == "applied":
-                result = msgspec.structs.replace(
-                    result,
-                    artifacts=[
-                        msgspec.structs.replace(a, in_change_set=False, modified_at=None)
-                        for a in result.artifacts
-                    ],
-                )
+            if outcome.state == "applied":  # its artifacts are the workspace's files now
+                result = as_applied(cs.workspace, result)
         return self._output(call, _Ran(ran.sid, result, ran.facts), None, verification)
 
     async def _decide(
@@ -803,10 +800,12 @@ class Gate:
         verification: Verification | None = None,
     ) -> TaskOutput:
         result = ran.result
-        if self.workspace is not None:
-            result = recheck(self.workspace, result)  # delivered now: as the files are now
-        if result.workspace_mode == "layered" and change is None and result.changes is not None:
-            change = changed_files(result.changes, result.sensitive_changes)
+        try:
+            result, change = self._as_delivered(result, change)
+        except Exception as exc:  # owed all the same: tether's own failure, told
+            log.exception("the delegation failed checking a result as it was delivered")
+            rung = result.failure.rung if result.failure is not None else None
+            result, change = parent_error(exc, result, rung=rung), None
         status = task_status(result)
         message = "" if status == "completed" else result.message
         if status == "completed" and verification is not None and verification.verdict == "FAIL":
@@ -851,6 +850,16 @@ class Gate:
             changes=for_model(result.changes) if result.changes is not None else None,
             applied=result.applied,
         )
+
+    def _as_delivered(
+        self, result: RunResult, change: WorkspaceDiff | None
+    ) -> tuple[RunResult, WorkspaceDiff | None]:
+        """`result` checked as the files are now, and a layered run's changed files."""
+        if self.workspace is not None:
+            result = recheck(self.workspace, result)
+        if result.workspace_mode == "layered" and change is None and result.changes is not None:
+            change = changed_files(result.changes, result.sensitive_changes)
+        return result, change
 
     async def _snapshot(self) -> Snapshot | None:
         if self.workspace is None:

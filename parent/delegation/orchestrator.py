@@ -257,13 +257,7 @@ async def orchestrate(
 
     Raises `ValueError` for bad usage before anything is spawned; never for what a child did.
     """
-    registry = (
-        builtin_registry()
-        if definitions is None
-        else definitions
-        if isinstance(definitions, Registry)
-        else Registry(definitions)
-    )
+    registry = _registry_of(definitions)
     book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
     orchestration_id = f"orch-{os.getpid()}-{secrets.token_hex(4)}"
     traced = trace_spec(trace) or getattr(sup, "trace", None)
@@ -285,17 +279,8 @@ async def orchestrate(
         NamedModel(model, await runner.resolve(model)) if isinstance(model, str) else model
     )
     runner.default_model = provider
-    box: list[RunHandle] = []
-
-    def publish(event: SubagentEvent) -> None:
-        tagged = dataclasses.replace(event, parent_run_id=box[0].run_id if box else "")
-        sup.publish(tagged, on_event)
-
-    offered = runner.agent_types()
-    if agent_types is not None:
-        offered = {}
-        for name in agent_types:
-            offered[name] = sup.providers.get(name).summary or name  # unknown: bad usage
+    tree = _Tree(sup, book, on_event)
+    offered = _offered(sup, runner, agent_types)
     delegator = Delegator(
         registry,
         runner,
@@ -304,51 +289,13 @@ async def orchestrate(
         token_budget=token_budget,
         verifier=verifier,
         ledger=book,
-        on_event=publish,
+        on_event=tree.publish,
         agent_types=offered,
         continuable=continuable,
         workspace_mode=workspace_mode,
         apply=apply,
         choose=choose,
     )
-    tasks: list[TaskCall] = []
-    calls = 0
-
-    async def serve_task(params: ToolCallParams) -> ToolCallResult:
-        nonlocal calls
-        calls += 1
-        call_id = params.call_id or f"task-{calls}"
-        # A sub-agent has none of the orchestrator's parent tools (task, send_message,
-        # list_agents): their exchanges reach a forked one as text.
-        mine = {tool.spec.name for tool in parent_tools}
-        history = without_tools(fork_history(box[0].broker.completed_turns()), mine)
-        output = await delegator.execute(params.arguments, tool_call_id=call_id, history=history)
-        tasks.append(TaskCall(call_id, params.arguments, output))
-        return output.tool_result()
-
-    parent_tools = []
-    if delegator.tool is not None:
-        spec = ToolSpec(
-            name=delegator.tool.name,
-            description=delegator.tool.description,
-            input_schema=delegator.tool.input_schema,
-        )
-        parent_tools.append(ParentTool(spec, serve_task))
-    if continuable:
-        # A follow-up is a delegated run: through the delegator's gate, like a task call.
-        parent_tools.append(delegator.message_tool(SEND_MESSAGE_SPEC))
-        parent_tools.append(list_agents_tool(agents_of(sup), parent_run=orchestration_id))
-
-    counted = Usage()
-
-    async def on_turn(params: ModelCompleteParams, result: ModelCompleteResult) -> None:
-        nonlocal counted
-        if not box:
-            return
-        now = box[0].broker.brokered.usage
-        _add_usage(book, counted, now)
-        counted = now
-
     if traced is not None:
         traced = traced.replace(
             orchestration=_replayable(
@@ -376,9 +323,9 @@ async def orchestrate(
         limits=limits,
         description=description,
         config=config,
-        parent_tools=parent_tools,
+        parent_tools=tree.parent_tools(delegator, continuable, orchestration_id),
         on_event=on_event,
-        on_turn=on_turn,
+        on_turn=tree.on_turn,
         run_id=orchestration_id,
         # Its own turns count against the tree too: once spent, its next turn is refused.
         budgets=(pool,) if pool is not None else (),
@@ -388,22 +335,113 @@ async def orchestrate(
         # It reaches the store through its tools: its workspace is apart from the store, and
         # its sandbox is denied the store's paths, as every agent's is.
         run = agents_of(sup).guard(run)
-    handle = await sup.start(run)
-    box.append(handle)
-    runner.stops = handle.stops  # a stop of the orchestrator takes every sub-agent down with it
-    if on_start is not None:
-        on_start(Running(handle, delegator))
-    try:
-        result = await handle.result()
-    except anyio.get_cancelled_exc_class():
-        with anyio.CancelScope(shield=True):
-            handle.abort()
-            await handle.wait()
-        raise
-    # What the broker counted past the last turn (compaction calls): the ledger's figure for
-    # the orchestrator is the broker's, exactly.
-    _add_usage(book, counted, result.usage)
-    return Orchestration(result=result, ledger=book, tasks=tasks)
+    result = await tree.run(run, runner, delegator, on_start)
+    return Orchestration(result=result, ledger=book, tasks=tree.tasks)
+
+
+def _registry_of(definitions: Registry | Iterable[SubagentDefinition] | None) -> Registry:
+    if definitions is None:
+        return builtin_registry()
+    return definitions if isinstance(definitions, Registry) else Registry(definitions)
+
+
+def _offered(
+    sup: SupervisorCore, runner: SupervisorRunner, agent_types: Iterable[str] | None
+) -> dict[str, str]:
+    """The provider names the model may pick per task call, with what each is."""
+    if agent_types is None:
+        return runner.agent_types()
+    # An unknown name is bad usage (`get` raises `ValueError`).
+    return {name: sup.providers.get(name).summary or name for name in agent_types}
+
+
+class _Tree:
+    """The orchestrator's side of one orchestration: its run once started, the parent tools it
+    serves (each task call made, in completion order) and the orchestrator's usage the ledger
+    has been told of."""
+
+    def __init__(self, sup: SupervisorCore, book: Ledger, on_event: EventCallback | None) -> None:
+        self._sup = sup
+        self._book = book
+        self._on_event = on_event
+        self.handle: RunHandle | None = None
+        self.tasks: list[TaskCall] = []
+        self._calls = 0
+        self._counted = Usage()
+        self._delegator: Delegator | None = None
+        self._mine: set[str] = set()
+
+    def publish(self, event: SubagentEvent) -> None:
+        handle = self.handle
+        tagged = dataclasses.replace(event, parent_run_id=handle.run_id if handle else "")
+        self._sup.publish(tagged, self._on_event)
+
+    def parent_tools(
+        self, delegator: Delegator, continuable: bool, orchestration_id: str
+    ) -> list[ParentTool]:
+        """The orchestrator's parent tools: `task`, and for continuable sub-agents
+        `send_message` and `list_agents`."""
+        self._delegator = delegator
+        tools = []
+        if delegator.tool is not None:
+            spec = ToolSpec(
+                name=delegator.tool.name,
+                description=delegator.tool.description,
+                input_schema=delegator.tool.input_schema,
+            )
+            tools.append(ParentTool(spec, self._serve_task))
+        if continuable:
+            # A follow-up is a delegated run: through the delegator's gate, like a task call.
+            tools.append(delegator.message_tool(SEND_MESSAGE_SPEC))
+            tools.append(list_agents_tool(agents_of(self._sup), parent_run=orchestration_id))
+        self._mine = {tool.spec.name for tool in tools}
+        return tools
+
+    async def _serve_task(self, params: ToolCallParams) -> ToolCallResult:
+        assert self.handle is not None and self._delegator is not None
+        self._calls += 1
+        call_id = params.call_id or f"task-{self._calls}"
+        # A sub-agent has none of the orchestrator's parent tools (task, send_message,
+        # list_agents): their exchanges reach a forked one as text.
+        history = without_tools(fork_history(self.handle.broker.completed_turns()), self._mine)
+        output = await self._delegator.execute(
+            params.arguments, tool_call_id=call_id, history=history
+        )
+        self.tasks.append(TaskCall(call_id, params.arguments, output))
+        return output.tool_result()
+
+    async def on_turn(self, params: ModelCompleteParams, result: ModelCompleteResult) -> None:
+        if self.handle is None:
+            return
+        now = self.handle.broker.brokered.usage
+        _add_usage(self._book, self._counted, now)
+        self._counted = now
+
+    async def run(
+        self,
+        run: RunSpec,
+        runner: SupervisorRunner,
+        delegator: Delegator,
+        on_start: Callable[[Running], None] | None,
+    ) -> RunResult:
+        """Start the orchestrator and wait for its result (a cancelled caller's orchestrator
+        is taken down first)."""
+        handle = await self._sup.start(run)
+        self.handle = handle
+        runner.stops = handle.stops  # a stop of the orchestrator takes every sub-agent down
+        if on_start is not None:
+            on_start(Running(handle, delegator))
+        try:
+            result = await handle.result()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                handle.abort()
+                await handle.wait()
+            raise
+        # What the broker counted past the last turn (compaction calls): the ledger's figure
+        # for the orchestrator is the broker's, exactly.
+        _add_usage(self._book, self._counted, result.usage)
+        return result
 
 
 def _replayable(

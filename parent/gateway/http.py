@@ -471,23 +471,9 @@ class HttpServer:
         """The next whole admitted request, an `Answer` to send from its head, `None` when the
         client is done, or `_Reject`."""
         limits = self.limits
-        # The head: a fresh connection must send it within header_timeout of the accept; a
-        # kept-alive one may idle first, and then has header_timeout from the first byte.
-        deadline = anyio.current_time() + limits.header_timeout if first else None
-        spoke = False
-        while True:
-            event = self._next(conn)
-            if event is h11.NEED_DATA:
-                data, spoke = await self._receive(stream, deadline, spoke, "head")
-                if data is None:
-                    return None  # quiet until its deadline, or closed: just close it
-                if deadline is None:
-                    deadline = anyio.current_time() + limits.header_timeout
-                conn.receive_data(data)
-                continue
-            if isinstance(event, h11.Request):
-                break
-            return None  # ConnectionClosed, PAUSED, or an event a server never sees
+        event = await self._read_head(conn, stream, first)
+        if event is None:
+            return None
         if len(event.headers) > limits.max_headers:
             raise _Reject(431, "too many headers")
         head = Head(
@@ -517,7 +503,47 @@ class HttpServer:
                     await stream.send(conn.send(go_on) or b"")
             except (TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 return None
-        deadline = anyio.current_time() + limits.body_timeout
+        body = await self._read_body(conn, stream, quota, held)
+        if body is None:
+            return None
+        return Request(
+            method=head.method,
+            target=head.target,
+            headers=head.headers,
+            context=context,
+            body=body,
+        )
+
+    async def _read_head(
+        self, conn: h11.Connection, stream: ByteStream, first: bool
+    ) -> h11.Request | None:
+        """The request's head; `None` when the client is quiet until its deadline, closed, or
+        sent what a server never sees."""
+        limits = self.limits
+        # A fresh connection must send it within header_timeout of the accept; a kept-alive
+        # one may idle first, and then has header_timeout from the first byte.
+        deadline = anyio.current_time() + limits.header_timeout if first else None
+        spoke = False
+        while True:
+            event = self._next(conn)
+            if event is h11.NEED_DATA:
+                data, spoke = await self._receive(stream, deadline, spoke, "head")
+                if data is None:
+                    return None  # quiet until its deadline, or closed: just close it
+                if deadline is None:
+                    deadline = anyio.current_time() + limits.header_timeout
+                conn.receive_data(data)
+                continue
+            if isinstance(event, h11.Request):
+                return event
+            return None  # ConnectionClosed, PAUSED, or an event a server never sees
+
+    async def _read_body(
+        self, conn: h11.Connection, stream: ByteStream, quota: Quota, held: _Held
+    ) -> bytearray | None:
+        """The request's whole body within body_timeout, each chunk reserved against `quota`
+        as it comes; `None` when the client went quiet or closed."""
+        deadline = anyio.current_time() + self.limits.body_timeout
         body = bytearray()
         while True:
             got = self._next(conn)
@@ -537,13 +563,7 @@ class HttpServer:
                 self.peak_held_bytes = max(self.peak_held_bytes, self.held_bytes)
                 continue
             if isinstance(got, h11.EndOfMessage):
-                return Request(
-                    method=head.method,
-                    target=head.target,
-                    headers=head.headers,
-                    context=context,
-                    body=body,
-                )
+                return body
             return None
 
     def _next(self, conn: h11.Connection) -> Any:

@@ -686,26 +686,18 @@ def plan_for(
     writes never reach the workspace, so no git guard is needed there)."""
     if level != "sandbox":
         return Setup(Plan())
-    net = network.to_json() if network is not None else None
     host = host or probe_host()
     ws = os.path.realpath(workspace) if workspace else None
-    granted = _read_grants(command, ws, read_paths, interpreter)
-    abi = host.landlock_abi
+    base = _Sandbox(
+        abi=host.landlock_abi,
+        ws=ws,
+        reads=_read_grants(command, ws, read_paths, interpreter),
+        net=network.to_json() if network is not None else None,
+        workspace_read_only=workspace_read_only,
+        layer=layer,
+    )
     if inside_launcher:
-        plan = Plan(
-            "sandbox",
-            abi,
-            workspace=ws,
-            reads=granted,
-            writes=["/tmp", "/dev/shm"],
-            home=PRIVATE_HOME,
-            cwd=ws,
-            network=net,
-            workspace_read_only=workspace_read_only,
-            # The launcher's own mounts are not sealed: only Landlock can tell sockets apart.
-            local_sockets=net is None and abi >= landlock.RESOLVE_UNIX_ABI,
-        )
-        return Setup(plan, private_env("/tmp"))
+        return _inside_launcher(base)
     # bwrap's root is not one a user namespace can be made in: under it, no guard (above).
     guard = (
         git_guard(ws)
@@ -717,48 +709,97 @@ def plan_for(
         else []
     )
     if host.root:
-        uid, gid = sandbox_user or (DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)
-        owner = None
-        if ws is not None:
-            st = os.stat(ws)
-            owner = (st.st_uid, st.st_gid)
-        plan = Plan(
-            "sandbox",
-            abi,
-            uid=uid,
-            gid=gid,
-            workspace=ws,
-            owner=owner,
-            reads=granted,
-            writes=["/tmp", "/var/tmp", "/dev/shm"],
-            private_mounts=True,
-            home=PRIVATE_HOME,
-            cwd=ws,
-            network=net,
-            workspace_read_only=workspace_read_only,
-            protect=code_inside(ws) if ws is not None else [],
-            local_sockets=net is None and host.local_sockets,
-            hide=[d for d in _denied(deny_paths) if not (ws is not None and _under(ws, d))],
-            git_guard=guard,
-            layer=layer,
-        )
-        return Setup(plan, private_env("/tmp"))
+        return _as_root(base, host, guard, sandbox_user, deny_paths)
+    return _unprivileged(base, guard)
+
+
+@dataclass(frozen=True)
+class _Sandbox:
+    """What every sandbox plan of one child starts from."""
+
+    abi: int
+    ws: str | None
+    reads: list[str]
+    net: dict[str, Any] | None
+    workspace_read_only: bool
+    layer: str | None
+
+
+def _inside_launcher(base: _Sandbox) -> Setup:
+    """Inside a launcher that made its own mount namespace and user (bwrap): Landlock,
+    seccomp and no_new_privs only."""
+    plan = Plan(
+        "sandbox",
+        base.abi,
+        workspace=base.ws,
+        reads=base.reads,
+        writes=["/tmp", "/dev/shm"],
+        home=PRIVATE_HOME,
+        cwd=base.ws,
+        network=base.net,
+        workspace_read_only=base.workspace_read_only,
+        # The launcher's own mounts are not sealed: only Landlock can tell sockets apart.
+        local_sockets=base.net is None and base.abi >= landlock.RESOLVE_UNIX_ABI,
+    )
+    return Setup(plan, private_env("/tmp"))
+
+
+def _as_root(
+    base: _Sandbox,
+    host: HostIsolation,
+    guard: list[str],
+    sandbox_user: tuple[int, int] | None,
+    deny_paths: Sequence[str],
+) -> Setup:
+    """A root supervisor's: an unprivileged uid, private mounts that hide what is denied."""
+    ws = base.ws
+    uid, gid = sandbox_user or (DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)
+    owner = None
+    if ws is not None:
+        st = os.stat(ws)
+        owner = (st.st_uid, st.st_gid)
+    plan = Plan(
+        "sandbox",
+        base.abi,
+        uid=uid,
+        gid=gid,
+        workspace=ws,
+        owner=owner,
+        reads=base.reads,
+        writes=["/tmp", "/var/tmp", "/dev/shm"],
+        private_mounts=True,
+        home=PRIVATE_HOME,
+        cwd=ws,
+        network=base.net,
+        workspace_read_only=base.workspace_read_only,
+        protect=code_inside(ws) if ws is not None else [],
+        local_sockets=base.net is None and host.local_sockets,
+        hide=[d for d in _denied(deny_paths) if not (ws is not None and _under(ws, d))],
+        git_guard=guard,
+        layer=base.layer,
+    )
+    return Setup(plan, private_env("/tmp"))
+
+
+def _unprivileged(base: _Sandbox, guard: list[str]) -> Setup:
+    """Without root: a private directory of the child's own for its home and temporary files
+    (removed by the setup's cleanup)."""
     private = tempfile.mkdtemp(prefix="tether-sandbox-")
     for sub in ("home", "tmp", "run"):
         os.mkdir(os.path.join(private, sub), 0o700)
     plan = Plan(
         "sandbox",
-        abi,
-        workspace=ws,
-        reads=granted,
+        base.abi,
+        workspace=base.ws,
+        reads=base.reads,
         writes=[private, "/dev/shm"],
         home=os.path.join(private, "home"),
-        cwd=ws,
-        network=net,
-        workspace_read_only=workspace_read_only,
-        local_sockets=net is None and abi >= landlock.RESOLVE_UNIX_ABI,
+        cwd=base.ws,
+        network=base.net,
+        workspace_read_only=base.workspace_read_only,
+        local_sockets=base.net is None and base.abi >= landlock.RESOLVE_UNIX_ABI,
         git_guard=guard,
-        layer=layer,
+        layer=base.layer,
     )
     env = private_env(private)
     env["TMPDIR"] = os.path.join(private, "tmp")

@@ -43,7 +43,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from tether.contain.confined import descend
+from tether.contain.confined import Entry, descend
 from tether.protocol.messages import LayerMethod
 
 FORCE_ENV = "TETHER_LAYER_METHOD"
@@ -475,10 +475,7 @@ def _copy(src: str, dst: str, how: str, limits: LayerLimits) -> tuple[Manifest, 
                     base[entry.rel] = Meta.of(st)
                 continue
             if stat.S_ISLNK(st.st_mode):
-                target = os.readlink(entry.name, dir_fd=entry.dir_fd)
-                os.symlink(target, name, dir_fd=out)
-                if link and root:
-                    os.chown(name, st.st_uid, st.st_gid, dir_fd=out, follow_symlinks=False)
+                target = _symlink(entry, out, name, st, owned=link and root)
                 if not git:
                     base[entry.rel] = Meta.of(st, target)
                     copied[entry.rel] = Meta.of(
@@ -487,19 +484,10 @@ def _copy(src: str, dst: str, how: str, limits: LayerLimits) -> tuple[Manifest, 
                 continue
             if not stat.S_ISREG(st.st_mode):
                 continue  # a device node, a FIFO, a socket: never copied
-            if link:
-                try:
-                    os.link(entry.name, name, src_dir_fd=entry.dir_fd, dst_dir_fd=out)
-                except OSError as exc:
-                    if exc.errno == errno.EXDEV:
-                        raise _Unlinkable() from None
-                    if exc.errno not in (errno.EPERM, errno.EACCES, errno.EMLINK):
-                        raise
-                else:
-                    if not git:
-                        base[entry.rel] = Meta.of(st)
-                    continue
-                # Not ours to link (protected_hardlinks): copied, within the bound.
+            if link and _hard_link(entry, out, name):
+                if not git:
+                    base[entry.rel] = Meta.of(st)
+                continue
             if not reflink:
                 total = _bounded(total, st.st_size, limits)
             cloned = _copy_file(entry.open(os.O_RDONLY | os.O_NONBLOCK), out, name, st, reflink)
@@ -520,6 +508,30 @@ def _copy(src: str, dst: str, how: str, limits: LayerLimits) -> tuple[Manifest, 
         os.close(top)
         for fd in opened.values():
             os.close(fd)
+
+
+def _symlink(entry: Entry, out: int, name: str, st: os.stat_result, *, owned: bool) -> str:
+    """The link made anew in the copy (`owned`: owned as the workspace's); its target."""
+    target = os.readlink(entry.name, dir_fd=entry.dir_fd)
+    os.symlink(target, name, dir_fd=out)
+    if owned:
+        os.chown(name, st.st_uid, st.st_gid, dir_fd=out, follow_symlinks=False)
+    return target
+
+
+def _hard_link(entry: Entry, out: int, name: str) -> bool:
+    """A frozen base's hard link to the workspace's file; `False` when it is not ours to link
+    (protected_hardlinks): it is then copied, within the bound. Raises `_Unlinkable` across
+    file systems."""
+    try:
+        os.link(entry.name, name, src_dir_fd=entry.dir_fd, dst_dir_fd=out)
+    except OSError as exc:
+        if exc.errno == errno.EXDEV:
+            raise _Unlinkable() from None
+        if exc.errno not in (errno.EPERM, errno.EACCES, errno.EMLINK):
+            raise
+        return False
+    return True
 
 
 def _copy_bytes(src: int, dst: int, size: int) -> None:

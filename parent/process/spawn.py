@@ -238,43 +238,15 @@ async def _spawn_child(
         marker = new_tree_marker()
         env = merged_env(child_env(cfg), setup.setup, cfg.env)
         env[TREE_ENV] = marker
-        argv = setup.argv
-        if launcher is not None and not isinstance(launcher, Local):
-            argv = launcher.argv(
-                LaunchContext(
-                    command=argv,
-                    env=env,
-                    explicit_env=dict(cfg.env),
-                    workspace=workspace or ".",
-                    limits=limits,
-                    read_paths=tuple(cfg.read_paths),
-                )
-            )
-        rlimits = limits.rlimits(
-            memory_in_cgroup=in_cgroup and host.enforces("memory"),
-            pids_in_cgroup=in_cgroup and host.enforces("pids"),
-        )
-        inherited = inherited_open_files()
-        if inherited is not None and "RLIMIT_NOFILE" not in rlimits:
-            # The supervisor raised its own soft limit (`raise_open_files_limit`); the child
-            # starts with the one it would have inherited.
-            rlimits["RLIMIT_NOFILE"] = (inherited, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        argv = _launched(setup.argv, env, cfg, limits, launcher, workspace)
+        rlimits = _rlimits(limits, host, in_cgroup=in_cgroup)
     except BaseException:
         if setup.setup.cleanup is not None:
             setup.setup.cleanup()
         raise
     # Made last, right before the spawner runs: a zygote's standby may already be in it.
     try:
-        cgroup = (
-            await cgroup_maker(spawner)(
-                host,
-                f"{os.getpid()}-{tag}-{os.urandom(3).hex()}",
-                memory=limits.memory_bytes,
-                pids=limits.processes,
-            )
-            if in_cgroup
-            else None
-        )
+        cgroup = await _cgroup(spawner, host, tag, limits) if in_cgroup else None
     except BaseException as exc:
         if setup.setup.cleanup is not None:
             setup.setup.cleanup()
@@ -298,24 +270,76 @@ async def _spawn_child(
         if setup.setup.cleanup is not None:
             setup.setup.cleanup()
         raise
-    child: SupervisedProcess
-    if wire == "raw":
-        child = SupervisedProcess(
-            proc, marker, dispose=cfg.dispose, cgroup=cgroup, ring_bytes=cfg.stderr_ring_bytes
-        )
-    else:
-        child = SupervisedChild(
-            proc,
-            marker,
-            dispose=cfg.dispose,
-            cgroup=cgroup,
-            max_message_bytes=cfg.max_message_bytes,
-            ring_bytes=cfg.stderr_ring_bytes,
-        )
+    child = _supervised(proc, marker, cfg, cgroup, wire)
     child.observed.limits = limits
     child.sealed_in_cgroup = sealed_in_cgroup(cgroup, setup.outer_plan, launcher)
     child.cleanup = setup.setup.cleanup
     return child
+
+
+def _launched(
+    argv: list[str],
+    env: dict[str, str],
+    cfg: ChildConfig,
+    limits: Limits,
+    launcher: Launcher | None,
+    workspace: str | None,
+) -> list[str]:
+    """The command as the launcher runs it (a local one runs it as it is)."""
+    if launcher is None or isinstance(launcher, Local):
+        return argv
+    return launcher.argv(
+        LaunchContext(
+            command=argv,
+            env=env,
+            explicit_env=dict(cfg.env),
+            workspace=workspace or ".",
+            limits=limits,
+            read_paths=tuple(cfg.read_paths),
+        )
+    )
+
+
+def _rlimits(limits: Limits, host: Host, *, in_cgroup: bool) -> dict[str, tuple[int, int]]:
+    """The child's rlimits: those its cgroup does not enforce, and the open-files limit it
+    would have inherited."""
+    rlimits = limits.rlimits(
+        memory_in_cgroup=in_cgroup and host.enforces("memory"),
+        pids_in_cgroup=in_cgroup and host.enforces("pids"),
+    )
+    inherited = inherited_open_files()
+    if inherited is not None and "RLIMIT_NOFILE" not in rlimits:
+        # The supervisor raised its own soft limit (`raise_open_files_limit`); the child
+        # starts with the one it would have inherited.
+        rlimits["RLIMIT_NOFILE"] = (inherited, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    return rlimits
+
+
+async def _cgroup(spawner: Spawner | None, host: Host, tag: str, limits: Limits) -> ChildCgroup:
+    return await cgroup_maker(spawner)(
+        host,
+        f"{os.getpid()}-{tag}-{os.urandom(3).hex()}",
+        memory=limits.memory_bytes,
+        pids=limits.processes,
+    )
+
+
+def _supervised(
+    proc: ChildProcess, marker: str, cfg: ChildConfig, cgroup: ChildCgroup | None, wire: str
+) -> SupervisedProcess:
+    """The started process under supervision: a tether child, or a raw one (`wire="raw"`)."""
+    if wire == "raw":
+        return SupervisedProcess(
+            proc, marker, dispose=cfg.dispose, cgroup=cgroup, ring_bytes=cfg.stderr_ring_bytes
+        )
+    return SupervisedChild(
+        proc,
+        marker,
+        dispose=cfg.dispose,
+        cgroup=cgroup,
+        max_message_bytes=cfg.max_message_bytes,
+        ring_bytes=cfg.stderr_ring_bytes,
+    )
 
 
 def sealed_in_cgroup(

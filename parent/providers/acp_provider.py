@@ -85,6 +85,12 @@ from tether.protocol.messages import (
 )
 
 if TYPE_CHECKING:
+    from tether.parent.egress.seat import RunEgress
+    from tether.parent.gateway import Gateway
+    from tether.parent.gateway.grants import Grant
+    from tether.parent.process.config import ChildConfig
+    from tether.parent.process.supervised import SupervisedProcess
+    from tether.parent.providers.acp import AcpDriver
     from tether.parent.run.broker import Broker
 
 AGENT_ENV: Mapping[str, str] = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
@@ -182,60 +188,29 @@ class AcpProvider(Provider):
     # --- the run ------------------------------------------------------------------------------
 
     async def run(self, run: SubagentRun) -> RunResult | None:
-        from tether.parent.providers.acp import AcpDriver, AcpLimits, AcpTask
-
         gateway = await run.gateway()
         cfg = run.config
         # The run's own quota of the gateway: its requests are as large as its wire's.
         grant = gateway.grant(
             run.run_id, BrokeredModel(run.broker), max_request_bytes=cfg.max_message_bytes
         )
-        channel: Channel | None = None
+        reach: _Reach | None = None
         if run.broker.trace is not None:
             run.broker.trace.conceal(grant.token)  # the agent holds it: never in its trace
         home: str | None = None
         egress = run.egress
         try:
             level = run.isolation.level
-            network: PrivateNetwork | None = None
-            proxy_port: int | None = None
-            if level == "sandbox" and probe_host().root:
-                # The gateway's listener (and the run's proxy's, with a network policy) made
-                # inside the agent's private namespace, in this order.
-                channel = open_channel(1 if egress is None else 2)
-                network = channel.network()
-                port = channel.ports[0]
-                if egress is not None:
-                    proxy_port = channel.ports[1]
-            else:
-                # A listener of the run's own: its connections count against its grant from
-                # the accept, and the sandbox allows the agent that one port (and its proxy's).
-                _, port = await gateway.listen_for(grant)
-                ports = [port]
-                if egress is not None:
-                    proxy_port = await egress.listen_loopback()
-                    ports.append(proxy_port)
-                if level == "sandbox":
-                    network = PrivateNetwork(tuple(ports))
-            base_url = f"http://127.0.0.1:{port}"
-            env = {**cfg.env, **gateway.env_for(grant, base_url)}
-            reads = tuple(cfg.read_paths)
-            if egress is not None and proxy_port is not None:
-                from tether.parent.egress.seat import LOOPBACK
-
-                env.update(egress.child_env(proxy_port, direct=LOOPBACK))
-                reads += egress.read_paths
-            if level != "sandbox" and "HOME" not in cfg.env:
-                home = tempfile.mkdtemp(prefix="tether-acp-home-")
-                env.update(_home_env(home))
-            cfg = dataclasses.replace(cfg, env=env, read_paths=reads)
+            reach = await _reach(level, gateway, grant, egress)
+            cfg, home = _agent_config(cfg, level, gateway, grant, reach, egress)
             read_only = run.request.agent.read_only
             async with run.spawn(
                 cfg.command,
                 config=cfg,
-                network=network,
+                network=reach.network,
                 workspace_read_only=read_only and level == "sandbox",
             ) as child:
+                channel = reach.channel
                 if channel is not None:
                     channel.spawned()
                     got = await receive_listeners(channel.ours, len(channel.ports), self.handshake)
@@ -246,35 +221,7 @@ class AcpProvider(Provider):
                     await gateway.listen_on(got[0], only=grant)
                     if egress is not None:
                         await egress.serve(got[1])
-
-                async def approve(params: ToolApproveParams) -> ToolApproveResult:
-                    got: ToolApproveResult = await run.broker.on_request("tool/approve", params)
-                    return got
-
-                limits = run.limits
-                driver = AcpDriver(
-                    child.proc.stdin,
-                    child.proc.stdout,
-                    AcpTask(
-                        run.run_id,
-                        run.request.prompt,
-                        run.request.workspace,
-                        read_only=read_only,
-                        history=run.request.history,
-                        auth_method=self.auth_method,
-                    ),
-                    approve=approve,
-                    on_event=run.publish,
-                    meter=grant,
-                    limits=AcpLimits(
-                        handshake=self.handshake,
-                        wall=limits.wall_seconds,
-                        idle=limits.idle_seconds,
-                        cancel_grace=cfg.cancel_grace,
-                        max_line_bytes=cfg.max_message_bytes,
-                    ),
-                    observed=run.observed,
-                )
+                driver = self._driver(run, child, grant, cfg)
                 run.on_cancel(lambda _reason: driver.cancel())
                 try:
                     outcome = await driver.run()
@@ -284,10 +231,107 @@ class AcpProvider(Provider):
         finally:
             with anyio.CancelScope(shield=True):
                 await gateway.release(grant)
-            if channel is not None:
-                channel.close()
+            if reach is not None and reach.channel is not None:
+                reach.channel.close()
             if home is not None:
                 shutil.rmtree(home, ignore_errors=True)
+
+    def _driver(
+        self, run: SubagentRun, child: SupervisedProcess, grant: Grant, cfg: ChildConfig
+    ) -> AcpDriver:
+        """The ACP conversation with the started agent, under the run's limits and policy."""
+        from tether.parent.providers.acp import AcpDriver, AcpLimits, AcpTask
+
+        async def approve(params: ToolApproveParams) -> ToolApproveResult:
+            got: ToolApproveResult = await run.broker.on_request("tool/approve", params)
+            return got
+
+        limits = run.limits
+        return AcpDriver(
+            child.proc.stdin,
+            child.proc.stdout,
+            AcpTask(
+                run.run_id,
+                run.request.prompt,
+                run.request.workspace,
+                read_only=run.request.agent.read_only,
+                history=run.request.history,
+                auth_method=self.auth_method,
+            ),
+            approve=approve,
+            on_event=run.publish,
+            meter=grant,
+            limits=AcpLimits(
+                handshake=self.handshake,
+                wall=limits.wall_seconds,
+                idle=limits.idle_seconds,
+                cancel_grace=cfg.cancel_grace,
+                max_line_bytes=cfg.max_message_bytes,
+            ),
+            observed=run.observed,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reach:
+    """Where the agent reaches the gateway (`port`) and the run's proxy (`proxy_port`), and the
+    private network that lets it (`channel`: listeners its sandbox makes in its namespace)."""
+
+    port: int
+    proxy_port: int | None = None
+    network: PrivateNetwork | None = None
+    channel: Channel | None = None
+
+
+async def _reach(level: str, gateway: Gateway, grant: Grant, egress: RunEgress | None) -> _Reach:
+    if level == "sandbox" and probe_host().root:
+        # The gateway's listener (and the run's proxy's, with a network policy) made inside
+        # the agent's private namespace, in this order.
+        channel = open_channel(1 if egress is None else 2)
+        try:
+            return _Reach(
+                channel.ports[0],
+                channel.ports[1] if egress is not None else None,
+                channel.network(),
+                channel,
+            )
+        except BaseException:
+            channel.close()
+            raise
+    # A listener of the run's own: its connections count against its grant from the accept,
+    # and the sandbox allows the agent that one port (and its proxy's).
+    _, port = await gateway.listen_for(grant)
+    ports = [port]
+    proxy_port = None
+    if egress is not None:
+        proxy_port = await egress.listen_loopback()
+        ports.append(proxy_port)
+    network = PrivateNetwork(tuple(ports)) if level == "sandbox" else None
+    return _Reach(port, proxy_port, network)
+
+
+def _agent_config(
+    cfg: ChildConfig,
+    level: str,
+    gateway: Gateway,
+    grant: Grant,
+    reach: _Reach,
+    egress: RunEgress | None,
+) -> tuple[ChildConfig, str | None]:
+    """The agent's config pointed at the gateway (and the proxy), and the home directory made
+    for it outside a sandbox (`None`: none made; the caller removes it)."""
+    env = {**cfg.env, **gateway.env_for(grant, f"http://127.0.0.1:{reach.port}")}
+    reads = tuple(cfg.read_paths)
+    if egress is not None and reach.proxy_port is not None:
+        from tether.parent.egress.seat import LOOPBACK
+
+        env.update(egress.child_env(reach.proxy_port, direct=LOOPBACK))
+        reads += egress.read_paths
+    home: str | None = None
+    if level != "sandbox" and "HOME" not in cfg.env:
+        home = tempfile.mkdtemp(prefix="tether-acp-home-")
+        env.update(_home_env(home))
+    return dataclasses.replace(cfg, env=env, read_paths=reads), home
 
 
 def package_roots(command: Sequence[str]) -> list[str]:

@@ -113,6 +113,13 @@ def recheck(workspace: str, result: RunResult) -> RunResult:
     return msgspec.structs.replace(result, artifacts=kept, skipped=dropped)
 
 
+def as_applied(workspace: str, result: RunResult) -> RunResult:
+    """`result` once its change set was applied to `workspace`: each artifact (a record of
+    the layer until then) looked up again where the applying put it, as the file is now."""
+    kept, lost = check_artifacts(workspace, result.artifacts, [])
+    return msgspec.structs.replace(result, artifacts=kept, skipped=[*result.skipped, *lost])
+
+
 _LINK = "a link leading outside the workspace or nowhere (checked by the parent)"
 
 

@@ -62,6 +62,12 @@ ends the activation in progress as `net_limit`, and every result says what it di
 
 `result()` is the first activation's result; `wait()` returns once the child is gone.
 
+A result is owed whatever happens: what raises in the parent while it drives a run or builds
+an activation's result (a bug, an `OSError` from the workspace) is logged with its traceback
+and ends the activation as `parent_error` (`results.parent_error`), with what the broker
+counted; the child is taken down all the same (leaving the transport's context does it), and
+a continuable run takes no more follow-ups.
+
 Stopping
 --------
 `cancel()` and `abort()` stop the run (`stop.py`): from that instant its brokers refuse every
@@ -81,6 +87,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -103,13 +110,13 @@ from tether.parent.process.private_network import (
 from tether.parent.process.proc import SpawnError
 from tether.parent.process.supervised import SupervisedProcess
 from tether.parent.process.wired import handshake
-from tether.parent.run.broker import Broker, RunModels
+from tether.parent.run.broker import Broker, Brokered, RunModels
 from tether.parent.run.budget import Budget
 from tether.parent.run.events import Event, EventCallback, RunFinished, RunStarted
 from tether.parent.run.layered import Layered
 from tether.parent.run.plan import RunPlan
 from tether.parent.run.provider import RunBody
-from tether.parent.run.results import build_result
+from tether.parent.run.results import build_result, parent_error
 from tether.parent.run.sensitive import Watch, changes, take
 from tether.parent.run.stop import StopLine
 from tether.parent.run.tracing import run_trace
@@ -132,6 +139,8 @@ if TYPE_CHECKING:
     from tether.parent.egress.seat import EgressOptions, RunEgress
     from tether.parent.gateway import Gateway
     from tether.parent.process.layers import Layer
+
+log = logging.getLogger("tether.parent")
 
 IDLE = (
     "the run has answered: the parent serves it no model turn, approval or parent tool until "
@@ -389,6 +398,12 @@ class RunHandle:
                     self._release(keep=False)
                     await act.done.wait()
                 raise
+            except Exception as exc:  # tether's own, in the caller's task: the result says so
+                fault = _logged(self.run_id, exc)
+                if not act.done.is_set():
+                    with anyio.CancelScope(shield=True):
+                        await self._resolve(act, child.observed, None, fault)
+                keep = False
             self._release(keep)
             if not act.done.is_set():  # (`wait()` on a set event still yields a loop turn)
                 await act.done.wait()  # resolved after the dispose: it ended the run unanswered
@@ -506,11 +521,42 @@ class RunHandle:
             self._outer_scope.cancel()
 
     async def _resolve(
-        self, act: _Activation, observed: Observed, stop: StopReceipt | None = None
+        self,
+        act: _Activation,
+        observed: Observed,
+        stop: StopReceipt | None = None,
+        fault: Exception | None = None,
     ) -> None:
         """The activation's result: built, for a layered run its change set measured and
-        applied as its policy says (in threads, shielded: the result is owed whatever
-        happens), the stop's receipt attached, traced, then handed out."""
+        applied as its policy says (in threads, shielded), the stop's receipt attached, traced,
+        then handed out. Owed whatever happens: a `fault` of the parent's (or one raised while
+        building) makes it `parent_error`, and the child goes."""
+        result: RunResult | None = None
+        if fault is None:
+            try:
+                result = await self._settled(act, observed)
+            except Exception as exc:
+                fault = _logged(self.run_id, exc)
+        if result is None:
+            assert fault is not None
+            self._closing = True  # a child whose result could not be built is not kept
+            result = self._parent_error(act, observed, fault)
+        if stop is not None:
+            result = msgspec.structs.replace(result, stop=stop)
+        act.result = result
+        if self.trace is not None:
+            try:
+                # The result goes out with its trace on disk (bounded: `writer.FLUSH_SECONDS`).
+                self.trace.result(result)
+                with anyio.CancelScope(shield=True):
+                    await self.trace.flush()
+            except Exception:  # the result is owed all the same, traced or not
+                log.exception("run %s: the trace could not take its result", self.run_id)
+        act.done.set()
+        self._sup.publish(RunFinished(self.run_id, result), self._on_event)
+
+    async def _settled(self, act: _Activation, observed: Observed) -> RunResult:
+        """The activation's result as built, and for a layered run settled against its layer."""
         result = self._build(act, observed)
         if self._layered is not None:
             with anyio.CancelScope(shield=True):
@@ -518,16 +564,23 @@ class RunHandle:
                 result = await self._layered.settle(
                     result, claimed, final=self._continuation is None or self._closing
                 )
-        if stop is not None:
-            result = msgspec.structs.replace(result, stop=stop)
-        act.result = result
-        if self.trace is not None:
-            # The result goes out with its trace on disk (bounded: `writer.FLUSH_SECONDS`).
-            self.trace.result(result)
-            with anyio.CancelScope(shield=True):
-                await self.trace.flush()
-        act.done.set()
-        self._sup.publish(RunFinished(self.run_id, result), self._on_event)
+        return result
+
+    def _parent_error(self, act: _Activation, observed: Observed, fault: Exception) -> RunResult:
+        """What the parent knows of the activation whatever failed, ended as `parent_error`."""
+        brokered = act.broker.brokered if act.broker is not None else Brokered()
+        base = RunResult(
+            success=False,
+            status="error",
+            run_id=self.run_id,
+            containment=self._containment(),
+            launcher=self.launcher,
+            pid=self.pid,
+            usage=brokered.usage,
+            iteration_count=brokered.turns,
+            duration_seconds=round(time.monotonic() - act.started, 3),
+        )
+        return parent_error(fault, base, rung=observed.rung)
 
     def _build(self, act: _Activation, observed: Observed) -> RunResult:
         prompts = 1
@@ -570,10 +623,11 @@ class RunHandle:
 
     async def _execute(self) -> None:
         observed = Observed()
-        # Before the child exists (or takes a pooled one): what it may change is measured.
-        if self._layered is None:
-            self._first.watch = take(self._params.workspace)
+        fault: Exception | None = None
         try:
+            # Before the child exists (or takes a pooled one): what it may change is measured.
+            if self._layered is None:
+                self._first.watch = take(self._params.workspace)
             with self._outer_scope:
                 async with self._network(observed):
                     if observed.spawn_error is not None:
@@ -584,6 +638,8 @@ class RunHandle:
                         observed = await self._drive_body(self._body, observed)
                     else:
                         observed = await self._obtain_and_drive(observed)
+        except Exception as exc:
+            fault = _logged(self.run_id, exc)  # tether's own: the result says so
         finally:
             if self._child is not None:
                 observed = self._child.observed  # also when the spawn phase was cut
@@ -602,7 +658,7 @@ class RunHandle:
                 receipt = None
                 if self.stops.stopped:
                     receipt = await self.stops.receipt(gone=self)  # shielded
-                await self._resolve(pending, observed, receipt)
+                await self._resolve(pending, observed, receipt, fault)
             if self._layered is not None:
                 self._layered.close()
             self._gone.set()
@@ -797,6 +853,7 @@ class RunHandle:
     async def _follow_up(self, child: ChildLink, act: _Activation) -> bool:
         """One follow-up, in its caller's task: the child let go again, then the activation.
         Whether the child stays for another one (see `_activate`)."""
+        self._current = self._latest = act  # its own from here: owed if anything below raises
         if self._layered is None:
             act.watch = take(self._params.workspace)  # the tree is still held still
         if self.trace is not None and act.message is not None:
@@ -1030,6 +1087,12 @@ class RunHandle:
                     act.drive.cancel()
                 return
             await anyio.sleep(idle - quiet)
+
+
+def _logged(run_id: str, exc: Exception) -> Exception:
+    """`exc`, a failure of tether's own in a run, logged with its traceback."""
+    log.error("run %s: tether itself failed (the run ends as parent_error)", run_id, exc_info=exc)
+    return exc
 
 
 def _enforced_by(level: str) -> Literal["namespace", "port", "none"]:

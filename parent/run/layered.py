@@ -34,7 +34,7 @@ import msgspec
 
 from tether.parent.process.classify import Observed
 from tether.parent.process.layers import Layer, LayerError, make
-from tether.parent.run import apply, changes
+from tether.parent.run import apply, changes, evidence
 from tether.parent.run.evidence import check_artifacts
 from tether.protocol.messages import (
     ApplyOutcome,
@@ -133,10 +133,7 @@ class Layered:
             if outcome.state == "applied":
                 self._pending = False
                 layer.rebase(outcome.paths)
-                kept, lost = check_artifacts(cs.workspace, artifacts, [])
-                result = msgspec.structs.replace(
-                    result, artifacts=kept, skipped=[*result.skipped, *lost]
-                )
+                result = evidence.as_applied(cs.workspace, result)
         elif not cs.changes:
             outcome = ApplyOutcome(state="applied", policy=policy, message="nothing changed")
         else:

@@ -217,22 +217,7 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     if not ws.is_dir():
         raise ValueError(f"workspace {str(spec.workspace)!r} is not a directory")
     cfg = check_config(spec, ctx.config, impl)
-    fork = spec.fork_from
-    request = chosen.prepare(
-        SubagentRequest(
-            run_id=spec.run_id or new_run_id(),
-            prompt=spec.prompt,
-            agent=definition,
-            workspace=str(ws),
-            config=cfg,
-            history=tuple(spec.history),
-            description=spec.description,
-            argument=argument,
-            caller_turns=tuple(fork.broker.completed_turns()) if fork is not None else (),
-            parent_tools=tuple(t.spec for t in spec.parent_tools),
-            command_given=spec.command is not None,
-        )
-    )
+    request = _prepared(spec, chosen, argument, definition, str(ws), cfg)
     cfg = request.config
     # A provider that drives its own agent starts any process it needs itself, locally.
     transport = transport_named(ctx.transports, PROCESS if chosen.drives_itself else cfg.transport)
@@ -248,30 +233,9 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         if choice.level != "sandbox":
             choice = dataclasses.replace(choice, warning=_joined(choice.warning, UNENFORCED))
     if choice.level == "sandbox":
-        protects = probe_host().root and launcher.name == "local"
-        problem = (
-            workspace_problem(str(ws), protects_code=protects)
-            or deny_problem(
-                cfg.deny_paths,
-                command=cfg.command,
-                workspace=str(ws),
-                read_paths=cfg.read_paths,
-                can_cover=protects,
-            )
-            or unreadable_problem(
-                cfg.command, cfg.read_paths, as_uid=sandbox_uid(cfg.sandbox_user, launcher)
-            )
-        )
-        if problem is not None:
-            raise ValueError(problem)
-    layer_plan = None
-    read_only_layer = False
+        _check_sandbox(cfg, str(ws), launcher)
+    layer_plan, read_only_layer = None, False
     if mode == "layered":
-        if remote is not None:
-            raise ValueError(
-                f"a layered workspace is made on this host; the {remote!r} launcher runs the "
-                "child elsewhere: use workspace_mode='shared' there"
-            )
         # An overlay is mounted in a sandboxed child process's own mount namespace; anything
         # else (a child in memory, a provider that drives its own child) works in a copy.
         overlay_ok = (
@@ -280,53 +244,12 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
             and not chosen.drives_itself
             and transport.name == PROCESS
         )
-        if kept is None:
-            owner = None
-            if probe_host().root:
-                owner = cfg.sandbox_user or (DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)
-            layer_plan = layers.choose(
-                str(ws),
-                spec.run_id or request.run_id,
-                overlay_ok=overlay_ok,
-                owner=owner,
-                directory=cfg.layers_dir,
-            )
-            child_ws = layer_plan.child_workspace
-        else:
-            if kept.plan.overlay and not overlay_ok:
-                raise ValueError(
-                    f"the layer {kept.root} is an overlay, which only a sandboxed child that "
-                    "this host starts itself can mount (not this provider or launcher)"
-                )
-            child_ws = kept.plan.child_workspace
-            read_only_layer = request.agent.read_only
-        if child_ws != request.workspace:
-            request = request.replace(workspace=child_ws)
-    model = spec.model
-    models = await resolve_models(
-        model.provider if isinstance(model, NamedModel) else model,
-        request.agent,
-        name=model.name if isinstance(model, NamedModel) else None,
-    )
-    params = AgentRunParams(
-        run_id=request.run_id,
-        prompt=request.prompt,
-        agent=request.agent,
-        description=request.description,
-        workspace=request.workspace,
-        history=list(request.history),
-        parent_tools=list(request.parent_tools),
-        continuable=spec.continuation is not None,
-    )
-    check_request_size(params)
-    if spec.continuation is not None and chosen.drives_itself:
-        raise ValueError(
-            f"{once(chosen)}; only a tether child keeps a run for follow-ups: use "
-            f"{follow_up_providers(ctx.providers)}"
+        layer_plan, read_only_layer, request = _layer(
+            spec, request, str(ws), kept, remote=remote, overlay_ok=overlay_ok
         )
-    if not chosen.drives_itself or not chosen.isolated:
-        # A provider that drives its own agent may need no model of ours.
-        check_model(cfg.command, request.agent, models.main is not None)
+    models = await _models(spec, request)
+    params = _params(spec, request)
+    _check_usage(spec, ctx, chosen, request, models)
     limits = spec.limits or Limits()
     warn_idle(cfg.command, limits)
     trace = check_trace(spec.trace if spec.trace is not None else ctx.trace, str(ws))
@@ -357,6 +280,144 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         apply=policy,
         layer_read_only=read_only_layer,
     )
+
+
+def _prepared(
+    spec: RunSpec,
+    chosen: Provider,
+    argument: str | None,
+    definition: AgentDefinition,
+    workspace: str,
+    cfg: ChildConfig,
+) -> SubagentRequest:
+    """The run as its provider prepared it (its argument read, a fork's transcript)."""
+    fork = spec.fork_from
+    return chosen.prepare(
+        SubagentRequest(
+            run_id=spec.run_id or new_run_id(),
+            prompt=spec.prompt,
+            agent=definition,
+            workspace=workspace,
+            config=cfg,
+            history=tuple(spec.history),
+            description=spec.description,
+            argument=argument,
+            caller_turns=tuple(fork.broker.completed_turns()) if fork is not None else (),
+            parent_tools=tuple(t.spec for t in spec.parent_tools),
+            command_given=spec.command is not None,
+        )
+    )
+
+
+def _check_sandbox(cfg: ChildConfig, workspace: str, launcher: Launcher) -> None:
+    """A sandbox needs a workspace it can protect, and must be able to keep the child out of
+    every path the config denies and let it read what it runs."""
+    protects = probe_host().root and launcher.name == "local"
+    problem = (
+        workspace_problem(workspace, protects_code=protects)
+        or deny_problem(
+            cfg.deny_paths,
+            command=cfg.command,
+            workspace=workspace,
+            read_paths=cfg.read_paths,
+            can_cover=protects,
+        )
+        or unreadable_problem(
+            cfg.command, cfg.read_paths, as_uid=sandbox_uid(cfg.sandbox_user, launcher)
+        )
+    )
+    if problem is not None:
+        raise ValueError(problem)
+
+
+def _layer(
+    spec: RunSpec,
+    request: SubagentRequest,
+    workspace: str,
+    kept: layers.Layer | None,
+    *,
+    remote: str | None,
+    overlay_ok: bool,
+) -> tuple[layers.LayerPlan | None, bool, SubagentRequest]:
+    """A layered run's layer (a new one's plan, or the kept one it continues in), whether the
+    child sees it read-only, and the request with the workspace the child sees."""
+    if remote is not None:
+        raise ValueError(
+            f"a layered workspace is made on this host; the {remote!r} launcher runs the "
+            "child elsewhere: use workspace_mode='shared' there"
+        )
+    cfg = request.config
+    layer_plan = None
+    read_only_layer = False
+    if kept is None:
+        owner = None
+        if probe_host().root:
+            owner = cfg.sandbox_user or (DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)
+        layer_plan = layers.choose(
+            workspace,
+            spec.run_id or request.run_id,
+            overlay_ok=overlay_ok,
+            owner=owner,
+            directory=cfg.layers_dir,
+        )
+        child_ws = layer_plan.child_workspace
+    else:
+        if kept.plan.overlay and not overlay_ok:
+            raise ValueError(
+                f"the layer {kept.root} is an overlay, which only a sandboxed child that "
+                "this host starts itself can mount (not this provider or launcher)"
+            )
+        child_ws = kept.plan.child_workspace
+        read_only_layer = request.agent.read_only
+    if child_ws != request.workspace:
+        request = request.replace(workspace=child_ws)
+    return layer_plan, read_only_layer, request
+
+
+async def _models(spec: RunSpec, request: SubagentRequest) -> RunModels:
+    """The run's models, resolved in the parent (the caller's model wins over the
+    definition's)."""
+    model = spec.model
+    return await resolve_models(
+        model.provider if isinstance(model, NamedModel) else model,
+        request.agent,
+        name=model.name if isinstance(model, NamedModel) else None,
+    )
+
+
+def _params(spec: RunSpec, request: SubagentRequest) -> AgentRunParams:
+    """The request as the child will read it (`agent/run`); too large for one message is bad
+    usage."""
+    params = AgentRunParams(
+        run_id=request.run_id,
+        prompt=request.prompt,
+        agent=request.agent,
+        description=request.description,
+        workspace=request.workspace,
+        history=list(request.history),
+        parent_tools=list(request.parent_tools),
+        continuable=spec.continuation is not None,
+    )
+    check_request_size(params)
+    return params
+
+
+def _check_usage(
+    spec: RunSpec,
+    ctx: PlanContext,
+    chosen: Provider,
+    request: SubagentRequest,
+    models: RunModels,
+) -> None:
+    """A continuable run needs a provider that keeps runs; an agent, the model it needs."""
+    if spec.continuation is not None and chosen.drives_itself:
+        raise ValueError(
+            f"{once(chosen)}; only a tether child keeps a run for follow-ups: use "
+            f"{follow_up_providers(ctx.providers)}"
+        )
+    if not chosen.drives_itself or not chosen.isolated:
+        # A provider that drives its own agent may need no model of ours.
+        check_model(request.config.command, request.agent, models.main is not None)
 
 
 UNENFORCED = (

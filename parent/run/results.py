@@ -8,7 +8,8 @@ verdict (parsed from the final text, never copied from the child), the changes t
 user's own tools run (`sensitive_changes`, measured by the parent: `sensitive.py`), and, for a
 failure, the dispose rung it reached and the stderr tail it kept, also when the child's own
 answer reports the failure. A child that never answered is classified from what was observed
-(`classify`).
+(`classify`). Whatever raises while the parent builds it is tether's own failure, and the
+result says so (`parent_error`): a result is owed whatever happens.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from tether.protocol.messages import (
     Failure,
     FailureKind,
     Isolation,
+    Rung,
     RunResult,
     SensitiveChange,
     TraceReport,
 )
 
 VERIFIER = "verifier"
+PARENT_ERROR = "tether itself failed building this result"
 
 
 def build_result(
@@ -119,4 +122,20 @@ def _unanswered(observed: Observed) -> RunResult:
         status="aborted" if kind == "cancelled" else "error",
         message=message,
         failure=failure,
+    )
+
+
+def parent_error(exc: BaseException, base: RunResult, *, rung: Rung | None = None) -> RunResult:
+    """`base` (what the parent knows of the run whatever failed: its id, what was counted)
+    ended as `parent_error`: tether itself failed building the result, `exc` says how. The
+    caller logs `exc` with its traceback."""
+    # A task group wraps what raised in it: the one exception inside is what to name.
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return msgspec.structs.replace(
+        base,
+        success=False,
+        status="error",
+        message=f"{PARENT_ERROR}: {type(exc).__name__}: {exc}"[:500],
+        failure=Failure(kind="parent_error", rung=rung),
     )

@@ -9,7 +9,7 @@
   oversize line on the wire;
 - `aborted`: it was cancelled (the orchestrator's turn ended, a person interrupted);
 - `error`: it could not run or its model failed: a refused call (bad arguments, budget spent),
-  a failed spawn, a model error, a runner fault;
+  a failed spawn, a model error, a runner fault, tether itself failing to build its result;
 - `failed_verification`: it finished, but the verifier still answered FAIL after the allowed
   fix cycles;
 - `needs_input`: a continuable sub-agent stopped to ask its orchestrator `question`; the answer
@@ -60,6 +60,7 @@ _STATUS_OF_FAILURE: dict[str, TaskStatus] = {
     "agent_error": "error",
     "placement_lost": "error",
     "changes_too_large": "error",
+    "parent_error": "error",
 }
 
 

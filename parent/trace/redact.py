@@ -12,10 +12,17 @@ found is decoded, each occurrence in any string (JSON text inside a string inclu
 replaced by `[redacted]`, and the line is encoded again: replacing bytes in place could cut an
 escape sequence in two. Values shorter than `MIN_SECRET` characters are not searched for: they
 would match ordinary text.
+
+The trace format's own words (its field names and the values of its fixed fields: `assistant`,
+`end_turn`, `toolCalls`, ...) are left as they are wherever a string is exactly one of them:
+replacing a secret inside one would make the line no trace line (a role of `[redacted]t`), and
+a secret that is part of a word every line carries is no secret from a trace's reader anyway.
+Every other string is scrubbed, the same words inside longer text included.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -23,9 +30,32 @@ from typing import Any
 import msgspec
 
 from tether.parent.process.env import looks_secret
+from tether.parent.trace.schema import build_schema
 
 MIN_SECRET = 8
 REDACTED = "[redacted]"
+
+
+@functools.cache
+def format_words() -> frozenset[str]:
+    """The trace format's own words: every field name and every fixed value (an enum's, a
+    tag's) of its JSON Schema."""
+    words: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            words.update(node.get("properties", {}))
+            words.update(v for v in node.get("enum", ()) if isinstance(v, str))
+            if isinstance(node.get("const"), str):
+                words.add(node["const"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(build_schema())
+    return frozenset(words)
 
 
 def _escaped(text: str) -> str:
@@ -70,6 +100,8 @@ class Redactor:
 
     def _scrub(self, value: Any) -> Any:
         if isinstance(value, str):
+            if value in format_words():
+                return value  # the format's own word (see the module docstring)
             for text in self._texts:
                 if text in value:
                     value = value.replace(text, REDACTED)

@@ -679,3 +679,25 @@ async def test_a_queued_spawn_whose_budget_was_spent_meanwhile_never_runs() -> N
     assert len(runner.requests) == 1 and len(d.ledger.records) == 1
     closed = [e for e in events if isinstance(e, SubagentCompleted) and e.tool_call_id == "second"]
     assert [e.status for e in closed] == ["truncated"]
+
+
+async def test_a_task_output_that_tether_fails_to_check_is_a_parent_error_not_a_raise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A result is owed whatever happens: the delivery's own check of the artifacts raising
+    (an `OSError` from the workspace) makes the task's output a `parent_error`."""
+    from tether.parent.delegation import gate
+
+    def unreadable(*args: Any, **kwargs: Any) -> RunResult:
+        raise PermissionError(13, "Permission denied", str(tmp_path))
+
+    monkeypatch.setattr(gate, "recheck", unreadable)
+    report = Artifact(path=str(tmp_path / "report.md"), size=12, fs_type="file")
+    d, _ = delegator(Recorder(returns(ok("found it", artifacts=[report]))), workspace=tmp_path)
+    out = await run(d, call("explorer"))
+    assert out.status == "error" and not out.ok and out.failure == "parent_error"
+    assert out.message.startswith(
+        "tether itself failed building this result: PermissionError: [Errno 13]"
+    ), out.message
+    (rec,) = d.ledger.records
+    assert rec.status == "completed"  # the run itself finished; its delivery failed

@@ -31,6 +31,7 @@ EXPECTED = {
     "agent_error": "error",
     "placement_lost": "error",
     "changes_too_large": "error",
+    "parent_error": "error",
 }
 
 

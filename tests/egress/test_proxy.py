@@ -486,6 +486,54 @@ async def test_past_its_byte_limit_a_run_is_cut_told_and_refused_from_then_on() 
     assert after.startswith(b"HTTP/1.1 403") and b"network limit" in after
 
 
+def upload(port: int, head: bytes, size: int) -> bytes:
+    """Send `head` to the proxy on 127.0.0.1:`port`, then `size` bytes of body for as long as
+    the proxy takes them; what came back before it closed."""
+    sent = 0
+    block = b"u" * (256 * 1024)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        try:
+            s.sendall(head)
+            while sent < size:
+                s.sendall(block)
+                sent += len(block)
+        except OSError:
+            pass  # cut by the proxy: what counts is how far it let the body go
+        out = b""
+        try:
+            while got := s.recv(65536):
+                out += got
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.parametrize("via", ["http", "tunnel"])
+async def test_past_its_upload_limit_a_run_is_cut_told_and_refused_from_then_on(via: str) -> None:
+    """The limit on bytes sent out holds on both paths a body takes: relayed by h11 in absolute
+    form, and spliced in a tunnel. The destination never gets the whole body."""
+    hits: list[str] = []
+    size = 8 * MiB
+    with site("pkg.test") as pkg:
+        policy = NetworkPolicy((parse_destination(f"pkg.test:{pkg.port}"),), max_bytes_up=MiB)
+        async with running(policy, NameTable({"pkg.test": "127.0.0.1"}), limit_hits=hits) as (
+            proxy,
+            port,
+        ):
+            target = f"http://pkg.test:{pkg.port}/upload" if via == "http" else "/upload"
+            post = (
+                f"POST {target} HTTP/1.1\r\nHost: pkg.test:{pkg.port}\r\n"
+                f"Content-Length: {size}\r\n\r\n"
+            ).encode()
+            head = post if via == "http" else connect("pkg.test", pkg.port) + post
+            await in_thread(upload, port, head, size)
+            after = await in_thread(raw, port, get("pkg.test", pkg.port))
+            assert proxy.traffic.limits_hit == [f"net_bytes_up={MiB}"]
+    assert hits == [f"net_bytes_up={MiB}"]
+    assert sum(len(s.body) for s in pkg.seen) < size  # cut, not delivered whole
+    assert after.startswith(b"HTTP/1.1 403") and b"network limit" in after
+
+
 async def test_a_closed_proxy_refuses_at_once_and_forgets_its_secrets() -> None:
     async with running(policy_of(["pkg.test"]), NameTable()) as (proxy, port):
         pass

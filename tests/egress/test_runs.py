@@ -36,7 +36,7 @@ from egress_kit import (
 from tether.parent.egress.addresses import NameTable
 from tether.parent.egress.events import NetEvent
 from tether.parent.egress.policy import Credential, NetworkPolicy, parse_destination
-from tether.parent.egress.seat import EgressOptions
+from tether.parent.egress.seat import PROXY_VARIABLES, TRUST_VARIABLES, EgressOptions
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process.isolation import probe_host
 from tether.parent.process.limits import DisposePolicy
@@ -375,7 +375,12 @@ async def test_an_injected_credential_reaches_the_server_and_nowhere_in_the_chil
     for where in (seen, json.dumps(r).encode(), ran.output.encode()):
         assert TOKEN.encode() not in where
     assert "EXAMPLE_TOKEN" not in r["environ"]
-    assert r["environ"]["SSL_CERT_FILE"] == r["environ"]["GIT_SSL_CAINFO"]
+    # Every client's own variable names the proxy and, with a credential, the run's CA.
+    env = r["environ"]
+    assert {env[name] for name in PROXY_VARIABLES} == {env["HTTPS_PROXY"]}
+    assert env["HTTPS_PROXY"].startswith("http://127.0.0.1:")
+    assert {env[name] for name in TRUST_VARIABLES} == {env["SSL_CERT_FILE"]}
+    assert env["NO_PROXY"] == env["no_proxy"] == ""  # nothing goes around the proxy
 
 
 async def test_a_credential_the_childs_environment_would_carry_is_refused_before_the_run(

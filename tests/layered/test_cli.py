@@ -1,7 +1,8 @@
 """The command line of layered workspaces: `tether run --workspace-mode layered --json` keeps
 its change set, `tether apply RESULT.json` applies it later (exit 1 on a conflict, nothing
 applied), `--discard` throws the layer away, `tether doctor` says which layer this host gives,
-and a definitions file's `workspaceMode` is read."""
+a definitions file's `workspaceMode` is read, and `tether orchestrate --workspace-mode layered
+--apply never` hands back its sub-agents' change sets for `tether apply` to apply later."""
 
 from __future__ import annotations
 
@@ -142,3 +143,70 @@ def test_tether_apply_takes_a_task_output_or_a_bare_change_set(tmp_path: Path, w
     nothing.write_text('{"summary": "x"}')
     bad = subprocess.run([*TETHER, "apply", str(nothing)], capture_output=True, text=True)
     assert bad.returncode == 2 and "no change set" in bad.stderr
+
+
+def test_tether_orchestrate_layered_with_apply_never_leaves_the_workspace_and_apply_applies_later(
+    tmp_path: Path, ws: Path
+) -> None:
+    """`--workspace-mode` and `--apply` on `tether orchestrate`: a build sub-agent's change set
+    comes back in its task's output, the workspace untouched, and `tether apply` on that
+    output applies it after the orchestration has ended."""
+    script = tmp_path / "model.json"
+    orchestrator = {
+        "when": "You are an orchestrator",
+        "turns": [
+            {
+                "toolCalls": [
+                    {
+                        "name": "task",
+                        "id": "c1",
+                        "arguments": {
+                            "subagent_type": "tester",
+                            "description": "edit f",
+                            "prompt": "MARK-F: write mine into f.txt",
+                        },
+                    }
+                ]
+            },
+            {"toolCalls": [{"name": "complete", "arguments": {"summary": "delegated"}}]},
+        ],
+    }
+    tester = {
+        "when": "MARK-F",
+        "turns": [
+            {"toolCalls": [{"name": "bash", "arguments": {"command": "echo mine > f.txt"}}]},
+            {"toolCalls": [{"name": "complete", "arguments": {"summary": "wrote f.txt"}}]},
+        ],
+    }
+    script.write_text(json.dumps({"scripts": [orchestrator, tester]}))
+    got = subprocess.run(
+        [
+            *TETHER,
+            "orchestrate",
+            "Edit f.txt.",
+            "--workspace",
+            str(ws),
+            "--model",
+            f"scripted:{script}",
+            "--workspace-mode",
+            "layered",
+            "--apply",
+            "never",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert got.returncode == 0, got.stderr[-4000:]
+    [task] = json.loads(got.stdout)["tasks"]
+    output = task["output"]
+    assert output["workspaceMode"] == "layered" and output["applied"]["state"] == "not_applied"
+    assert [c["path"] for c in output["changes"]["changes"]] == ["f.txt"]
+    assert (ws / "f.txt").read_text() == "base\n"  # nothing applied yet
+    saved = tmp_path / "output.json"
+    saved.write_text(json.dumps(output))
+    applied = subprocess.run([*TETHER, "apply", str(saved)], capture_output=True, text=True)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert (ws / "f.txt").read_text() == "mine\n"
+    assert not os.path.exists(output["changes"]["layer"])  # applied, then removed

@@ -1,10 +1,13 @@
 """Build sub-agents in layered workspaces (issue 34, points 3 and 4): they run side by side
 (the workspace's writers gate is for shared runs), what each changed comes back as a change
 set the parent computed, the first applied wins and the second reports the conflict to the
-orchestrator's model with both sides; the policies `never`, `on_success` and `on_verified`."""
+orchestrator's model with both sides; the policies `never`, `on_success` and `on_verified`;
+and attempts (point 5): each admitted under the concurrency cap and drawing on the tree's token
+budget as a sub-agent of its own, the verifier choosing."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,7 @@ from book import ORCHESTRATOR, Recorder, call, complete, script, task, turn
 from tether.parent import Supervisor
 from tether.parent.delegation import VerifierPolicy
 from tether.parent.run.events import Event
-from tether.parent.run.subagent_events import SubagentCompleted, SubagentStarted
+from tether.parent.run.subagent_events import SubagentCompleted, SubagentQueued, SubagentStarted
 
 pytestmark = pytest.mark.anyio
 
@@ -110,6 +113,29 @@ async def test_with_apply_never_the_change_set_comes_back_and_the_workspace_is_u
         assert sup.layers == {}
     # The artifact points into the change set until it is applied.
     assert output.artifacts[0].in_change_set
+
+
+async def test_an_applied_change_sets_artifact_reaches_the_model_as_delivered_in_the_workspace(
+    workspace: Path,
+) -> None:
+    """Once its change set is applied, a sub-agent's artifact is the workspace's file, looked
+    up by the parent: not in the change set any more, and not `skipped` as changed after the
+    run answered (the applying is what changed it)."""
+    model = Recorder(
+        fan_out(task("c1", "tester", "edit A", "MARK-A: write A")),
+        writer("MARK-A", "printf 'A\\n' > shared.txt", delay=0.0),
+    )
+    async with Supervisor() as sup:
+        got = await sup.orchestrate(
+            "Edit.", model=model, workspace=workspace, workspace_mode="layered"
+        )
+    output = model.task_output("c1")
+    assert output["applied"]["state"] == "applied", output
+    assert output.get("skipped") is None, output["skipped"]
+    [artifact] = output["artifacts"]
+    assert artifact["path"] == str(workspace / "shared.txt") and artifact["size"] == 2
+    assert not artifact.get("inChangeSet") and artifact["modifiedAt"] is not None
+    assert got.tasks[0].output.artifacts[0].in_change_set is False
 
 
 def verifier(verdict: str) -> dict[str, Any]:
@@ -228,6 +254,93 @@ async def test_three_attempts_at_one_fix_with_the_verifier_choosing_apply_the_pa
     roles = sorted(r.role for r in got.ledger.records)
     assert roles == ["task"] * 3 + ["verifier"] * 3
     assert len({r.subagent_id for r in got.ledger.records if r.role == "task"}) == 3
+
+
+async def test_each_attempt_is_admitted_as_a_sub_agent_of_its_own_and_past_the_cap_it_queues(
+    workspace: Path,
+) -> None:
+    """Attempts are no way around admission: under a cap of one, three attempts of one task
+    call run one after another, the waiting ones told as `subagent.queued`, and each is a run
+    of the ledger with its own tokens in the tree's totals."""
+    model = Recorder(
+        fan_out(task("c1", "tester", "edit", "MARK-T: write T", attempts=3)),
+        script(
+            "MARK-T",
+            turn(call("bash", command="printf 'T\\n' > shared.txt"), delay=0.3, tokens=100),
+            turn(complete("T done", "shared.txt"), tokens=100),
+        ),
+    )
+    seen = Timeline()
+    async with Supervisor() as sup:
+        got = await sup.orchestrate(
+            "Edit.",
+            model=model,
+            workspace=workspace,
+            workspace_mode="layered",
+            max_concurrent=1,
+            on_event=seen,
+        )
+        assert sup.layers == {}
+    assert got.success
+    output = got.tasks[0].output
+    assert [r.status for r in output.attempts] == ["completed"] * 3
+    assert output.taken is not None and (workspace / "shared.txt").read_text() == "T\n"
+    sids = sorted({e.id for _, e in seen.events if isinstance(e, SubagentStarted)})
+    assert len(sids) == 3
+    queued = [e for _, e in seen.events if isinstance(e, SubagentQueued)]
+    assert {e.waiting_for for e in queued} == {"slot"} and {e.limit for e in queued} == {1}
+    assert len({e.id for e in queued}) == 2  # all but the first waited for its place
+    # One at a time: each attempt started after the one before it ended.
+    spans = sorted((seen.at(SubagentStarted, s), seen.at(SubagentCompleted, s)) for s in sids)
+    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))
+    tasks = [r for r in got.ledger.records if r.role == "task"]
+    assert len(tasks) == 3 and {r.usage.input_tokens for r in tasks} == {200}
+    totals = got.ledger.totals()
+    assert totals.subagents.input_tokens == 600
+
+
+async def test_the_trees_token_budget_counts_every_attempt(workspace: Path) -> None:
+    """The tree's budget (250 tokens) holds the orchestrator's turn (11) and one attempt (2
+    turns of 101); the second attempt's first turn spends it, so that attempt is ended and the
+    third never starts: attempts draw on the one budget like any sub-agents."""
+    model = Recorder(
+        fan_out(task("c1", "tester", "edit", "MARK-T: write T", attempts=3)),
+        script(
+            "MARK-T",
+            turn(call("bash", command="printf 'T\\n' > shared.txt"), delay=0.3, tokens=100),
+            turn(complete("T done", "shared.txt"), tokens=100),
+        ),
+    )
+    async with Supervisor() as sup:
+        got = await sup.orchestrate(
+            "Edit.",
+            model=model,
+            workspace=workspace,
+            workspace_mode="layered",
+            max_concurrent=1,
+            token_budget=250,
+        )
+        assert sup.layers == {}
+    assert got.result.failure is not None and got.result.failure.kind == "budget_exhausted"
+    output = got.tasks[0].output
+    statuses = sorted((r.status, r.summary) for r in output.attempts)
+    assert statuses == [
+        ("completed", "T done"),
+        ("truncated", "the token budget of the whole delegation tree is spent"),
+        (
+            "truncated",
+            "the token budget of the whole tree was spent before this sub-agent could start",
+        ),
+    ]
+    # The one that finished is taken and applied; the ended one's layer is discarded.
+    assert output.taken is not None and output.applied is not None
+    assert output.applied.state == "applied" and (workspace / "shared.txt").read_text() == "T\n"
+    # Two attempts ran (and are billed to the tree), the third never did.
+    tasks = [r for r in got.ledger.records if r.role == "task"]
+    assert sorted((r.usage.input_tokens, r.failure) for r in tasks) == [
+        (100, "budget_exhausted"),
+        (200, None),
+    ]
 
 
 async def test_a_verifiers_fail_drives_the_fix_in_the_same_layer_and_the_whole_change_is_applied(

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from book import Recorder, call, complete, script, turn
 
@@ -19,7 +20,7 @@ from tether.parent.delegation import Delegator, builtin_registry
 from tether.parent.delegation.runner import SupervisorRunner
 from tether.parent.process.config import ChildConfig
 from tether.parent.run.spec import NamedModel
-from tether.parent.run.subagent_events import SubagentCompleted, SubagentStarted
+from tether.parent.run.subagent_events import SubagentCompleted, SubagentQueued, SubagentStarted
 from tether.protocol.messages import (
     ChatMessage,
     ModelCompleteParams,
@@ -288,3 +289,102 @@ async def test_completed_events_close_every_started_one(tmp_path: Path, workspac
     started = [(e.id, e.role) for e in seen if isinstance(e, SubagentStarted)]
     ended = [(e.id, e.role) for e in seen if isinstance(e, SubagentCompleted)]
     assert started == ended and len(started) == 3
+
+
+@pytest.mark.in_memory
+@pytest.mark.parametrize("keep_alive", [30.0, None], ids=["continuable", "one-shot"])
+async def test_a_continuable_sub_agent_is_told_it_may_ask_and_a_one_shot_one_that_nobody_answers(
+    tmp_path: Path, workspace: Path, keep_alive: float | None
+) -> None:
+    """What the sub-agent's model is sent: a continuable sub-agent has `ask_orchestrator` and
+    its prompt says how a question is answered; a one-shot one is told nobody will answer."""
+    sub = Recorder(script("Role: tester", turn(complete("nothing to do"))))
+    async with Supervisor(IN_MEMORY, state_dir=tmp_path / "state") as sup:
+        runner = SupervisorRunner(sup, default_model=NamedModel(MODEL, sub), keep_alive=keep_alive)
+        delegator = Delegator(builtin_registry(), runner, workspace=workspace)
+        out = await delegator.execute(
+            {"subagent_type": "tester", "description": "look", "prompt": "Look around."},
+            tool_call_id="c1",
+        )
+    assert out.status == "completed", out
+    [[first, *_]] = sub.runs("Role: tester")
+    system = "\n".join(m.content for m in first.messages if m.role == "system")
+    tools = {t.name for t in first.tools}
+    if keep_alive is None:
+        assert "nobody will answer" in system
+        assert "ask_orchestrator" not in tools
+        assert "ask_orchestrator" not in system
+    else:
+        assert "nobody will answer" not in system
+        assert "ask_orchestrator" in tools
+        assert "call `ask_orchestrator` with your question" in system
+
+
+@pytest.mark.in_memory
+@pytest.mark.parametrize(
+    ("waiting_for", "holder", "max_concurrent"),
+    [
+        ("slot", {"subagent_type": "explorer"}, 1),
+        ("workspace", {"subagent_type": "general", "readOnly": False}, 4),
+    ],
+    ids=["cap", "writer"],
+)
+async def test_a_follow_up_waits_its_turn_under_the_cap_and_behind_a_writer_like_a_task(
+    tmp_path: Path,
+    workspace: Path,
+    waiting_for: str,
+    holder: dict[str, Any],
+    max_concurrent: int,
+) -> None:
+    """A sibling holds the only slot (`max_concurrent=1`), or the workspace (a build sub-agent
+    at work): the follow-up to the tester is queued with its position and starts after it."""
+    sub = Recorder(
+        script(
+            "Role: tester",
+            turn(write("A.md")),
+            turn(complete("wrote A.md", "A.md")),
+            turn(write("B.md")),
+            turn(complete("wrote B.md", "B.md")),
+        ),
+        script("Role: (explorer|general)", turn(complete("looked around"), delay=2.0)),
+    )
+    seen: list[Any] = []
+    async with Supervisor(IN_MEMORY, state_dir=tmp_path / "state") as sup:
+        runner = SupervisorRunner(sup, default_model=NamedModel(MODEL, sub), keep_alive=30)
+        delegator = Delegator(
+            builtin_registry(),
+            runner,
+            workspace=workspace,
+            max_concurrent=max_concurrent,
+            on_event=seen.append,
+        )
+        out = await delegator.execute(
+            {"subagent_type": "tester", "description": "A", "prompt": "Write A.md."},
+            tool_call_id="c1",
+        )
+        follow: list[Any] = []
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+
+                async def hold() -> None:
+                    args = {**holder, "description": "hold", "prompt": "Look around."}
+                    await delegator.execute(args, tool_call_id="c2")
+
+                tg.start_soon(hold)
+                while not any(
+                    isinstance(e, SubagentStarted) and e.tool_call_id == "c2" for e in seen
+                ):
+                    await anyio.sleep(0.01)
+                follow.append(
+                    await delegator.follow_up(out.subagent_id, "Now B.md.", tool_call_id="c3")
+                )
+    [done] = follow
+    assert done.status == "completed", done
+    [queued] = [e for e in seen if isinstance(e, SubagentQueued)]
+    assert (queued.tool_call_id, queued.position, queued.waiting_for) == ("c3", 1, waiting_for)
+    order = [
+        (type(e).__name__, e.tool_call_id)
+        for e in seen
+        if isinstance(e, SubagentStarted | SubagentCompleted) and e.tool_call_id in ("c2", "c3")
+    ]
+    assert order.index(("SubagentStarted", "c3")) > order.index(("SubagentCompleted", "c2"))

@@ -2,7 +2,7 @@
 its own exception and the CLI prints one line naming the file and what to do (exit 4), never a
 traceback, and nothing is written to the file on the way.
 
-Full and read-only file systems need a mount of their own: `test_full_and_read_only.py`.
+Full and read-only file systems need a mount of their own: `tests/agents/test_bad_disks.py`.
 """
 
 from __future__ import annotations
