@@ -64,14 +64,38 @@ async def _members_become(cgroup: ChildCgroup, want: set[int]) -> set[int]:
     return cgroup.members()
 
 
-async def _stop_standby_when_forked(zygote: Zygote) -> int:
-    """SIGSTOP the zygote's standby as soon as it exists (its rehearsal, a whole session,
-    takes milliseconds; this looks every 0.5 ms)."""
+def _freeze_the_first_standby_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Freeze the first cgroup the supervisor makes for a standby as it is made, before the
+    zygote hears of it: the standby that joins it stops there, before its rehearsal, so it
+    cannot have parked (an ordering, where catching a standby in its milliseconds before it
+    parks is a race a loaded host loses: every catch it misses is a standby killed, and the
+    zygote forks none after `MAX_LOST` in a row)."""
+    child_cgroup = Zygote.child_cgroup
+    frozen: list[ChildCgroup] = []
+
+    async def freezing(self: Zygote, *args: Any, **kwargs: Any) -> ChildCgroup:
+        cgroup = await child_cgroup(self, *args, **kwargs)
+        if not frozen and self._next_cgroup is not None:
+            frozen.append(self._next_cgroup[1])
+            assert await frozen[0].freeze(), "the standby cgroup could not be frozen"
+        return cgroup
+
+    monkeypatch.setattr(Zygote, "child_cgroup", freezing)
+
+
+async def _stop_standby_before_it_parks(zygote: Zygote, ahead: ChildCgroup) -> int:
+    """SIGSTOP the standby that joined the frozen cgroup `ahead`, and thaw `ahead`: the standby
+    stays stopped where it was, never having parked."""
     with anyio.fail_after(DEADLINE):
-        while not (found := standby_pids(zygote.pid)):
-            await anyio.sleep(0.0005)
-    (pid,) = found
-    os.kill(pid, signal.SIGSTOP)
+        while not (members := ahead.members()):
+            await anyio.sleep(0.005)
+        (pid,) = members
+        assert pid in standby_pids(zygote.pid)
+        assert await ahead.freeze(settle=DEADLINE), "the standby did not freeze as it joined"
+        os.kill(pid, signal.SIGSTOP)
+        ahead.thaw()
+        while psutil.Process(pid).status() != psutil.STATUS_STOPPED:
+            await anyio.sleep(0.005)
     return pid
 
 
@@ -131,22 +155,15 @@ async def test_a_child_handed_to_the_standby_keeps_the_cgroup_it_joined_ahead_wi
         assert not d.exists(), f"{d} outlived the supervisor"
 
 
-async def test_a_standby_that_has_not_parked_in_the_claimed_cgroup_is_taken_down_first() -> None:
+async def test_a_standby_that_has_not_parked_in_the_claimed_cgroup_is_taken_down_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _freeze_the_first_standby_cgroup(monkeypatch)
     async with Supervisor(ZYGOTE) as sup:
         zygote = await _first_run(sup)
         ahead = _standby_cgroup(zygote)
-        stopped = None
-        for _ in range(5):
-            pid = await _stop_standby_when_forked(zygote)
-            if not (await zygote.standby())["parked"]:
-                stopped = pid
-                break
-            # It had parked before this test looked: let it die, and catch the next one.
-            os.kill(pid, signal.SIGKILL)
-            with anyio.fail_after(DEADLINE):
-                while pid in standby_pids(zygote.pid):
-                    await anyio.sleep(0.005)
-        assert stopped is not None, "no standby was caught before it parked"
+        stopped = await _stop_standby_before_it_parks(zygote, ahead)
+        assert not (await zygote.standby())["parked"]
         before = dict(zygote.forks)
 
         handle, report = await start_and_wait_for_report(
