@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# One worker builds the project's wheels at a time (see test_install_modes.py).
-pytestmark = pytest.mark.xdist_group("wheel_builds")
+# One worker builds the project's wheels at a time (see test_install_modes.py), each test
+# within 300 s: a build takes 12 s alone, and more than the suite's 60 s in a loaded run.
+pytestmark = [pytest.mark.xdist_group("wheel_builds"), pytest.mark.timeout(300)]
 
 
 def _build_wheel(tmp_path: Path) -> Path:
