@@ -169,6 +169,8 @@ async def test_a_child_handed_to_the_standby_keeps_the_cgroup_it_joined_ahead_wi
 async def test_a_standby_that_has_not_parked_in_the_claimed_cgroup_is_taken_down_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    if not {"unified", "freezer"} & host().parents.keys():
+        pytest.skip("this host's cgroups have no freezer to stop a standby before it parks")
     _freeze_the_first_standby_cgroup(monkeypatch)
     async with Supervisor(ZYGOTE) as sup:
         zygote = await _one_run(sup)
