@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.xdist_group("wheel_builds"), pytest.mark.timeout(300)]
 
 
 def _build_wheel(tmp_path: Path) -> Path:
-    subprocess.run(
+    built = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -29,10 +29,11 @@ def _build_wheel(tmp_path: Path) -> Path:
             str(tmp_path),
             str(ROOT),
         ],
-        check=True,
         capture_output=True,
+        text=True,
         timeout=120,
     )
+    assert built.returncode == 0, built.stderr  # what pip said, not only its status
     (wheel,) = tmp_path.glob("tether-*.whl")
     return wheel
 
