@@ -12,14 +12,15 @@ An unsandboxed child run in place joins its cgroups on a thread of its own while
 its runtime (`join_meanwhile`), and waits for the join before it loads an agent or reads the
 wire (`joined`, called by `tether.child.entry.run`): a join waits for the kernel's migration
 lock, on a stock host an RCU grace period (7-30 ms of a cold spawn), and what runs meanwhile
-is only tether's runtime being imported from an import path the child cannot write. What those
+is only tether's runtime being imported from an import path the child cannot write. A runtime
+that fails before it serves ends the process only once the join is over (`settled`). What those
 imports allocate is charged to the supervisor's cgroup, as the pages a zygote's child shares
 with its zygote are; everything the child does once it serves is charged to its own. A
 sandboxed child joins before its sandbox (Landlock and seccomp are per thread, so the process
 must have one), and an exec'd one before its exec.
 
-Only the standard library's `os`, `sys` and `_thread`: the trampoline imports this before
-anything else.
+Only the standard library's `os`, `sys`, `_thread`, `atexit` and `time`: the trampoline imports
+this before anything else.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
-_PENDING: list[tuple[Any, list[BaseException | None], str]] = []
-"""The join under way (`join_meanwhile`): its lock, its outcome, the command's name."""
+_PENDING: list[tuple[Any, list[BaseException | None], str, int]] = []
+"""The join under way (`join_meanwhile`): its lock, its outcome, the command's name, and how
+many threads ran beside the main one before its own."""
 
 OWN_CHILD = ("-I", "-m", "tether.child")
 TRAMPOLINE = os.path.join(os.path.dirname(__file__), "trampoline.py")
@@ -70,8 +72,11 @@ def join_meanwhile(procs_files: Sequence[str], name: str) -> None:
         finally:
             done.release()
 
-    _PENDING.append((done, outcome, name))
+    _PENDING.append((done, outcome, name, _thread._count()))
     _thread.start_new_thread(join, ())
+    import atexit
+
+    atexit.register(settled)  # `joined` takes it back: a runtime that serves ends by os._exit
 
 
 def joined() -> None:
@@ -80,7 +85,10 @@ def joined() -> None:
     and the line the supervisor reports as the spawn's failure."""
     if not _PENDING:
         return
-    done, outcome, name = _PENDING.pop()
+    done, outcome, name, _ = _PENDING.pop()
+    import atexit
+
+    atexit.unregister(settled)  # as a child exec'd has nothing registered
     done.acquire()
     failure = outcome[0] if outcome else None
     if failure is not None:
@@ -89,6 +97,28 @@ def joined() -> None:
         why = failure.strerror if isinstance(failure, OSError) else None
         os.write(2, f"{EXEC_FAILED} {name}: cannot join its cgroup: {why or failure}\n".encode())
         os._exit(127)
+
+
+def settled() -> None:
+    """Return once a join under way is over and its thread gone, whatever came of it: run at
+    exit (`atexit`, before the interpreter finalizes), for a process that ends before it
+    served (its runtime failed to start, after the traceback is written). A thread that wakes
+    from its write into a finalizing interpreter is ended there with `pthread_exit`, for which
+    glibc loads libgcc_s, aborting the whole process when it cannot: no file descriptor or
+    memory left, the very failures that end a runtime this early (SIGABRT, "libgcc_s.so.1 must
+    be installed for pthread_exit to work", instead of the exit and its reason)."""
+    if not _PENDING:
+        return
+    import _thread
+    import time
+
+    done, _, _, others = _PENDING.pop()
+    done.acquire()
+    # Released as the thread's last step in Python; gone once the interpreter stops counting
+    # it. Bounded: a thread the runtime started meanwhile counts too.
+    deadline = time.monotonic() + 1.0
+    while _thread._count() > others and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def writable_by_child(plan: Mapping[str, Any] | None) -> list[str]:

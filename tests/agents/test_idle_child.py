@@ -56,7 +56,10 @@ async def test_an_idle_continuable_child_gets_no_model_turn_and_cannot_swap_its_
         )
         first = await handle.result()
         assert [(a.fs_type, a.size) for a in first.artifacts] == [("file", 11)]
-        # Longer than the left-behind process waits before its swap: it is held still.
+        # The left-behind process swaps as soon as it sees `go` (on a timer of its own it
+        # could swap before the hold on a loaded host, and the result's check caught it):
+        # held still, it never looks. A process let run would swap in milliseconds.
+        (ws / "go").touch()
         await anyio.sleep(1.5)
         assert not (ws / "report.md").is_symlink()
         assert not (ws / "swapped").exists()

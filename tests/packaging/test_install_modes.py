@@ -28,8 +28,14 @@ ROOT = Path(__file__).resolve().parents[2]
 MODES = ("wheel", "editable", "strict editable")
 SKIP = {".venv", "build", ".git", ".nox", "__pycache__"}
 # One worker builds the project's wheels at a time: two `pip wheel` runs of one source tree
-# share its build/ directory and spoil each other's wheel.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel_builds")]
+# share its build/ directory and spoil each other's wheel. A venv's setup (copy, build,
+# install from the index) takes 22-29 s on a loaded 2-core host, and took more than the
+# suite's 60 s in a loaded run: each test gets 300.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group("wheel_builds"),
+    pytest.mark.timeout(300),
+]
 TURNS = {
     "turns": [
         {

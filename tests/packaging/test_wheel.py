@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# One worker builds the project's wheels at a time (see test_install_modes.py).
-pytestmark = pytest.mark.xdist_group("wheel_builds")
+# One worker builds the project's wheels at a time (see test_install_modes.py), each test
+# within 300 s: a build takes 12 s alone, and more than the suite's 60 s in a loaded run.
+pytestmark = [pytest.mark.xdist_group("wheel_builds"), pytest.mark.timeout(300)]
 
 
 def _build_wheel(tmp_path: Path) -> Path:
-    subprocess.run(
+    built = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -28,10 +29,11 @@ def _build_wheel(tmp_path: Path) -> Path:
             str(tmp_path),
             str(ROOT),
         ],
-        check=True,
         capture_output=True,
+        text=True,
         timeout=120,
     )
+    assert built.returncode == 0, built.stderr  # what pip said, not only its status
     (wheel,) = tmp_path.glob("tether-*.whl")
     return wheel
 

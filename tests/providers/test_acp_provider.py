@@ -271,7 +271,11 @@ async def test_an_agent_that_ignores_eof_and_sigterm_is_killed_and_nothing_is_le
 
 
 async def test_an_agent_that_exits_on_eof_needs_only_the_first_rung(tmp_path: Path) -> None:
-    result, _ = await run_acp(tmp_path, [{"stop": "refusal"}])
+    # The EOF grace is long: an interpreter's exit can take longer than QUICK's half second on
+    # a loaded host (2 runs in 4 reached SIGTERM there). An agent that ignored its EOF would
+    # still reach the SIGTERM rung, only later.
+    patient = ChildConfig(dispose=DisposePolicy(shutdown=0.5, eof=30.0, term=0.5, kill=2.0))
+    result, _ = await run_acp(tmp_path, [{"stop": "refusal"}], config=patient)
     assert result.failure is not None and result.failure.rung in ("none", "exit")
 
 

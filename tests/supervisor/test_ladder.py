@@ -69,7 +69,11 @@ async def test_a_child_never_asked_shutdown_still_gets_the_whole_eof_grace() -> 
     policy = DisposePolicy(shutdown=20.0, eof=0.5, term=20.0, kill=2.0)
     child, _ = await deaf(policy, "term", "mute")
     async with child:
-        pass
+        # Disposed once its SIGTERM handler is set: a child still starting (a loaded host can
+        # take longer than the EOF grace) dies of SIGTERM's default action, saying nothing.
+        with anyio.fail_after(10):
+            while "armed" not in child.stderr.tail():
+                await anyio.sleep(0.01)
     report = child.disposed
     assert report is not None and report.rung == "sigterm", report
     assert policy.eof <= report.seconds < policy.shutdown, report

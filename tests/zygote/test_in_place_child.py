@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import anyio
 import pytest
 from act_reports import ACT, start_and_wait_for_report, status_field
 
+from tether.contain import argv as config_word
 from tether.contain.inplace import (
     import_path_writable,
     runs_in_place,
@@ -309,3 +312,52 @@ async def test_a_child_run_in_place_that_cannot_join_its_cgroup_ends_with_the_re
         assert not mark.exists()
     finally:
         await _end(proc)
+
+
+def test_a_child_run_in_place_whose_runtime_fails_before_serving_ends_after_its_join(
+    tmp_path: Path,
+) -> None:
+    # Ending while its join thread still writes, the process finalizes, and the thread that
+    # wakes into it is ended by pthread_exit: glibc loads libgcc_s for that, and aborts the
+    # process when it cannot (SIGABRT, "libgcc_s.so.1 must be installed for pthread_exit to
+    # work") — a child out of file descriptors or memory, the very failures that end a runtime
+    # this early, instead of the exit and the reason. A FIFO holds the join; a closed stdin
+    # fails the runtime (it takes the wire off fd 0) before it would wait for the join.
+    fifo = tmp_path / "cgroup.procs"
+    os.mkfifo(fifo)
+    config = config_word.encode({"cgroup_procs": [str(fifo)], "rlimits": {}, "plan": None})
+    argv = trampoline_argv(str(TRAMPOLINE), config, DEFAULT_COMMAND, in_place=True)
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", 'exec "$@" <&-', "sh", *argv],
+        env=build_child_env(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stderr is not None
+    try:
+        said = b""
+        deadline = time.monotonic() + DEADLINE
+        while b"Bad file descriptor" not in said and time.monotonic() < deadline:
+            if select.select([proc.stderr], [], [], 0.05)[0]:
+                said += os.read(proc.stderr.fileno(), 65536)
+        assert b"Bad file descriptor" in said, said  # the runtime's traceback: it failed
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.0)  # no longer than the end of its join
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            written = b""
+            while not written and time.monotonic() < deadline + DEADLINE:
+                time.sleep(0.01)
+                written = os.read(reader, 64)
+            proc.wait(timeout=DEADLINE)
+        finally:
+            os.close(reader)
+        assert written == str(proc.pid).encode()
+        said += proc.stderr.read()
+        assert proc.returncode == 1, said  # as the runtime exec'd ends on that traceback
+        assert b"libgcc_s" not in said, said
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
