@@ -198,6 +198,11 @@ def fd_count() -> int:
 
 
 async def checkpoint(sup: Supervisor, cycles: int, started: float) -> Checkpoint:
+    # A run's result goes out once its tree is judged, before its pipes, cgroup and sandbox
+    # directories are let go: what is left is counted once every run has let go (bounded).
+    with anyio.fail_after(30):
+        for handle in list(sup._handles):
+            await handle.wait()
     if sup.pool is not None:
         with anyio.fail_after(60):
             await sup.pool.wait_ready(sup.pool.size)
@@ -289,9 +294,15 @@ async def mixed(runs: int, workspace: Path) -> MixedRound:
     wanted = [list(FAULTS)[i % len(FAULTS)] for i in range(runs)]
 
     async with Supervisor(config) as sup:
-        # The supervisor's standing descriptors count before the round: its zygote (the
-        # default spawner of tether's own child) is started first.
-        await sup.spawner(config)
+        # The supervisor's standing descriptors count before the round: one run first starts
+        # its zygote (the default spawner of tether's own child), the zygote's next standby
+        # cgroup (whose files stay open while it exists) and the sealing user namespace.
+        warm = await sup.run("warm", agent="explorer", workspace=workspace, model=model)
+        if not warm.success:
+            out.wrong.append(f"warm-up → {warm.status}: {warm.message}")
+        with anyio.fail_after(30):
+            for handle in list(sup._handles):
+                await handle.wait()
         out.fds_before = fd_count()
 
         async def one(want: str) -> None:
