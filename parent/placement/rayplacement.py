@@ -16,7 +16,8 @@ run from its node's host (`NodeHost.run`, batches of events through an actor gen
 publish each event exactly as the local supervisor would, and resolve to the node's
 `RunResult`. Whatever the engine does instead of answering — the host actor killed, its
 worker or raylet gone, the stream cancelled — becomes a result (`placement_lost`, naming the
-node and the last dispose rung the node reported), never an exception in the driver.
+node and the last dispose rung the node reported), never an exception in the driver; what
+raises in the driver's own code is `parent_error`, logged with its traceback.
 
 A watchdog pings every host: a host the engine reports dead, or that the engine keeps failing
 to reach for `lost_after` seconds, is lost (a host that is merely slow to answer is not). Its
@@ -75,6 +76,7 @@ from tether.parent.run.events import (
     RunStarted,
 )
 from tether.parent.run.plan import check_agent, check_config
+from tether.parent.run.results import parent_error
 from tether.parent.run.spec import NamedModel, RunSpec, spec_of
 from tether.protocol.messages import AgentDefinition, RunResult
 
@@ -516,10 +518,14 @@ class RayPlacement(EventBus):
             if result is None:
                 assert node is not None
                 result = await self._on_node(run, self.hosts[node], on_event)
+        except Exception as exc:  # only a bug of tether's gets here: still a result
+            log.error("run %s: the placement failed", run.run_id, exc_info=exc)
+            failed = unplaced_result(run.run_id, kind="placement_lost", message="")
+            result = parent_error(exc, failed)
         finally:
             if node is not None:
                 self._placer.release(node)
-            if result is None:  # only a bug gets here; still a result, never a hang
+            if result is None:  # cancelled from outside: still a result, never a hang
                 result = unplaced_result(
                     run.run_id, kind="placement_lost", message="the placement failed"
                 )
@@ -539,6 +545,7 @@ class RayPlacement(EventBus):
         self._broker.runs[run.run_id] = run._ctx
         result: RunResult | None = None
         why: str | None = None
+        fault: Exception | None = None
         started = False
         gen = None
         try:
@@ -566,7 +573,7 @@ class RayPlacement(EventBus):
                         self._lose(host, why)
                 except Exception as exc:  # ours, not the engine's: still a result
                     log.error("run %s: the placement failed", run.run_id, exc_info=exc)
-                    why = f"the placement failed ({type(exc).__name__})"
+                    fault = exc
         finally:
             host.runs.discard(run)
             self._broker.runs.pop(run.run_id, None)
@@ -580,7 +587,7 @@ class RayPlacement(EventBus):
         kind: Literal["placement_lost", "cancelled"] = "placement_lost"
         if run._cut is not None:
             why, kind = run._cut
-        return lost_result(
+        lost = lost_result(
             run.run_id,
             node=host.label,
             why=why or "its host ended the run's stream without a result",
@@ -590,6 +597,9 @@ class RayPlacement(EventBus):
             started=started,
             kind=kind,
         )
+        if fault is not None and run._cut is None:
+            return parent_error(fault, lost)  # tether's own fault, not the engine's
+        return lost
 
     def _backstop(self, run: RemoteRun) -> None:
         """An aborted run whose node does not confirm within the ladder's bound is cut."""

@@ -19,6 +19,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -194,6 +195,32 @@ async def test_a_run_on_a_chosen_node_is_the_local_run_event_for_event(
     ((cmdline, above, namespace),) = parents
     assert "tether.child.zygote" in cmdline and host.pid in above
     assert namespace != pid_namespace(os.getpid())
+
+
+async def test_a_fault_of_tethers_own_in_the_driver_is_a_parent_error_and_the_next_run_is_placed(
+    ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    """What raises in the driver's own code while it streams a run is the run's `parent_error`
+    result (never an exception in the caller, never `placement_lost` blaming the engine), and
+    the placement goes on placing runs."""
+
+    class Broken:
+        def remote(self, *args: Any) -> Any:
+            raise RuntimeError("a bug in the driver")
+
+    async with placement(ray_cluster, nodes=[ray_cluster.worker]) as psup:
+        host = psup.hosts[ray_cluster.worker]
+        actor = host.actor
+        host.actor = SimpleNamespace(run=Broken())
+        with anyio.fail_after(60):
+            failed = await (await psup.start("hello", workspace=tmp_path)).result()
+        host.actor = actor
+        with anyio.fail_after(60):
+            model = ScriptedModel.from_json(ONE_TURN)
+            fine = await (await psup.start("hello", model=model, workspace=tmp_path)).result()
+    assert failed.failure is not None and failed.failure.kind == "parent_error", failed
+    assert failed.status == "error" and "RuntimeError: a bug in the driver" in failed.message
+    assert fine.success, fine
 
 
 class RecordingModel:
