@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tether.parent.process.isolation import probe_host
 
-ROOT = Path(__file__).resolve().parents[2]
 MODES = ("wheel", "editable", "strict editable")
-SKIP = {".venv", "build", ".git", ".nox", "__pycache__"}
 # One worker builds the project's wheels at a time: two `pip wheel` runs of one source tree
 # share its build/ directory and spoil each other's wheel. A venv's setup (copy, build,
 # install from the index) takes 22-29 s on a loaded 2-core host, and took more than the
@@ -62,10 +60,13 @@ def _pip(venv: Path, *args: str) -> None:
 
 
 @pytest.fixture(scope="module", params=MODES)
-def venv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def venv(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    copy_source: Callable[[Path], Path],
+) -> Path:
     base = tmp_path_factory.mktemp(str(request.param).replace(" ", "-"))
-    src = base / "src"
-    shutil.copytree(ROOT, src, ignore=lambda _, names: [n for n in names if n in SKIP])
+    src = copy_source(base / "src")
     env = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
     if request.param == "wheel":

@@ -6,17 +6,18 @@ from __future__ import annotations
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 # One worker builds the project's wheels at a time (see test_install_modes.py), each test
 # within 300 s: a build takes 12 s alone, and more than the suite's 60 s in a loaded run.
 pytestmark = [pytest.mark.xdist_group("wheel_builds"), pytest.mark.timeout(300)]
 
 
-def _build_wheel(tmp_path: Path) -> Path:
+def _build_wheel(tmp_path: Path, copy_source: Callable[[Path], Path]) -> Path:
+    src = copy_source(tmp_path / "src")
     built = subprocess.run(
         [
             sys.executable,
@@ -27,7 +28,7 @@ def _build_wheel(tmp_path: Path) -> Path:
             "--no-deps",
             "-w",
             str(tmp_path),
-            str(ROOT),
+            str(src),
         ],
         capture_output=True,
         text=True,
@@ -39,9 +40,9 @@ def _build_wheel(tmp_path: Path) -> Path:
 
 
 def test_the_wheel_holds_parent_child_protocol_their_data_and_the_tether_script(
-    tmp_path: Path,
+    tmp_path: Path, copy_source: Callable[[Path], Path]
 ) -> None:
-    wheel = _build_wheel(tmp_path)
+    wheel = _build_wheel(tmp_path, copy_source)
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in (
         "tether/protocol/__init__.py",
@@ -71,9 +72,9 @@ def test_the_wheel_holds_parent_child_protocol_their_data_and_the_tether_script(
 
 
 def test_the_trampoline_of_an_installed_wheel_finds_its_siblings_without_site_packages(
-    tmp_path: Path,
+    tmp_path: Path, copy_source: Callable[[Path], Path]
 ) -> None:
-    wheel = _build_wheel(tmp_path / "dist")
+    wheel = _build_wheel(tmp_path / "dist", copy_source)
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), wheel],
