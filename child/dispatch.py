@@ -99,6 +99,11 @@ _loaded: _Core | None = None
 _loading = threading.Lock()
 
 
+def preloaded() -> bool:
+    """Whether jsonrpcserver's dispatcher is loaded already (in a zygote's child: always)."""
+    return _loaded is not None
+
+
 def preload() -> _Core:
     """Load jsonrpcserver's dispatcher now (thread-safe; a no-op once done)."""
     global _loaded

@@ -42,6 +42,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -165,7 +166,13 @@ class Session:
     def warm_up(self) -> None:
         """Import jsonrpcserver's dispatcher and the agent machinery in a background thread
         (after `initialize` is answered, so the handshake never waits for them and the first
-        request or run rarely does)."""
+        request or run rarely does). A child forked from the zygote has both already: no thread
+        then, whose start alone (≈ 0.2 ms) would sit between the handshake and reading the
+        `agent/run` right behind it."""
+        if dispatch.preloaded() and (
+            self._runs is not None or all(name in sys.modules for name in AGENT_MODULES)
+        ):
+            return
 
         def load() -> None:
             dispatch.preload()

@@ -67,8 +67,7 @@ def environ(pid: int) -> bytes:
     has exited alone has let go of its memory, so its own block cannot be read (ESRCH) or
     reads empty: the block is then read through one of the threads still running."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = f.read()
+        env = _read_all(f"/proc/{pid}/environ")
     except ProcessLookupError:
         env = b""
     if env:
@@ -79,11 +78,23 @@ def environ(pid: int) -> bytes:
         return env
     for tid in threads:
         try:
-            with open(f"/proc/{pid}/task/{tid}/environ", "rb") as f:
-                return f.read()
+            return _read_all(f"/proc/{pid}/task/{tid}/environ")
         except OSError:
             continue
     return env
+
+
+def _read_all(path: str) -> bytes:
+    """A /proc file's whole content, read with bare descriptors: a sweep reads every visible
+    session's environment, and a buffered file object cost a third of each read."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks: list[bytes] = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _members(procs_files: list[str]) -> set[int]:

@@ -7,11 +7,14 @@ real child with `-X importtime`, which lists every module as it is imported.
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
+import threading
 from importlib import metadata
 
+import pytest
 from child_harness import ChildProcess
 
 from tether.child.session import SERVER_VERSION
@@ -79,3 +82,44 @@ anyio.run(main)
         [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=30
     )
     assert done.returncode == 0, done.stderr
+
+
+def _warm_up_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Answer `initialize` on a bare session; the names of the threads its warm-up started."""
+    from tether.child import session as session_module
+
+    started: list[str] = []
+    real = threading.Thread
+
+    class Recorded(real):  # type: ignore[misc, valid-type]
+        def start(self) -> None:
+            started.append(self.name)
+            super().start()
+            self.join(5)
+
+    monkeypatch.setattr(session_module.threading, "Thread", Recorded)
+    session = session_module.Session(None)
+    session.initialized = True
+    session.answered("initialize")
+    return started
+
+
+def test_a_child_that_has_its_machinery_loaded_starts_no_warm_up_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What a zygote's child finds: the dispatcher and the agent machinery already imported.
+    from tether.child import dispatch
+
+    dispatch.preload()
+    importlib.import_module("tether.child.runs")
+    assert _warm_up_threads(monkeypatch) == []
+
+
+def test_a_child_with_its_dispatcher_still_to_load_warms_up_in_a_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tether.child import dispatch
+
+    monkeypatch.setattr(dispatch, "_loaded", None)
+    assert _warm_up_threads(monkeypatch) == ["tether-warm-up"]
+    assert dispatch.preloaded()

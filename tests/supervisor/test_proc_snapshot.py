@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import anyio
 import psutil
@@ -77,14 +76,14 @@ def test_a_snapshot_reads_no_environment_outside_every_session(
     if not outside:
         pytest.skip("no process outside every session is visible here (no kernel threads)")
     read: list[int] = []
-    real_open = open
+    real_read = keeper_module._read_all
 
-    def spy(path: Any, *args: Any, **kwargs: Any) -> Any:
-        if str(path).endswith("/environ"):
-            read.append(int(str(path).split("/")[2]))
-        return real_open(path, *args, **kwargs)
+    def spy(path: str) -> bytes:
+        if path.endswith("/environ"):
+            read.append(int(path.split("/")[2]))
+        return real_read(path)
 
-    monkeypatch.setattr(keeper_module, "open", spy, raising=False)  # `environ` reads there
+    monkeypatch.setattr(keeper_module, "_read_all", spy)  # `environ` reads through it
     proc, marker = marked
     snap = snapshot()
     assert snap.marked[marker] == {proc.pid}  # the marker scan still finds ours
