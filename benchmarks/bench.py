@@ -129,7 +129,7 @@ class Plan:
     """Follow-up messages to live children (spread over `rounds`, a fresh agent each round)."""
     resumes: int = 10
     """Rounds of the cold-resume figures (one sample of each per round)."""
-    traced_runs: int = 20
+    traced_runs: int = 60
     """Rounds of the traces group (one traced and one untraced run each)."""
     broker_children: int = 256
     """Live children asking for model turns at once (`broker_group`)."""
