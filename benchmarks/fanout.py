@@ -23,13 +23,13 @@ from collections import defaultdict
 
 import anyio
 
+from benchmarks.orchestration import ORCHESTRATOR, Stopwatch
 from benchmarks.report import Figure, Results
-from tether.parent import ModelCompleteParams, ModelCompleteResult, ScriptedModel, Supervisor
+from tether.parent import ScriptedModel, Supervisor
 from tether.parent.delegation import builtin_registry
 from tether.parent.process.isolation import choose_level
 
 FAN_OUT = 32
-ORCHESTRATOR = "You are an orchestrator"
 SUBAGENT_TURNS = [
     {"toolCalls": [{"name": "list_dir", "arguments": {"path": "."}}]},
     {"toolCalls": [{"name": "complete", "arguments": {"summary": "found it"}}]},
@@ -57,26 +57,6 @@ def _book(n: int) -> str:
             ]
         }
     )
-
-
-class Stopwatch:
-    """The scripted model of one orchestration, noting when the orchestrator's fan-out turn
-    was answered and when its next request (holding every result) came."""
-
-    def __init__(self, n: int) -> None:
-        self.model = ScriptedModel.from_json(_book(n))
-        self.answered: float | None = None
-        self.next_request: float | None = None
-
-    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
-        system = params.messages[0].content if params.messages else ""
-        orchestrator = ORCHESTRATOR in system
-        if orchestrator and self.answered is not None and self.next_request is None:
-            self.next_request = time.perf_counter_ns()
-        result = await self.model.complete(params)
-        if orchestrator and self.answered is None:
-            self.answered = time.perf_counter_ns()
-        return result
 
 
 def _ms(ns: float) -> float:
@@ -107,7 +87,7 @@ async def fanout_group(res: Results, rounds: int, workspace: str, n: int = FAN_O
         assert len(results) == n and all(r.success for r in results), results
 
     async def delegated(sup: Supervisor) -> None:
-        watch = Stopwatch(n)
+        watch = Stopwatch(_book(n), clock=time.perf_counter_ns)
         done = await sup.orchestrate("Go.", model=watch, workspace=workspace, max_concurrent=n)
         assert done.success, done.result
         assert len(done.tasks) == n, done.tasks

@@ -27,6 +27,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -50,11 +51,15 @@ BOOK = {
 
 
 class Stopwatch:
-    """A scripted model that notes when the orchestrator's task turn was answered and when
-    its next request came."""
+    """A scripted model (`book`: its script as JSON) that notes, on `clock`, when the
+    orchestrator's task turn was answered and when its next request (holding every result)
+    came."""
 
-    def __init__(self) -> None:
-        self.model = ScriptedModel.from_json(json.dumps(BOOK))
+    def __init__(
+        self, book: str | None = None, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.model = ScriptedModel.from_json(book if book is not None else json.dumps(BOOK))
+        self.clock = clock
         self.answered: float | None = None
         self.next_request: float | None = None
 
@@ -62,10 +67,10 @@ class Stopwatch:
         system = params.messages[0].content if params.messages else ""
         orchestrator = ORCHESTRATOR in system
         if orchestrator and self.answered is not None and self.next_request is None:
-            self.next_request = time.perf_counter()
+            self.next_request = self.clock()
         result = await self.model.complete(params)
         if orchestrator and self.answered is None:
-            self.answered = time.perf_counter()
+            self.answered = self.clock()
         return result
 
 
