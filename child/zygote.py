@@ -652,6 +652,11 @@ async def _play_parent(send: Any, receive: Any, workspace: str) -> bool:
 
 REHEARSAL_SECONDS = 10.0
 """A rehearsal that has not ended by then is abandoned: it only saves the children time."""
+REHEARSAL_WORKSPACE = "/"
+"""The rehearsed run's workspace: a directory every host has, which the run (one model turn
+that calls `complete` with no paths) only resolves and never writes. Not a temporary directory
+of the zygote's own: the zygote is SIGKILLed whenever its supervisor dies (its death signal),
+also mid-rehearsal, and would leave one behind each time."""
 
 
 def _rehearse() -> bool:
@@ -665,7 +670,6 @@ def _rehearse() -> bool:
     the thread `initialize` starts to import the agent machinery (already imported here) is
     joined. Returns whether the run succeeded (a failed rehearsal costs the children time,
     nothing else)."""
-    import tempfile
     import threading
 
     from tether.child.server import serve_streams
@@ -675,20 +679,19 @@ def _rehearse() -> bool:
     c2p_r, c2p_w = os.pipe()
     succeeded = False
     try:
-        with tempfile.TemporaryDirectory(prefix="tether-zygote-") as workspace:
 
-            async def session() -> None:
-                nonlocal succeeded
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(serve_streams, FdReceiveStream(p2c_r), FdSendStream(c2p_w))
-                    with anyio.move_on_after(REHEARSAL_SECONDS):
-                        succeeded = await _play_parent(
-                            FdSendStream(p2c_w), FdReceiveStream(c2p_r), workspace
-                        )
-                    if not succeeded:
-                        tg.cancel_scope.cancel()
+        async def session() -> None:
+            nonlocal succeeded
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(serve_streams, FdReceiveStream(p2c_r), FdSendStream(c2p_w))
+                with anyio.move_on_after(REHEARSAL_SECONDS):
+                    succeeded = await _play_parent(
+                        FdSendStream(p2c_w), FdReceiveStream(c2p_r), REHEARSAL_WORKSPACE
+                    )
+                if not succeeded:
+                    tg.cancel_scope.cancel()
 
-            anyio.run(session, backend="asyncio")
+        anyio.run(session, backend="asyncio")
     finally:
         for fd in (p2c_r, p2c_w, c2p_r, c2p_w):
             with contextlib.suppress(OSError):
