@@ -13,9 +13,10 @@ FD is one end of a `SOCK_SEQPACKET` unix socket pair; one message per datagram, 
                      or {"error": TEXT}
     parent → zygote  {"op": "release", "claims": NAME}
     zygote → parent  {"released": NAME}
-    parent → zygote  {"op": "reap", "pid": PID}
+    parent → zygote  {"op": "reap", "pid": PID, "alone": BOOL?}
     zygote → parent  {"pid": PID, "returncode": RC, "utime": S, "stime": S, "maxrss": KB}
-                     or {"error": TEXT}
+                     or {"error": TEXT}; with "alone": {"pid": PID, "alone": false} and no
+                     reap when anything the child started may still live (see below)
     parent → zygote  {"op": "standby"}
     zygote → parent  {"pid": PID or null, "parked": BOOL, "lost": N}
 
@@ -53,8 +54,16 @@ a lock held by another thread would stay locked in the child forever). It never 
 own: SIGCHLD keeps its default disposition, and a child stays a zombie, its pid (also its
 session and group id) held, until the supervisor has swept the child's tree and asks `reap`.
 Only the zombies of processes it did not fork are reaped unasked, with each `reap`
-(`_reap_strays`: a child run without the sandbox can make its processes the zygote's with
-`CLONE_PARENT`).
+(`_reap_strays`).
+
+The zygote is its children's subreaper (`PR_SET_CHILD_SUBREAPER`): a process a child started
+that outlives its parent is made the zygote's child, not init's (so is one a child made with
+`CLONE_PARENT`). The kernel does that before the dead parent becomes a zombie, so once a
+child's exit shows, everything it started that still runs is the zygote's child or a
+descendant of one: when the zygote's children are only those it forked (given out, or its
+standby), nothing of the dead child's tree is alive anywhere. `reap` with `"alone": true` asks
+exactly that and reaps only if so: the supervisor then needs no pass over /proc to judge the
+tree (`tether.parent.process.supervised`); otherwise it sweeps as always, then reaps.
 
 In the forked child, before any child code runs: the pipe ends go to fds 0/1/2 and every other
 fd is closed (the control socket included); the environment is replaced entirely, both libc's
@@ -98,7 +107,7 @@ import tether.contain.mounts
 import tether.contain.seccomp  # the sandbox of every forked child
 from tether.child import entry, fdguard
 from tether.contain.plan import Plan
-from tether.contain.privileges import set_dumpable
+from tether.contain.privileges import set_child_subreaper, set_dumpable
 from tether.contain.sequence import (
     arm_death_signal,
     contain,
@@ -275,28 +284,54 @@ def _become_child(
         os._exit(1)
 
 
-def _reap_strays(me: int, ours: set[int]) -> None:
-    """Reap the zygote's children that it did not fork. A child run without the sandbox may
-    make processes with `CLONE_PARENT` (the sandbox refuses it): they are the zygote's
-    children, and, as the zygote waits only for what it forked, each would stay a zombie here
-    for the zygote's life. Those still running are left to their tree's sweep. The list is
-    `/proc/PID/task/PID/children` (the zygote is one thread); a kernel without it
-    (`CONFIG_PROC_CHILDREN`) reaps none."""
+def _reap_strays(me: int, ours: set[int]) -> bool:
+    """Reap the zygote's children that it did not fork: processes its children started that
+    outlived their parent (the zygote is their subreaper), or made with `CLONE_PARENT` (the
+    sandbox refuses it). As the zygote waits only for what it forked, each would otherwise stay
+    a zombie here for the zygote's life. Those still running are left to their tree's sweep.
+    Whether none of them is still running, as far as the zygote can tell: `False` also when
+    the list cannot be read (`/proc/PID/task/PID/children`, the zygote is one thread; a kernel
+    without `CONFIG_PROC_CHILDREN` has none) or the zygote is nobody's subreaper."""
     try:
         fd = os.open(f"/proc/{me}/task/{me}/children", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return
+        return False
     try:
-        listed = os.read(fd, 1 << 16).split()
+        listed = _read_all(fd)
     except OSError:
-        return
+        return False
     finally:
         os.close(fd)
-    for raw in listed:
+    none_left = _SUBREAPER
+    for raw in listed.split():
         pid = int(raw)
         if pid not in ours:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                    none_left = False  # still running
+            except ChildProcessError:
+                pass
+    return none_left
+
+
+def _read_all(fd: int) -> bytes:
+    parts = []
+    while part := os.read(fd, 1 << 16):
+        parts.append(part)
+    return b"".join(parts)
+
+
+_SUBREAPER = False
+"""Whether this zygote is its children's subreaper (`main` makes it one where it can)."""
+
+
+def _become_subreaper() -> None:
+    global _SUBREAPER
+    try:
+        set_child_subreaper()
+    except OSError:
+        return
+    _SUBREAPER = True
 
 
 def _reap(pid: int) -> dict[str, Any]:
@@ -458,10 +493,19 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
                 standby = None
             reply = {"released": claims}
         elif op == "reap":
-            reply = _reap(int(request["pid"]))
-            given_out.discard(int(request["pid"]))
-            # A tree has just been swept: what its processes made the zygote's is dead too.
-            _reap_strays(me, given_out | ({standby.pid} if standby is not None else set()))
+            pid = int(request["pid"])
+            forked = given_out | ({standby.pid} if standby is not None else set())
+            # Asked with "alone", before any sweep: then, what the zygote's children made is
+            # told, not reaped. Asked without it, a tree has just been swept: what its
+            # processes made the zygote's is dead too.
+            alone = _reap_strays(me, forked)
+            if request.get("alone") and not alone:
+                reply = {"pid": pid, "alone": False}
+            else:
+                reply = _reap(pid)
+                given_out.discard(pid)
+                if request.get("alone"):
+                    reply["alone"] = True
         elif op == "standby":
             if standby is not None and not _hear_standby(standby):
                 poller.unregister(standby.sock)
@@ -705,6 +749,7 @@ def _rehearse() -> bool:
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     set_dumpable(False)
+    _become_subreaper()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # never auto-reap: children stay zombies
     _warm()
     gc.collect()

@@ -27,6 +27,7 @@ PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_SECUREBITS = 28
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_CHILD_SUBREAPER = 36
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 
@@ -58,6 +59,12 @@ def set_dumpable(dumpable: bool) -> None:
     (environ, mem, fd/, ...) are owned by root, by anyone without CAP_SYS_PTRACE — the same uid
     included. Reset to dumpable by the kernel at every exec of an ordinary program."""
     prctl(PR_SET_DUMPABLE, 1 if dumpable else 0)
+
+
+def set_child_subreaper() -> None:
+    """`PR_SET_CHILD_SUBREAPER`: a descendant orphaned by its parent's death is made this
+    process's child instead of init's. Not inherited by children; raises `OSError`."""
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
 def set_no_new_privs() -> None:

@@ -52,7 +52,11 @@ the child's session, process group and tree marker. A child that is `sealed_in_c
 leave: its sandbox, applied before its first instruction, allows no write outside its
 workspace and temp directories (cgroupfs included) and refuses `clone3` (no
 `CLONE_INTO_CGROUP`); for it, a v2 cgroup that says `populated 0` is the whole answer and the
-scans, linear in the host's process count, are skipped.
+scans, linear in the host's process count, are skipped. So are they for a child forked by the
+zygote whose cgroup holds nobody once it exited, when the zygote, its children's subreaper,
+shows that nothing the child started outlived it (`collect_if_alone`: every orphan of its tree
+would be the zygote's child; see `tether/child/zygote.py`). A tree that forked anything still
+alive gets the scans.
 """
 
 from __future__ import annotations
@@ -402,6 +406,8 @@ class SupervisedProcess:
         deadline = time.monotonic() + grace
         delay = 0.002
         cgroup = self.cgroup
+        if await self._alone(cgroup):
+            return []
         while True:
             if cgroup is not None and cgroup.announces_empty:
                 populated = cgroup.populated()
@@ -440,6 +446,18 @@ class SupervisedProcess:
                 return [p.pid for p in left if _alive(p)]
             await anyio.sleep(delay)
             delay = min(delay * 2, 0.05)
+
+    async def _alone(self, cgroup: ChildCgroup | None) -> bool:
+        """Whether the exited child's reaper shows that nothing it started outlived it, and has
+        reaped it (`collect_if_alone`): then nothing of the tree is alive, and no pass over
+        /proc is needed. Asked only when its cgroup, if it has one, holds nobody either."""
+        if self._alive() or self.sealed_in_cgroup:
+            return False
+        if cgroup is not None:
+            empty = cgroup.populated() is False if cgroup.announces_empty else not self._members()
+            if not empty:
+                return False
+        return await self.proc.collect_if_alone() is not None
 
     async def _settle_stderr(self) -> None:
         # Give the drain a moment to read what the dead child left in the pipe, so the tail

@@ -478,12 +478,18 @@ class Zygote:
             reply = await self._ask({"op": "reap", "pid": pid})
         except SpawnError:
             return None
-        if "returncode" not in reply:
+        return _status(reply)
+
+    async def reap_if_alone(self, pid: int) -> ExitStatus | None:
+        """Have the zygote reap its exited child `pid` if nothing the child started can still
+        be alive (see `tether/child/zygote.py`: the zygote is its children's subreaper);
+        `None`, and `pid` left a zombie, when that cannot be told (or the zygote is gone: the
+        caller's sweep and `reap` then say so)."""
+        try:
+            reply = await self._ask({"op": "reap", "pid": pid, "alone": True})
+        except SpawnError:
             return None
-        usage = resource.struct_rusage(
-            (float(reply["utime"]), float(reply["stime"]), int(reply["maxrss"])) + (0,) * 13
-        )
-        return ExitStatus(int(reply["returncode"]), usage)
+        return _status(reply) if reply.get("alone") is True else None
 
     # --- close --------------------------------------------------------------------------------
 
@@ -505,6 +511,16 @@ class Zygote:
                 if held is not None:
                     await _remove_when_empty(held[1], grace)
             self._standby_cgroup = self._next_cgroup = None
+
+
+def _status(reply: dict[str, Any]) -> ExitStatus | None:
+    """The exit status a reap's answer carries; `None` if it carries none (lost)."""
+    if "returncode" not in reply:
+        return None
+    usage = resource.struct_rusage(
+        (float(reply["utime"]), float(reply["stime"]), int(reply["maxrss"])) + (0,) * 13
+    )
+    return ExitStatus(int(reply["returncode"]), usage)
 
 
 async def _remove_when_empty(cgroup: ChildCgroup, within: float) -> None:
@@ -589,4 +605,14 @@ class ZygoteProcess(ChildProcess):
             self.lost = ZYGOTE_LOST
             status = ExitStatus(returncode=-int(signal.SIGKILL), rusage=None)
         self._set_status(status)
+        return self.status
+
+    async def collect_if_alone(self) -> ExitStatus | None:
+        if self.status is not None:
+            return self.status
+        if not self.exited():
+            return None
+        status = await self.zygote.reap_if_alone(self.zygote_pid)
+        if self.status is None and status is not None:
+            self._set_status(status)
         return self.status

@@ -21,10 +21,11 @@ import pytest
 from act_reports import ACT, HERE, cgroups_named, start_and_wait_for_report, status_field
 
 from tether.parent.models.scripted import ScriptedModel
+from tether.parent.process import supervised as supervised_module
 from tether.parent.process import zygote as zygote_module
 from tether.parent.process._keeper import REMOVE_SECONDS
 from tether.parent.process.env import build_child_env
-from tether.parent.process.host import PREFIX
+from tether.parent.process.host import PREFIX, host
 from tether.parent.process.isolation import private_env, probe_host
 from tether.parent.process.limits import DisposePolicy, Limits
 from tether.parent.process.proc import SpawnError
@@ -484,3 +485,57 @@ async def test_a_child_under_the_pidns_launcher_is_forked_by_a_zygote_in_a_names
     spawner, fallback, _, lineage = exec_d
     assert spawner == "exec" and fallback is not None and "environment" in fallback
     assert "_pidns.py" in lineage.split("|")[1] and "tether.child.zygote" not in lineage
+
+
+class _Passes:
+    """Counts the passes over /proc the supervisor's sweeps take."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = supervised_module.fresh_snapshot
+
+        async def counted() -> Any:
+            self.count += 1
+            return await real()
+
+        monkeypatch.setattr(supervised_module, "fresh_snapshot", counted)
+
+
+PROCESS_ZYGOTE = ChildConfig(spawner="zygote", isolation="process", dispose=FAST)
+"""Without the sandbox: a child that could leave its cgroup, whose sweep scans /proc."""
+
+
+async def test_a_zygote_child_that_started_nothing_is_judged_and_reaped_without_a_pass_over_proc(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    passes = _Passes(monkeypatch)
+    async with Supervisor(PROCESS_ZYGOTE) as sup:
+        with anyio.fail_after(DEADLINE):
+            result = await sup.run("finish", agent=ACT, workspace=HERE)
+        assert result.success, result
+        zygote = sup.zygote_pid
+        assert zygote is not None and result.pid is not None
+        assert result.pid not in {p.pid for p in psutil.Process(zygote).children()}, "unreaped"
+    assert passes.count == 0
+
+
+async def test_a_zygote_child_whose_grandchild_left_its_cgroup_and_outlived_it_gets_the_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The grandchild (in a session of its own) leaves the child's cgroup, then the child dies:
+    # its cgroup is empty, but the zygote, whose child the orphan now is, says it is not alone.
+    passes = _Passes(monkeypatch)
+    async with Supervisor(PROCESS_ZYGOTE) as sup:
+        handle, report = await start_and_wait_for_report(sup, "grandchild", deadline=DEADLINE)
+        grandchild = report["grandchild"]
+        for parent in host().parents.values():
+            (parent / "cgroup.procs").write_text(str(grandchild))
+        os.kill(report["pid"], signal.SIGKILL)
+        with anyio.fail_after(DEADLINE):
+            result = await handle.result()
+        assert result.failure is not None and result.failure.kind == "killed", result
+        assert not _alive(grandchild) and not _alive(report["pid"])
+        zygote = sup.zygote_pid
+        assert zygote is not None
+        assert result.pid not in {p.pid for p in psutil.Process(zygote).children()}, "unreaped"
+    assert passes.count >= 1
