@@ -182,9 +182,11 @@ class Limits:
             ("memory", MAX_BYTES),
             ("file_size", MAX_BYTES),
             ("processes", MAX_PROCESSES),
-            ("open_files", max_open_files()),
+            ("open_files", None),
         ):
             value = getattr(self, name)
+            if value is not None and most is None:
+                most = max_open_files()  # a read of /proc: only when a limit is set
             if value is not None and value > most:
                 raise ValueError(f"{name}: {value!r} is more than this host can apply ({most})")
 

@@ -136,6 +136,7 @@ async def spawn_child(
     network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
     layer: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> SupervisedChild: ...
 
 
@@ -154,6 +155,7 @@ async def spawn_child(
     network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
     layer: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> SupervisedProcess: ...
 
 
@@ -171,13 +173,15 @@ async def spawn_child(
     network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
     layer: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> SupervisedProcess:
     """Start one child at isolation `level` (its plan computed by `isolation_setup`, the one
     place that decides it); raises `SpawnError` when it cannot start (nothing is left
     behind). `wire="raw"`: a foreign agent whose pipes the caller drives. `network`: the
     listeners of the parent's a sandboxed child may reach (its `channel` descriptor is passed
     to the child); `workspace_read_only`: the sandbox grants the workspace read only; `layer`:
-    a layered workspace's layer directory, an overlay over the workspace (`Plan.layer`).
+    a layered workspace's layer directory, an overlay over the workspace (`Plan.layer`);
+    `env`: `child_env(cfg)` when the caller has it already (it is not built twice).
 
     A zygote that stands for the launcher (`contained_by`) forks the child as a local one,
     in its own containment; when it cannot (`spawner="auto"`), the child is started by exec
@@ -194,6 +198,7 @@ async def spawn_child(
         network=network,
         workspace_read_only=workspace_read_only,
         layer=layer,
+        base_env=child_env(cfg) if env is None else env,
     )
     if launcher is not None and contained_by(spawner, launcher):
         try:
@@ -219,6 +224,7 @@ async def _spawn_child(
     network: PrivateNetwork | None,
     workspace_read_only: bool,
     layer: str | None,
+    base_env: dict[str, str],
 ) -> SupervisedProcess:
     setup = isolation_setup(
         level,
@@ -236,7 +242,7 @@ async def _spawn_child(
     in_cgroup = host.tier != "process-group"
     try:
         marker = new_tree_marker()
-        env = merged_env(child_env(cfg), setup.setup, cfg.env)
+        env = merged_env(base_env, setup.setup, cfg.env)
         env[TREE_ENV] = marker
         argv = _launched(setup.argv, env, cfg, limits, launcher, workspace)
         rlimits = _rlimits(limits, host, in_cgroup=in_cgroup)

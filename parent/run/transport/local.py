@@ -89,6 +89,7 @@ class LocalProcess:
             spawner=spawner,
             network=request.network,
             workspace_read_only=request.workspace_read_only,
+            env=env,
         ) as child:
             yield ObtainedChild(
                 child,
@@ -125,6 +126,7 @@ def spawned(
     wire: Literal["tether"] = "tether",
     network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
+    env: dict[str, str] | None = None,
 ) -> AbstractAsyncContextManager[SupervisedChild]: ...
 
 
@@ -138,6 +140,7 @@ def spawned(
     wire: Literal["raw"],
     network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
+    env: dict[str, str] | None = None,
 ) -> AbstractAsyncContextManager[SupervisedProcess]: ...
 
 
@@ -150,11 +153,13 @@ def spawned(
     wire: Literal["tether", "raw"] = "tether",
     network: PrivateNetwork | None = None,
     workspace_read_only: bool = False,
+    env: dict[str, str] | None = None,
 ) -> AbstractAsyncContextManager[SupervisedProcess]:
     """Start one local child process for `request` through the one spawn path, registered
     while it lives; leaving the context disposes of it (the ladder). Raises `SpawnError` when
     it cannot start. `wire="raw"`: a foreign agent whose pipes the caller drives; `network`,
-    `workspace_read_only`: a sandboxed foreign agent's (see `spawn_child`)."""
+    `workspace_read_only`: a sandboxed foreign agent's; `env`: the child's environment when
+    the caller has built it (see `spawn_child`)."""
     return _spawned(
         request,
         registrar,
@@ -163,6 +168,7 @@ def spawned(
         wire=wire,
         network=network,
         workspace_read_only=workspace_read_only,
+        env=env,
     )
 
 
@@ -176,6 +182,7 @@ async def _spawned(
     wire: Literal["tether", "raw"],
     network: PrivateNetwork | None,
     workspace_read_only: bool,
+    env: dict[str, str] | None,
 ) -> AsyncIterator[SupervisedProcess]:
     child = await spawn_child(
         request.config,
@@ -190,6 +197,7 @@ async def _spawned(
         network=network,
         workspace_read_only=workspace_read_only,
         layer=request.layer,
+        env=env,
     )
     registrar.register(child)
     try:
