@@ -1,5 +1,9 @@
 """The HTTP layer the model providers share: one JSON POST with timeouts and bounded retries.
 
+Connections. A model given a client of its own (`client=`) uses it; one built from a model
+string shares its event loop's kept-alive client while a supervisor is open (`http_pool.py`),
+and outside one has a client of its own for each turn, closed after it.
+
 Retried: HTTP 408, 409, 429, 5xx (529 "overloaded" included) and transport failures
 (connection refused or reset, timeouts, a server hanging up mid-reply). Every other status
 fails at once. Between attempts the wait is exponential with jitter, or what the server's
@@ -25,6 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import httpx
 
+from tether.parent.models.http_pool import pooled_client
 from tether.parent.models.retry import RetryPolicy
 from tether.protocol import ErrorCode, RemoteError
 from tether.protocol.messages import ModelCompleteParams, ModelCompleteResult
@@ -183,12 +188,22 @@ async def post_json(
         tries = "1 attempt" if retry.max_attempts == 1 else f"{retry.max_attempts} attempts"
         raise model_error(f"{provider}: {where} failed after {tries}; last: {last}")
 
+    if client is None:
+        client = pooled_client(lambda limits: _client(DEFAULT_TIMEOUT, limits))
     if client is not None:
         return await attempt(client)
-    async with httpx.AsyncClient(
-        timeout=make_timeout(request_timeout), verify=_ssl_context()
-    ) as own:
+    async with _client(request_timeout) as own:
         return await attempt(own)
+
+
+def _client(request_timeout: float, limits: httpx.Limits | None = None) -> httpx.AsyncClient:
+    """A client as every turn's: its timeouts, the one verifying context, the environment's
+    proxies."""
+    return httpx.AsyncClient(
+        timeout=make_timeout(request_timeout),
+        verify=_ssl_context(),
+        limits=limits or httpx.Limits(),
+    )
 
 
 def check_base_url(provider: str, url: str) -> str:

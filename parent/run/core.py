@@ -44,6 +44,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from tether.contain.privileges import set_dumpable
+from tether.parent.models.http_pool import pooled
 from tether.parent.process.cgroups import sweep_stale_once
 from tether.parent.process.config import DEFAULT_COMMAND, ChildConfig, PoolSpec, pool_key
 from tether.parent.process.env import build_child_env
@@ -191,8 +192,15 @@ class SupervisorCore(EventBus):
         raise_open_files_limit()
         # What supervisors that were SIGKILLed left behind (their keeper may have died too).
         sweep_stale_once()
+        # Models built from strings keep their connections alive while the supervisor is open.
+        self._http = pooled()
+        await self._http.__aenter__()
         self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        try:
+            await self._tg.__aenter__()
+        except BaseException:
+            await self._http.__aexit__(None, None, None)
+            raise
         if self._pool is not None:
             self._pool.start(self._tg)
         return self
@@ -228,6 +236,7 @@ class SupervisorCore(EventBus):
             if keeper is not None:
                 with anyio.CancelScope(shield=True):
                     await keeper.aclose()
+            await self._http.__aexit__(None, None, None)
         return None
 
     async def _close_services(self) -> None:

@@ -31,6 +31,8 @@ class Received:
     headers: dict[str, str]
     """Lower-cased names."""
     body: Any
+    peer: int = 0
+    """The client's port: one per connection."""
 
 
 class ModelServer:
@@ -61,6 +63,7 @@ class ModelServer:
                             self.path,
                             {k.lower(): v for k, v in self.headers.items()},
                             body,
+                            int(self.client_address[1]),
                         )
                     )
                     reply = owner.replies.popleft() if owner.replies else None
