@@ -78,6 +78,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _cmdline(proc: psutil.Process) -> list[str]:
+    """What /proc/PID/cmdline shows, read again while it is empty: a process caught in its exec
+    shows none for a moment (see `_environ`)."""
+    deadline = time.monotonic() + DEADLINE
+    while not (words := proc.cmdline()):
+        assert time.monotonic() < deadline, f"{proc.pid} shows no command line"
+        time.sleep(0.001)
+    return words
+
+
 def _environ(pid: int) -> dict[str, str]:
     """What /proc/PID/environ shows. A process that has just exec'd can show an empty block for
     a moment: `Popen` returns once the exec is past its point of no return (the close-on-exec
@@ -461,7 +471,7 @@ async def test_a_child_under_the_pidns_launcher_is_forked_by_a_zygote_in_a_names
             parent = child.parent()
             assert parent is not None
             # A zygote's child: its parent, the zygote; an exec'd one: the launcher's shim.
-            lineage = " ".join([*parent.cmdline(), "|", *child.cmdline()])
+            lineage = " ".join([*_cmdline(parent), "|", *_cmdline(child)])
             seen.append((ev.spawner, ev.fallback, _namespace(ev.pid), lineage))
 
     big = {f"TETHER_TEST_BIG_{i}": "x" * 4000 for i in range(20)}  # more than the zygote's area
