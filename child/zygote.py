@@ -51,10 +51,12 @@ use.
 
 The zygote is single-threaded and runs no event loop (a fork copies only the calling thread, so
 a lock held by another thread would stay locked in the child forever). It never reaps on its
-own: SIGCHLD keeps its default disposition, and a child stays a zombie, its pid (also its
-session and group id) held, until the supervisor has swept the child's tree and asks `reap`.
-Only the zombies of processes it did not fork are reaped unasked, with each `reap`
-(`_reap_strays`).
+own what it forked: SIGCHLD has a handler that does nothing but wake its poll (never the
+ignore disposition, with which the kernel would reap), and a child stays a zombie, its pid
+(also its session and group id) held, until the supervisor has swept the child's tree and
+asks `reap`. Only the processes it did not fork are reaped unasked, the moment one dies
+(`_reap_strays`, on each SIGCHLD and each `reap`): a zombie is charged to its tree's cgroup,
+so one held here would count against that tree's process limit.
 
 The zygote is its children's subreaper (`PR_SET_CHILD_SUBREAPER`): a process a child started
 that outlives its parent is made the zygote's child, not init's (so is one a child made with
@@ -90,6 +92,7 @@ import select
 import signal
 import socket
 import sys
+import time
 from typing import Any
 
 # Everything a child runs, imported once here and shared copy-on-write with every child.
@@ -247,6 +250,7 @@ def _become_child(
     `joined`: the standby cgroup this process is in already (a standby's); when the request
     claims it, the supervisor has made it this child's, and there is nothing to join."""
     try:
+        _forget_deaths()
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
         # The namespaces the zygote made ahead, each at 3 + its place in `extraFds`.
@@ -312,6 +316,45 @@ def _reap_strays(me: int, ours: set[int]) -> bool:
             except ChildProcessError:
                 pass
     return none_left
+
+
+def _hear_deaths() -> int | None:
+    """A descriptor that turns readable whenever a child of the zygote changes state: SIGCHLD
+    gets a handler that does nothing (a disposition other than ignore: the kernel reaps
+    nothing on its own) and Python's wakeup descriptor. Every forked process undoes both first
+    (`_forget_deaths`). `None` where it cannot be had (the zygote then reaps strays only with
+    each `reap`)."""
+    try:
+        r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, _noted)
+    except (OSError, ValueError):
+        signal.set_wakeup_fd(-1)
+        os.close(r)
+        os.close(w)
+        return None
+    return r
+
+
+def _noted(signum: int, frame: object) -> None:
+    """SIGCHLD's handler in the zygote: the wakeup descriptor carries the news."""
+
+
+def _forget_deaths() -> None:
+    """In a process the zygote forked, before anything else: no wakeup descriptor (its number
+    is closed here and may be reused: a signal would write a byte into whatever took it) and
+    SIGCHLD's default disposition."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+def _drain(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError):
+        while os.read(fd, 4096):
+            pass
 
 
 def _read_all(fd: int) -> bytes:
@@ -381,6 +424,7 @@ def _stand_by(sock: socket.socket, zygote: int, cgroup: dict[str, Any] | None) -
     the kernel's migration lock (an RCU grace period, 7-30 ms on a stock host), and the
     supervisor makes this cgroup the child's at the request, its limits written in."""
     try:
+        _forget_deaths()
         keep = sock.fileno()
         null = os.open(os.devnull, os.O_RDWR)
         for target in (0, 1, 2):
@@ -441,22 +485,32 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
     """The children whose pid the supervisor has, until it asks to reap them."""
     poller = select.poll()
     poller.register(sock, select.POLLIN)
+    died = _hear_deaths()
+    if died is not None:
+        poller.register(died, select.POLLIN)
+    quiet_since = time.monotonic()
     while True:
         wait = None
         if standby is None and standby_after is not None and lost < MAX_LOST:
-            wait = int(standby_after * 1000)
+            wait = max(0, int((quiet_since + standby_after - time.monotonic()) * 1000))
         ready = {fd for fd, _ in poller.poll(wait)}
         if not ready:
             standby = _fork_standby(me, standby_cgroup)
             if standby is not None:
                 poller.register(standby.sock, select.POLLIN)
             continue
+        if died is not None and died in ready:
+            # A child of the zygote changed state: what it did not fork is reaped the moment it
+            # dies (a zombie it holds is charged to its tree's cgroup until reaped).
+            _drain(died)
+            _reap_strays(me, given_out | ({standby.pid} if standby is not None else set()))
         if standby is not None and standby.sock.fileno() in ready and not _hear_standby(standby):
             poller.unregister(standby.sock)
             _lose(standby)
             standby, lost = None, lost + 1
         if sock.fileno() not in ready:
             continue
+        quiet_since = time.monotonic()
         try:
             data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
         except (ConnectionError, OSError):

@@ -9,6 +9,7 @@ PYTHONPATH). The prompt says what the child does. Not collected by pytest: no `t
     grandchild    start `sleep 60` in a session of its own, report both pids, then wait
     orphans N     make N processes with CLONE_PARENT (children of the zygote) that exit at
                   once, report their pids, then answer
+    strays N      as `orphans N`, then wait instead of answering
 """
 
 from __future__ import annotations
@@ -44,10 +45,12 @@ class Act:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             await ctx.emit("report", me)
             time.sleep(60)  # noqa: ASYNC251 - deaf on purpose
-        if self.word == "orphans":
+        if self.word in ("orphans", "strays"):
             me["orphans"] = [_clone_parent() for _ in range(int(self.arg))]
             await ctx.emit("report", me)
-            return Finished(summary="orphans", message="made")
+            if self.word == "orphans":
+                return Finished(summary="orphans", message="made")
+            await anyio.sleep_forever()
         if self.word == "grandchild":
             sleeper = subprocess.Popen(  # noqa: ASYNC220 - instant
                 ["sleep", "60"],

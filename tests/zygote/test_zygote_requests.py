@@ -228,6 +228,37 @@ async def test_processes_a_child_made_the_zygotes_own_are_reaped_by_the_zygote()
         assert zombies == [], "the zygote kept zombies"
 
 
+async def test_processes_a_child_made_the_zygotes_own_are_reaped_the_moment_they_die(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Not at the next request: a zombie the zygote held would be charged to the child's cgroup
+    # (its process limit) for as long as the child's run goes on. No request is made here.
+    asked: list[object] = []
+    exchange = Zygote._exchange
+
+    async def counted(
+        self: Zygote, message: dict[str, object], *args: object, **kw: object
+    ) -> object:
+        asked.append(message.get("op"))
+        return await exchange(self, message, *args, **kw)  # type: ignore[arg-type]
+
+    async with Supervisor(ChildConfig(spawner="zygote", isolation="process", dispose=FAST)) as sup:
+        handle, report = await start_and_wait_for_report(sup, "strays 20", deadline=DEADLINE)
+        zygote = sup.zygote_pid
+        assert zygote is not None
+        monkeypatch.setattr(Zygote, "_exchange", counted)
+        orphans = {int(str(p)) for p in report["orphans"]}  # type: ignore[attr-defined]
+        assert len(orphans) == 20
+        with anyio.fail_after(DEADLINE):
+            while orphans & {p.pid for p in psutil.Process(zygote).children()}:
+                await anyio.sleep(0.02)
+        assert asked == [], "the zygote was asked something meanwhile"
+        assert not handle.done
+        handle.abort()
+        with anyio.fail_after(DEADLINE):
+            await handle.result()
+
+
 async def test_closing_a_zygote_ends_a_request_waiting_for_its_answer_at_once() -> None:
     zygote = await Zygote.start(build_child_env(os.environ), standby_after=None)
     try:
