@@ -8,15 +8,15 @@ FD is one end of a `SOCK_SEQPACKET` unix socket pair; one message per datagram, 
     parent → zygote  {"op": "spawn", "env": {...}, "rlimits": {NAME: [soft, hard]},
                       "cgroupProcs": [path, ...], "cwd": DIR, "argv": [extra, ...],
                       "claims": NAME?, "nextCgroup": {"id": NAME, "procs": [path, ...]}?}
-                     with three fds (SCM_RIGHTS): the child's stdin, stdout, stderr
+                     with four fds (SCM_RIGHTS): the child's stdin, stdout, stderr, and
+                     the zygote's end of the child's verdict socket (`tether.child.verdicts`)
     zygote → parent  {"pid": PID, "standby": BOOL} with one fd: the child's pidfd,
                      or {"error": TEXT}
     parent → zygote  {"op": "release", "claims": NAME}
     zygote → parent  {"released": NAME}
-    parent → zygote  {"op": "reap", "pid": PID, "alone": BOOL?}
+    parent → zygote  {"op": "reap", "pid": PID}
     zygote → parent  {"pid": PID, "returncode": RC, "utime": S, "stime": S, "maxrss": KB}
-                     or {"error": TEXT}; with "alone": {"pid": PID, "alone": false} and no
-                     reap when anything the child started may still live (see below)
+                     or {"error": TEXT}
     parent → zygote  {"op": "standby"}
     zygote → parent  {"pid": PID or null, "parked": BOOL, "lost": N}
 
@@ -63,9 +63,10 @@ that outlives its parent is made the zygote's child, not init's (so is one a chi
 `CLONE_PARENT`). The kernel does that before the dead parent becomes a zombie, so once a
 child's exit shows, everything it started that still runs is the zygote's child or a
 descendant of one: when the zygote's children are only those it forked (given out, or its
-standby), nothing of the dead child's tree is alive anywhere. `reap` with `"alone": true` asks
-exactly that and reaps only if so: the supervisor then needs no pass over /proc to judge the
-tree (`tether.parent.process.supervised`); otherwise it sweeps as always, then reaps.
+standby), nothing of the dead child's tree is alive anywhere. The child's verdict says so the
+moment it exits (`tether.child.verdicts`): the supervisor then needs no pass over /proc to
+judge the tree (`tether.parent.process.supervised`); otherwise it sweeps as always. Either way
+the child stays a zombie until the supervisor closes its end of the verdict socket.
 
 In the forked child, before any child code runs: the pipe ends go to fds 0/1/2 and every other
 fd is closed (the control socket included); the environment is replaced entirely, both libc's
@@ -109,6 +110,7 @@ import tether.contain.landlock
 import tether.contain.mounts
 import tether.contain.seccomp  # the sandbox of every forked child
 from tether.child import entry, fdguard
+from tether.child.verdicts import Verdicts
 from tether.contain.plan import Plan
 from tether.contain.privileges import set_child_subreaper, set_dumpable
 from tether.contain.sequence import (
@@ -485,6 +487,15 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
     """The children whose pid the supervisor has, until it asks to reap them."""
     poller = select.poll()
     poller.register(sock, select.POLLIN)
+
+    def forked() -> set[int]:
+        return given_out | ({standby.pid} if standby is not None else set())
+
+    def reaped(pid: int) -> None:
+        given_out.discard(pid)
+        _reap_strays(me, forked())  # what its processes made the zygote's is dead too
+
+    verdicts = Verdicts(poller, lambda: _reap_strays(me, forked()), reaped)
     died = _hear_deaths()
     if died is not None:
         poller.register(died, select.POLLIN)
@@ -503,7 +514,9 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
             # A child of the zygote changed state: what it did not fork is reaped the moment it
             # dies (a zombie it holds is charged to its tree's cgroup until reaped).
             _drain(died)
-            _reap_strays(me, given_out | ({standby.pid} if standby is not None else set()))
+            _reap_strays(me, forked())
+        for fd in ready:
+            verdicts.handle(fd)
         if standby is not None and standby.sock.fileno() in ready and not _hear_standby(standby):
             poller.unregister(standby.sock)
             _lose(standby)
@@ -512,7 +525,7 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
             continue
         quiet_since = time.monotonic()
         try:
-            data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
+            data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 4)
         except (ConnectionError, OSError):
             return
         if not data:
@@ -530,12 +543,17 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
             standby_cgroup = None  # the supervisor made it the child's
         if op == "spawn":
             reply: dict[str, Any]
+            verdict = fds.pop() if len(fds) == 4 else None  # the zygote's to keep
             if len(fds) != 3:
-                reply = {"error": f"a spawn needs 3 fds, got {len(fds)}"}
+                reply = {"error": f"a spawn needs 3 fds and a verdict socket, got {len(fds)}"}
             else:
                 reply, standby, lost = _spawn(request, fds, claims, standby, lost, poller, me)
             if "pid" in reply:
                 given_out.add(int(reply["pid"]))
+                if verdict is not None:
+                    verdicts.watch(int(reply["pid"]), verdict)
+            elif verdict is not None:
+                os.close(verdict)
             for fd in fds:
                 os.close(fd)
             if "nextCgroup" in request:
@@ -548,18 +566,9 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
             reply = {"released": claims}
         elif op == "reap":
             pid = int(request["pid"])
-            forked = given_out | ({standby.pid} if standby is not None else set())
-            # Asked with "alone", before any sweep: then, what the zygote's children made is
-            # told, not reaped. Asked without it, a tree has just been swept: what its
-            # processes made the zygote's is dead too.
-            alone = _reap_strays(me, forked)
-            if request.get("alone") and not alone:
-                reply = {"pid": pid, "alone": False}
-            else:
-                reply = _reap(pid)
-                given_out.discard(pid)
-                if request.get("alone"):
-                    reply["alone"] = True
+            reply = _reap(pid)
+            verdicts.forget(pid)
+            reaped(pid)
         elif op == "standby":
             if standby is not None and not _hear_standby(standby):
                 poller.unregister(standby.sock)

@@ -393,13 +393,17 @@ class Zygote:
         claimed = self._claimed.pop(tuple(spec.cgroup_procs), None)
         claims = claimed[0] if claimed is not None else None
         received: list[int] = []
+        verdict: socket.socket | None
+        verdict, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             with stdio_pipes() as pipes:  # ours are closed if this raises
                 # A spawn that claimed the standby's cgroup cannot be cancelled while it waits
                 # for its turn: the zygote must hear of the claim (the standby is in that cgroup).
                 with anyio.CancelScope(shield=claims is not None):
                     async with self._turn:
-                        reply = await self._fork(spec, claims, list(pipes.child), received)
+                        fds = [*pipes.child, theirs.fileno()]
+                        reply = await self._fork(spec, claims, fds, received)
+                theirs.close()  # the zygote has its own
                 self.forks["standby" if reply.get("standby") else "fresh"] += 1
                 zygote_pid = int(reply["pid"])
                 pid: int | None = zygote_pid
@@ -412,8 +416,17 @@ class Zygote:
                     self.proc.send_signal(signal.SIGKILL)
                     raise SpawnError(self.broken or "")
                 pidfd = received.pop(0) if received else None
-                return ZygoteProcess(self, pid, *pipes.ours, pidfd=pidfd, zygote_pid=zygote_pid)
+                assert verdict is not None
+                verdict.setblocking(False)
+                child = ZygoteProcess(
+                    self, pid, *pipes.ours, pidfd=pidfd, zygote_pid=zygote_pid, verdict=verdict
+                )
+                verdict = None  # the child's now
+                return child
         finally:
+            theirs.close()
+            if verdict is not None:
+                verdict.close()
             for fd in received:
                 os.close(fd)
 
@@ -479,17 +492,6 @@ class Zygote:
         except SpawnError:
             return None
         return _status(reply)
-
-    async def reap_if_alone(self, pid: int) -> ExitStatus | None:
-        """Have the zygote reap its exited child `pid` if nothing the child started can still
-        be alive (see `tether/child/zygote.py`: the zygote is its children's subreaper);
-        `None`, and `pid` left a zombie, when that cannot be told (or the zygote is gone: the
-        caller's sweep and `reap` then say so)."""
-        try:
-            reply = await self._ask({"op": "reap", "pid": pid, "alone": True})
-        except SpawnError:
-            return None
-        return _status(reply) if reply.get("alone") is True else None
 
     # --- close --------------------------------------------------------------------------------
 
@@ -573,12 +575,18 @@ class ZygoteProcess(ChildProcess):
         *,
         pidfd: int | None = None,
         zygote_pid: int | None = None,
+        verdict: socket.socket | None = None,
     ) -> None:
         # The zygote does not reap it before we ask, so the pid cannot have been reused yet.
         super().__init__(None, stdin, stdout, stderr, pid=pid, pidfd=pidfd)
         self.zygote = zygote
         self.zygote_pid = pid if zygote_pid is None else zygote_pid
         """The child's pid as the zygote knows it (in its PID namespace, when it has one)."""
+        self._verdict_sock = verdict
+        """Our end of the child's verdict socket (`tether.child.verdicts`); closing it lets
+        the zygote reap the child."""
+        self._verdict: dict[str, Any] | None = None
+        """What the zygote said when the child exited (empty: it said nothing)."""
 
     def exited(self) -> bool:
         if self.status is not None:
@@ -596,9 +604,15 @@ class ZygoteProcess(ChildProcess):
         return self.status
 
     async def collect(self) -> ExitStatus | None:
+        """The exit status: the one the child's verdict carried (the zygote reaps the child
+        once our end of the verdict socket is closed, here), else asked of the zygote."""
         if self.status is not None or not self.exited():
             return self.status
-        status = await self.zygote.reap(self.zygote_pid)
+        said = await self._hear_verdict()
+        status = _status(said)
+        if status is None:
+            status = await self.zygote.reap(self.zygote_pid)
+        self._release()
         if self.status is not None:
             return self.status  # another caller collected it meanwhile
         if status is None:
@@ -612,7 +626,46 @@ class ZygoteProcess(ChildProcess):
             return self.status
         if not self.exited():
             return None
-        status = await self.zygote.reap_if_alone(self.zygote_pid)
-        if self.status is None and status is not None:
+        said = await self._hear_verdict()
+        status = _status(said) if said.get("alone") is True else None
+        if status is None:
+            return None  # the zombie stays until the sweep is done (`collect`)
+        self._release()
+        if self.status is None:
             self._set_status(status)
         return self.status
+
+    async def _hear_verdict(self) -> dict[str, Any]:
+        """What the zygote said of the exited child (once read, kept); empty when it said
+        nothing within `REPLY_SECONDS`, has no verdict socket, or is gone."""
+        if self._verdict is not None:
+            return self._verdict
+        sock, said = self._verdict_sock, b""
+        if sock is not None:
+            with anyio.move_on_after(REPLY_SECONDS):
+                while True:
+                    try:
+                        said = sock.recv(MAX_MESSAGE)
+                    except BlockingIOError:
+                        await anyio.wait_readable(sock)
+                        continue
+                    except OSError:
+                        said = b""
+                    break
+        try:
+            got = json.loads(said) if said else {}
+        except ValueError:
+            got = {}
+        self._verdict = got if isinstance(got, dict) else {}
+        return self._verdict
+
+    def _release(self) -> None:
+        """Close our end of the verdict socket: the tree is judged, the zygote may reap."""
+        sock, self._verdict_sock = self._verdict_sock, None
+        if sock is not None:
+            anyio.notify_closing(sock)
+            sock.close()
+
+    def close_pipes(self) -> None:
+        super().close_pipes()
+        self._release()

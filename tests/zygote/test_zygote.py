@@ -498,17 +498,34 @@ async def test_a_child_under_the_pidns_launcher_is_forked_by_a_zygote_in_a_names
 
 
 class _Passes:
-    """Counts the passes over /proc the supervisor's sweeps take."""
+    """Counts the passes over /proc the supervisor's sweeps take, and notes at each whether
+    `watched` (a pid) was still a zombie then (held by the zygote for the sweep)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
+        self.watched: int | None = None
+        self.zombie_then: list[bool] = []
         real = supervised_module.fresh_snapshot
 
         async def counted() -> Any:
             self.count += 1
+            if self.watched is not None:
+                try:
+                    zombie = psutil.Process(self.watched).status() == psutil.STATUS_ZOMBIE
+                except psutil.NoSuchProcess:
+                    zombie = False
+                self.zombie_then.append(zombie)
             return await real()
 
         monkeypatch.setattr(supervised_module, "fresh_snapshot", counted)
+
+
+async def _reaped_by(zygote: int, pid: int | None) -> None:
+    """Wait until the zygote has reaped `pid` (it does once the supervisor lets the child go)."""
+    assert pid is not None
+    with anyio.fail_after(DEADLINE):
+        while pid in {p.pid for p in psutil.Process(zygote).children()}:
+            await anyio.sleep(0.005)
 
 
 PROCESS_ZYGOTE = ChildConfig(spawner="zygote", isolation="process", dispose=FAST)
@@ -524,8 +541,8 @@ async def test_a_zygote_child_that_started_nothing_is_judged_and_reaped_without_
             result = await sup.run("finish", agent=ACT, workspace=HERE)
         assert result.success, result
         zygote = sup.zygote_pid
-        assert zygote is not None and result.pid is not None
-        assert result.pid not in {p.pid for p in psutil.Process(zygote).children()}, "unreaped"
+        assert zygote is not None
+        await _reaped_by(zygote, result.pid)
     assert passes.count == 0
 
 
@@ -540,6 +557,7 @@ async def test_a_zygote_child_whose_grandchild_left_its_cgroup_and_outlived_it_g
         grandchild = report["grandchild"]
         for parent in host().parents.values():
             (parent / "cgroup.procs").write_text(str(grandchild))
+        passes.watched = report["pid"]
         os.kill(report["pid"], signal.SIGKILL)
         with anyio.fail_after(DEADLINE):
             result = await handle.result()
@@ -547,5 +565,7 @@ async def test_a_zygote_child_whose_grandchild_left_its_cgroup_and_outlived_it_g
         assert not _alive(grandchild) and not _alive(report["pid"])
         zygote = sup.zygote_pid
         assert zygote is not None
-        assert result.pid not in {p.pid for p in psutil.Process(zygote).children()}, "unreaped"
+        await _reaped_by(zygote, result.pid)
     assert passes.count >= 1
+    # Its pid (its session's and group's) was held through the sweep, not reused meanwhile.
+    assert passes.zombie_then and all(passes.zombie_then), passes.zombie_then
