@@ -44,10 +44,14 @@ by the zygote's pid (`ZygoteProcess.zygote_pid`).
 
 A zygote-forked child is not the supervisor's child, so `ZygoteProcess` differs from
 `ChildProcess` only where that matters: exit is seen through `pidfd_open(pid)` (which works for
-any process), and `collect()` asks the zygote to `wait4` the pid and report the status and
-rusage. The zygote never reaps on its own, so the child stays a zombie — its pid, session and
-group id held — until the supervisor has swept the tree, exactly as a cold child. Signals go
-through the pidfd. If the zygote dies, its children die of their PR_SET_PDEATHSIG; their
+any process), and the status comes from the zygote. Each spawn hands the zygote one end of a
+socket pair made for that child (its verdict socket, `tether/child/verdicts.py`): the moment the
+child exits the zygote writes its status and rusage there, and whether anything the child
+started still runs (`collect_if_alone`: if not, the tree needs no sweep), without waiting to be
+asked; `collect()` reads it (or, when it carried no status, asks `reap`). The zygote reaps the
+child only once the supervisor closes its end, so the child stays a zombie — its pid, session
+and group id held — until the supervisor has swept the tree, exactly as a cold child. Signals
+go through the pidfd. If the zygote dies, its children die of their PR_SET_PDEATHSIG; their
 status is lost and `ZygoteProcess.lost` says why, which the run's result reports.
 """
 
