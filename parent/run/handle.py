@@ -763,8 +763,9 @@ class RunHandle:
 
     async def _obtain_and_drive(self, observed: Observed) -> Observed:
         # Everything up to obtaining the child is synchronous: a run cancelled before its task
-        # got here must stop at this checkpoint, not start a child only to take it down again.
-        await anyio.lowlevel.checkpoint()
+        # got here must stop here, not start a child only to take it down again (no turn of
+        # the event loop is needed to see it: the task has just been scheduled).
+        await anyio.lowlevel.checkpoint_if_cancelled()
         cfg = self._config
         egress = self.egress
         network: PrivateNetwork | None = None
