@@ -117,7 +117,7 @@ class SupervisorCore(EventBus):
         self._keeper: Keeper | None = None
         self._keeper_tried = False
         self._zygote: Zygote | None = None
-        self._zygote_lock = anyio.Lock()
+        self._zygote_lock = anyio.Lock(fast_acquire=True)  # every zygote spawn takes it
         self._zygote_fork = ZygoteSpawner(lambda: self._zygote, skip=len(DEFAULT_COMMAND))
         self._zygote_failed: str | None = None
         """Why the zygote could not start (`spawner="auto"` then uses exec)."""
