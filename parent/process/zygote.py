@@ -646,7 +646,7 @@ class ZygoteProcess(ChildProcess):
             return self._verdict
         sock, said = self._verdict_sock, b""
         if sock is not None:
-            with anyio.move_on_after(REPLY_SECONDS):
+            with anyio.move_on_after(REPLY_SECONDS) as waited:
                 while True:
                     try:
                         said = sock.recv(MAX_MESSAGE)
@@ -656,6 +656,12 @@ class ZygoteProcess(ChildProcess):
                     except OSError:
                         said = b""
                     break
+            if waited.cancelled_caught:
+                # Its child has exited, and it says nothing: a stalled zygote, given up as one
+                # that does not answer a request (its `reap` then fails at once: lost).
+                zygote = self.zygote
+                zygote._break(f"the zygote did not tell a child's end within {REPLY_SECONDS:g}s")
+                zygote.proc.send_signal(signal.SIGKILL)
         try:
             got = json.loads(said) if said else {}
         except ValueError:

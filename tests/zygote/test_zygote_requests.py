@@ -106,6 +106,28 @@ async def test_a_stalled_zygote_holds_up_only_its_spawn_and_is_given_up_with_the
     assert gone_or_zombie(zygote), "the zygote that did not answer outlived the supervisor"
 
 
+async def test_a_zygote_that_stalls_before_telling_a_childs_end_is_given_up_once(
+    stop_zygote: StopZygote,
+) -> None:
+    # The child is up when the zygote stops; it ends, and its verdict never comes: the dispose
+    # gives the zygote up after one reply timeout (no second wait for a `reap` request).
+    async with Supervisor(ZYGOTE) as sup:
+        await stop_zygote(sup)
+        os.kill(sup.zygote_pid or 0, signal.SIGCONT)  # the fixture's first run, then:
+        handle, report = await start_and_wait_for_report(sup, "hold", deadline=DEADLINE)
+        zygote = sup.zygote_pid
+        assert zygote is not None
+        os.kill(zygote, signal.SIGSTOP)
+        started = time.monotonic()
+        with anyio.fail_after(DEADLINE):
+            result = await handle.cancel()
+        took = time.monotonic() - started
+        assert result.failure is not None, result
+        assert REPLY <= took < 2 * REPLY, f"the dispose took {took:.2f}s"
+        assert gone_or_zombie(zygote), "the zygote that said nothing was not given up"
+        assert gone_or_zombie(report["pid"])
+
+
 async def test_the_next_run_after_a_zygote_was_given_up_gets_a_new_zygote(
     stop_zygote: StopZygote,
 ) -> None:
