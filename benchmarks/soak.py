@@ -167,7 +167,12 @@ def _alive(pid: int) -> bool:
 
 def leaked_processes(sup: Supervisor) -> list[int]:
     """Live processes of this process's tree (by parentage or tree marker) that are not the
-    supervisor's own helpers."""
+    supervisor's own helpers. The helpers are looked up after the tree: the zygote forks its
+    next standby on its own, whenever it has been idle for a moment, and one forked between
+    the two looks would otherwise count as left behind."""
+    me = psutil.Process()
+    pids = {p.pid for p in me.children(recursive=True)} | _marked(marker_prefix())
+    pids.discard(me.pid)
     helpers = set()
     if sup._keeper is not None:
         helpers.add(sup._keeper.pid)
@@ -176,9 +181,6 @@ def leaked_processes(sup: Supervisor) -> list[int]:
         helpers.update(standby_pids(sup.zygote_pid))  # the zygote's child parked ahead
     if sup.pool is not None:
         helpers.update(sup.pool.ready_pids)
-    me = psutil.Process()
-    pids = {p.pid for p in me.children(recursive=True)} | _marked(marker_prefix())
-    pids.discard(me.pid)
     return sorted(pid for pid in pids - helpers if _alive(pid))
 
 
