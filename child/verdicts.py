@@ -146,11 +146,16 @@ class Verdicts:
             else:
                 self._tell(watch)
         elif watch.sock is not None and fd == watch.sock.fileno():
-            with contextlib.suppress(BlockingIOError):
-                if watch.sock.recv(64) == b"":
-                    self._close_sock(watch)  # the supervisor has judged the tree
-                    if watch.pidfd is None:
-                        self._reap(watch)
+            try:
+                said = watch.sock.recv(64)
+            except BlockingIOError:
+                return True
+            except OSError:
+                said = b""
+            if said == b"":  # the supervisor closed its end: it has judged the tree
+                self._close_sock(watch)
+                if watch.pidfd is None:
+                    self._reap(watch)
         return True
 
     def forget(self, pid: int) -> None:

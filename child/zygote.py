@@ -54,9 +54,10 @@ a lock held by another thread would stay locked in the child forever). It never 
 own what it forked: SIGCHLD has a handler that does nothing but wake its poll (never the
 ignore disposition, with which the kernel would reap), and a child stays a zombie, its pid
 (also its session and group id) held, until the supervisor has swept the child's tree and
-asks `reap`. Only the processes it did not fork are reaped unasked, the moment one dies
-(`_reap_strays`, on each SIGCHLD and each `reap`): a zombie is charged to its tree's cgroup,
-so one held here would count against that tree's process limit.
+closes the child's verdict socket (or asks `reap`). Only the processes it did not fork are
+reaped unasked, the moment one dies (`_reap_strays`, on each SIGCHLD and each `reap`): a
+zombie is charged to its tree's cgroup, so one held here would count against that tree's
+process limit.
 
 The zygote is its children's subreaper (`PR_SET_CHILD_SUBREAPER`): a process a child started
 that outlives its parent is made the zygote's child, not init's (so is one a child made with

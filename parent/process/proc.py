@@ -184,10 +184,11 @@ class ChildProcess:
         return self.reap()
 
     async def collect_if_alone(self) -> ExitStatus | None:
-        """The exit status, the child reaped now, when the kernel shows that nothing it started
-        outlived it (so its tree needs no sweep); `None` when that cannot be told, and the
-        child is left unreaped for the sweep. Only a child whose reaper is its children's
-        subreaper can tell (`ZygoteProcess`); this process is not one (it is the user's)."""
+        """The exit status, the child let go to be reaped, when its reaper shows that nothing
+        it started outlived it (so its tree needs no sweep); `None` when that cannot be told,
+        and the child is left unreaped for the sweep. Only a child whose reaper is its
+        children's subreaper can tell (`ZygoteProcess`); this process is not one (it is the
+        user's)."""
         return None
 
     def _set_status(self, status: ExitStatus) -> None:

@@ -448,9 +448,9 @@ class SupervisedProcess:
             delay = min(delay * 2, 0.05)
 
     async def _alone(self, cgroup: ChildCgroup | None) -> bool:
-        """Whether the exited child's reaper shows that nothing it started outlived it, and has
-        reaped it (`collect_if_alone`): then nothing of the tree is alive, and no pass over
-        /proc is needed. Asked only when its cgroup, if it has one, holds nobody either."""
+        """Whether the exited child's reaper shows that nothing it started outlived it (and
+        has the status: `collect_if_alone`): then nothing of the tree is alive, and no pass
+        over /proc is needed. Asked only when its cgroup, if it has one, holds nobody either."""
         if self._alive() or self.sealed_in_cgroup:
             return False
         if cgroup is not None:
