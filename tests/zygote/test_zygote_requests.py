@@ -124,8 +124,9 @@ async def test_a_zygote_that_stalls_before_telling_a_childs_end_is_given_up_once
         took = time.monotonic() - started
         assert result.failure is not None, result
         assert REPLY <= took < 2 * REPLY, f"the dispose took {took:.2f}s"
-        assert gone_or_zombie(zygote), "the zygote that said nothing was not given up"
-        assert gone_or_zombie(report["pid"])
+        with anyio.fail_after(DEADLINE):  # SIGKILLed: it dies as soon as the kernel gets to it
+            while not (gone_or_zombie(zygote) and gone_or_zombie(report["pid"])):
+                await anyio.sleep(0.01)
 
 
 async def test_the_next_run_after_a_zygote_was_given_up_gets_a_new_zygote(
