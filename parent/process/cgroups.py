@@ -34,7 +34,7 @@ from pathlib import Path
 import anyio
 import anyio.lowlevel
 
-from tether.parent.process.host import PREFIX, TIERS, Host, host
+from tether.parent.process.host import PREFIX, TIERS, Host, host, pid_alive
 
 
 def cgroupfs_mount_points() -> list[str]:
@@ -423,7 +423,7 @@ def sweep_stale(host: Host) -> list[Path]:
                 if not d.name.startswith(PREFIX) or not d.is_dir():
                     continue
                 owner = d.name[len(PREFIX) :].split("-", 1)[0]
-                if not owner.isdigit() or _pid_alive(int(owner)):
+                if not owner.isdigit() or pid_alive(int(owner)):
                     continue
                 cg = ChildCgroup(host, {k: d for k, p in host.parents.items() if p == parent})
                 cg.kill()
@@ -446,13 +446,3 @@ def sweep_stale_once() -> None:
             got = host(tier)
             if got.parents:
                 sweep_stale(got)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -242,3 +242,15 @@ def host(containment: str = "auto") -> Host:
     if not available(got):
         raise ValueError(f"containment {containment!r} is not available on this host: {got.why}")
     return got
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process `pid` exists (another user's counts): what a name minted with a
+    supervisor's pid (a cgroup, a scratch directory) is checked against before it is swept."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

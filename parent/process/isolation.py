@@ -64,6 +64,7 @@ from tether.contain.plan import (
     system_reads,
 )
 from tether.contain.sequence import EXEC_FAILED, LOCAL_SOCKETS_ENV
+from tether.parent.process.host import pid_alive
 from tether.parent.process.private_network import PrivateNetwork
 from tether.protocol.messages import IsolationLevel
 
@@ -224,6 +225,36 @@ def _local_sockets(abi: int, root: bool) -> tuple[bool, str]:
     )
 
 
+SCRATCH_PREFIX = "tether-probe-"
+"""The trial's scratch directory in the temp dir: `tether-probe-<pid>-<random>`."""
+
+
+def sweep_stale_scratch() -> list[str]:
+    """Remove the trial scratch directories of supervisors that are no longer alive (one
+    SIGKILLed mid-probe cannot remove its own); only this user's. What was removed."""
+    removed: list[str] = []
+    where = tempfile.gettempdir()
+    try:
+        names = os.listdir(where)
+    except OSError:
+        return removed
+    for name in names:
+        owner = name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+        if not name.startswith(SCRATCH_PREFIX) or not owner.isdigit() or pid_alive(int(owner)):
+            continue
+        path = os.path.join(where, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            removed.append(path)
+    return removed
+
+
 @dataclass(frozen=True)
 class _Trial:
     why: str | None = None
@@ -241,7 +272,8 @@ def _trial(abi: int, root: bool, *, local_sockets: bool, git: bool, layer: bool 
     went. The trial is granted what a Python child is (the interpreter's paths too), so the
     mounts it seals are the ones a real child's view has."""
     true = shutil.which("env", path="/usr/bin:/bin") or "/usr/bin/env"
-    with tempfile.TemporaryDirectory(prefix="tether-probe-") as scratch:
+    sweep_stale_scratch()
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
         ws = os.path.join(scratch, "ws")
         os.mkdir(ws)
         layered = None
