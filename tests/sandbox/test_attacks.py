@@ -101,6 +101,11 @@ async def test_a_hostile_model_driving_bash_is_refused_every_attack_and_cannot_f
             result = await sup.run("attack", agent="tester", workspace=ws, model=model)
         keeper_alive = keeper.proc.poll() is None
         if spawner != "exec":
+            # The child itself is reaped once the supervisor lets it go (its verdict socket
+            # closed), a moment after the result: what must not stay is anything else.
+            with anyio.move_on_after(5):
+                while _zombies_of(zygote.pid):
+                    await anyio.sleep(0.01)
             assert _zombies_of(zygote.pid) == [], "the child left zombies in the zygote"
     assert _zombies_of(os.getpid()) == [], "the child left zombies in the supervisor"
     text = (ws / "report.json").read_text()
