@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import email.utils
 import functools
+import http.cookiejar
 import itertools
 import json
 import os
@@ -198,11 +199,14 @@ async def post_json(
 
 def _client(request_timeout: float, limits: httpx.Limits | None = None) -> httpx.AsyncClient:
     """A client as every turn's: its timeouts, the one verifying context, the environment's
-    proxies."""
+    proxies, and no cookies kept: the shared client (`http_pool`) serves every run of its
+    event loop, and a cookie one server set would otherwise go back with another run's turns
+    (model APIs need none; a turn's own client never kept one past its turn)."""
     return httpx.AsyncClient(
         timeout=make_timeout(request_timeout),
         verify=_ssl_context(),
         limits=limits or httpx.Limits(),
+        cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
     )
 
 

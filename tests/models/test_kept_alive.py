@@ -103,3 +103,19 @@ async def test_outside_a_supervisor_each_turn_has_its_own_connection_closed_afte
     await model.complete(PARAMS)
     assert len({r.peer for r in server.received}) == 2
     assert _open_to(server.port) == []
+
+
+async def test_a_cookie_a_server_sets_never_goes_back_with_another_turn(
+    server: ModelServer,
+) -> None:
+    # The shared client serves every run of the event loop: no state of one run's turns may
+    # ride along with the next (a server's tracking cookie included).
+    reply = _text("a")
+    reply.headers["set-cookie"] = "track=run-1; Path=/"
+    server.script(reply, _text("b"))
+    model = resolve_model(f"openai:m@{server.url}")
+    async with Supervisor():
+        await model.complete(PARAMS)
+        await model.complete(PARAMS)
+    assert len({r.peer for r in server.received}) == 1  # the same kept-alive client
+    assert "cookie" not in server.received[1].headers
