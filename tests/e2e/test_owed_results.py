@@ -6,11 +6,11 @@ forever."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 import anyio
-import psutil
 import pytest
 
 from tether.parent import Continuation
@@ -51,7 +51,10 @@ def _assert_parent_error(result: RunResult, what: str) -> None:
 
 
 async def test_a_result_that_raises_while_it_is_built_is_a_parent_error_not_a_hang(
-    workspace: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    thread_runs: Callable[[int], bool],
 ) -> None:
     def broken(*args: Any, **kwargs: Any) -> NoReturn:
         raise ValueError("embedded null byte")
@@ -69,7 +72,7 @@ async def test_a_result_that_raises_while_it_is_built_is_a_parent_error_not_a_ha
                     on_event=events.append,
                 )
             pid = _started_pid(events)
-            assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+            assert not thread_runs(pid)
     _assert_parent_error(result, "ValueError: embedded null byte")
     assert result.run_id
     assert result.usage.output_tokens > 0  # what the broker counted is still told
@@ -80,7 +83,7 @@ async def test_a_result_that_raises_while_it_is_built_is_a_parent_error_not_a_ha
 
 
 async def test_a_sensitive_files_comparison_that_fails_ends_a_continuable_run_and_its_child(
-    workspace: Path, monkeypatch: pytest.MonkeyPatch
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, thread_runs: Callable[[int], bool]
 ) -> None:
     """Between a continuable run's activations the child is kept for a follow-up; one whose
     result tether could not build is not: it goes down the ladder, and a follow-up is told to
@@ -105,7 +108,7 @@ async def test_a_sensitive_files_comparison_that_fails_ends_a_continuable_run_an
             await handle.wait()
         assert await handle.message("again") is None
         pid = _started_pid(events)
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+        assert not thread_runs(pid)
     _assert_parent_error(result, "PermissionError: [Errno 13] Permission denied")
 
 
@@ -134,7 +137,7 @@ async def test_a_run_whose_own_machinery_raises_still_owes_its_caller_a_result(
 
 
 async def test_a_follow_up_whose_machinery_raises_is_a_parent_error_and_ends_the_run(
-    workspace: Path, monkeypatch: pytest.MonkeyPatch
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, thread_runs: Callable[[int], bool]
 ) -> None:
     """A follow-up is driven in its caller's task: what raises there (here, measuring the
     workspace before the follow-up) is the follow-up's `parent_error` result, not an exception
@@ -168,4 +171,4 @@ async def test_a_follow_up_whose_machinery_raises_is_a_parent_error_and_ends_the
         _assert_parent_error(follow_up, "OSError: [Errno 5] Input/output error")
         assert await handle.message("once more") is None
         pid = _started_pid(events)
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+        assert not thread_runs(pid)
