@@ -5,7 +5,8 @@ A loopback model server (`children/model_server.py`, its own process) answers ev
 standing for a foreign agent: a fresh process per sample block) sends the same non-streaming
 call either straight to that server or to a `Gateway` served by this process's event loop,
 with its capability token; the gateway checks the token, translates the request, asks its
-provider — an `AnthropicModel` pointed at the same server, on a kept-alive connection —
+provider — an `AnthropicModel` pointed at the same server, on the kept-alive client models
+share inside a supervisor —
 meters the usage and translates the reply back. Per round, interleaved: a block direct, then a
 block through the gateway. Round 0 warms up and is dropped.
 """
@@ -19,11 +20,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import anyio
-import httpx
 
 from benchmarks.report import Figure, Results
 from tether.parent.gateway import Gateway
 from tether.parent.models.anthropic import AnthropicModel
+from tether.parent.models.http_pool import pooled
 
 HERE = Path(__file__).resolve().parent
 SERVER = HERE / "children" / "model_server.py"
@@ -48,11 +49,9 @@ async def gateway_group(res: Results, rounds: int, calls: int) -> None:
         while not line.endswith(b"\n"):
             line += await server.stdout.receive(64)
         port = int(line)
-        async with (
-            httpx.AsyncClient(trust_env=False) as upstream,
-            Gateway() as gateway,
-        ):
-            model = AnthropicModel("m", base_url=f"http://127.0.0.1:{port}", client=upstream)
+        # As a supervisor's models would: the event loop's shared kept-alive client.
+        async with pooled(), Gateway() as gateway:
+            model = AnthropicModel("m", base_url=f"http://127.0.0.1:{port}")
             grant = gateway.grant("bench", model)
             assert gateway.address is not None
             via = gateway.address[1]

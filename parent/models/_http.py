@@ -30,6 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import httpx
 
+from tether.parent.models.h11_client import H11Client, Reply
 from tether.parent.models.http_pool import pooled_client
 from tether.parent.models.retry import RetryPolicy
 from tether.protocol import ErrorCode, RemoteError
@@ -44,10 +45,6 @@ MAX_ERROR_CHARS = 500
 DEFAULT_TIMEOUT = 600.0
 """Seconds to wait for a reply (read, write, pool); model turns can be slow."""
 CONNECT_TIMEOUT = 10.0
-
-
-def make_timeout(timeout: float) -> httpx.Timeout:
-    return httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout))
 
 
 @functools.cache
@@ -73,8 +70,9 @@ def redact(text: str, secrets: tuple[str, ...]) -> str:
     return text
 
 
-def parse_retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds the server asks us to wait, from `retry-after-ms` or `Retry-After`."""
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds the server asks us to wait, from `retry-after-ms` or `Retry-After` (`headers`
+    looked up by lower-cased names)."""
     ms = headers.get("retry-after-ms")
     if ms is not None:
         try:
@@ -129,6 +127,42 @@ def _describe_transport_error(exc: httpx.TransportError, timeout: float) -> str:
     return f"connection failed ({type(exc).__name__})"
 
 
+class HttpxClient:
+    """A user's `httpx.AsyncClient` (or one made for a proxied environment) posting as
+    `H11Client` does, so `post_json` has one way to send and one place that maps failures."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    @property
+    def is_closed(self) -> bool:
+        return self.client.is_closed
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.client.aclose()
+
+    async def post(
+        self,
+        url: str,
+        *,
+        content: bytes,
+        headers: Mapping[str, str],
+        io_timeout: float | None,
+        connect_timeout: float | None,
+    ) -> Reply:
+        response = await self.client.post(
+            url,
+            content=content,
+            headers=headers,
+            timeout=httpx.Timeout(io_timeout, connect=connect_timeout),
+        )
+        return Reply(response.status_code, response.headers, response.content)
+
+
+ModelHttpClient = H11Client | HttpxClient
+
+
 async def post_json(
     *,
     provider: str,
@@ -148,20 +182,28 @@ async def post_json(
     content = json.dumps(body, ensure_ascii=False).encode()
     send_headers = {"content-type": "application/json", "accept": "application/json"}
     send_headers.update(headers)
+    connect_timeout = min(CONNECT_TIMEOUT, request_timeout)
 
-    async def attempt(c: httpx.AsyncClient) -> Any:
+    async def attempt(c: ModelHttpClient) -> Any:
         last = ""
         for n in range(retry.max_attempts):
             wait: float | None = None
             try:
-                response = await c.post(
+                reply = await c.post(
                     url,
                     content=content,
                     headers=send_headers,
-                    timeout=make_timeout(request_timeout),
+                    io_timeout=request_timeout,
+                    connect_timeout=connect_timeout,
                 )
             except httpx.UnsupportedProtocol:
                 raise model_error(f"{provider}: cannot send to {where}") from None
+            except httpx.LocalProtocolError:
+                # A header no server may be sent (a key with a line break): never retried,
+                # never quoted.
+                raise model_error(
+                    f"{provider}: the request to {where} cannot be sent (a malformed header)"
+                ) from None
             except httpx.TransportError as exc:
                 last = _describe_transport_error(exc, request_timeout)
             except (httpx.RequestError, httpx.InvalidURL) as exc:
@@ -169,19 +211,18 @@ async def post_json(
                     f"{provider}: the request to {where} failed ({type(exc).__name__})"
                 ) from None
             else:
-                if response.is_success:
+                if reply.is_success:
                     try:
-                        return response.json()
+                        return json.loads(reply.content)
                     except ValueError:
                         raise model_error(
-                            f"{provider}: the reply from {where} "
-                            f"(HTTP {response.status_code}) is not JSON"
+                            f"{provider}: the reply from {where} (HTTP {reply.status}) is not JSON"
                         ) from None
-                detail = redact(api_error_message(response.content), secrets)
-                last = f"HTTP {response.status_code}: {detail}"
-                if not _retryable(response.status_code):
+                detail = redact(api_error_message(reply.content), secrets)
+                last = f"HTTP {reply.status}: {detail}"
+                if not _retryable(reply.status):
                     raise model_error(f"{provider}: {where} answered {last}")
-                asked = parse_retry_after(response.headers)
+                asked = parse_retry_after(reply.headers)
                 if asked is not None:
                     wait = min(asked, retry.max_retry_after)
             if n + 1 < retry.max_attempts:
@@ -189,24 +230,49 @@ async def post_json(
         tries = "1 attempt" if retry.max_attempts == 1 else f"{retry.max_attempts} attempts"
         raise model_error(f"{provider}: {where} failed after {tries}; last: {last}")
 
-    if client is None:
-        client = pooled_client(lambda limits: _client(DEFAULT_TIMEOUT, limits))
     if client is not None:
-        return await attempt(client)
-    async with _client(request_timeout) as own:
+        return await attempt(HttpxClient(client))
+    shared = pooled_client(_client)
+    if shared is not None:
+        return await attempt(shared)
+    own = _client(0, 0.0)  # keeps no connection past its turn
+    try:
         return await attempt(own)
+    finally:
+        await own.aclose()
 
 
-def _client(request_timeout: float, limits: httpx.Limits | None = None) -> httpx.AsyncClient:
-    """A client as every turn's: its timeouts, the one verifying context, the environment's
-    proxies, and no cookies kept: the shared client (`http_pool`) serves every run of its
-    event loop, and a cookie one server set would otherwise go back with another run's turns
-    (model APIs need none; a turn's own client never kept one past its turn)."""
-    return httpx.AsyncClient(
-        timeout=make_timeout(request_timeout),
-        verify=_ssl_context(),
-        limits=limits or httpx.Limits(),
-        cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
+def _client(max_idle: int, idle_seconds: float) -> ModelHttpClient:
+    """A client as every turn's: the one verifying context, and no cookies kept: the shared
+    client (`http_pool`) serves every run of its event loop, and a cookie one server set would
+    otherwise go back with another run's turns (model APIs need none).
+
+    It is `H11Client` (a fraction of httpx's cost a request) unless the environment names a
+    proxy: then httpx's, which knows proxies and `NO_PROXY`, with no cookie jar that keeps any.
+    """
+    if not proxied(os.environ):
+        return H11Client(ssl_context=_ssl_context(), max_idle=max_idle, idle_seconds=idle_seconds)
+    return HttpxClient(
+        httpx.AsyncClient(
+            verify=_ssl_context(),
+            limits=httpx.Limits(
+                max_connections=None,
+                max_keepalive_connections=max_idle,
+                keepalive_expiry=idle_seconds,
+            ),
+            cookies=http.cookiejar.CookieJar(
+                http.cookiejar.DefaultCookiePolicy(allowed_domains=[])
+            ),
+        )
+    )
+
+
+def proxied(env: Mapping[str, str]) -> bool:
+    """Whether `env` names a proxy (`HTTPS_PROXY`, `all_proxy`, ...: any `*_proxy` but
+    `no_proxy`, in either case), as httpx would read it."""
+    return any(
+        value and name.lower().endswith("_proxy") and name.lower() != "no_proxy"
+        for name, value in env.items()
     )
 
 

@@ -4,8 +4,9 @@ A model given a client of its own (`client=`) uses it. One built from a model st
 inside an open `Supervisor` (whose life is a `pooled()` scope) its turns share one client per
 event loop, so every turn after the first to the same API reuses a connection instead of
 paying a TCP (and TLS) handshake: on a remote API, round trips that cost more than tether's
-whole share of a turn. The client is made on first use the way a turn's own would be (its
-timeouts, the one verifying context, the environment's proxies), with no cap on connections
+whole share of a turn. The client is made on first use the way a turn's own would be
+(`_http._client`: the one verifying context, httpx's client where the environment names a
+proxy), with no cap on connections
 (a fleet's turns are not queued behind each other), and closed when the last scope of its event
 loop ends, so nothing of it outlives the supervisors that used it. Outside every scope a turn
 has a client of its own, closed after it (`_http.post_json`).
@@ -17,13 +18,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar, cast
 
 import anyio
 from anyio.lowlevel import RunVar
-
-if TYPE_CHECKING:
-    import httpx
 
 KEEP_ALIVE_CONNECTIONS = 64
 """Idle connections kept open (per event loop)."""
@@ -31,12 +29,22 @@ KEEP_ALIVE_SECONDS = 30.0
 """How long an idle connection is kept: a run's turns are seconds apart."""
 
 
+class Client(Protocol):
+    @property
+    def is_closed(self) -> bool: ...
+
+    async def aclose(self) -> None: ...
+
+
+C = TypeVar("C", bound=Client)
+
+
 class _Pool:
     """One event loop's shared client, and how many scopes hold it open."""
 
     def __init__(self) -> None:
         self.scopes = 0
-        self.client: httpx.AsyncClient | None = None
+        self.client: Client | None = None
 
 
 _POOL: RunVar[_Pool | None] = RunVar("tether_model_http_pool", default=None)
@@ -61,22 +69,12 @@ async def pooled() -> AsyncIterator[None]:
                 await client.aclose()
 
 
-def pooled_client(
-    make: Callable[[httpx.Limits], httpx.AsyncClient],
-) -> httpx.AsyncClient | None:
-    """This event loop's shared client while a `pooled()` scope is open (made by `make`, with
-    the pool's limits, on first use); `None` outside every scope."""
+def pooled_client(make: Callable[[int, float], C]) -> C | None:
+    """This event loop's shared client while a `pooled()` scope is open (made on first use by
+    `make(idle connections kept, seconds each is kept)`); `None` outside every scope."""
     pool = _POOL.get()
     if pool is None or pool.scopes == 0:
         return None
     if pool.client is None or pool.client.is_closed:
-        import httpx
-
-        pool.client = make(
-            httpx.Limits(
-                max_connections=None,
-                max_keepalive_connections=KEEP_ALIVE_CONNECTIONS,
-                keepalive_expiry=KEEP_ALIVE_SECONDS,
-            )
-        )
-    return pool.client
+        pool.client = make(KEEP_ALIVE_CONNECTIONS, KEEP_ALIVE_SECONDS)
+    return cast(C, pool.client)  # every caller makes it with the one `_http._client`
