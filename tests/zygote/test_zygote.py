@@ -569,3 +569,37 @@ async def test_a_zygote_child_whose_grandchild_left_its_cgroup_and_outlived_it_g
     assert passes.count >= 1
     # Its pid (its session's and group's) was held through the sweep, not reused meanwhile.
     assert passes.zombie_then and all(passes.zombie_then), passes.zombie_then
+
+
+async def test_a_verdict_without_a_status_falls_back_to_asking_the_zygote_to_reap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The zygote sends a verdict with no status when it could not read one (its `waitid` or
+    # pidfd failed): the supervisor then asks it to reap the child, and the status still
+    # comes through whole.
+    heard = ZygoteProcess._hear_verdict
+    asked: list[int] = []
+
+    async def without_status(self: ZygoteProcess) -> dict[str, Any]:
+        said = dict(await heard(self))
+        said.pop("returncode", None)
+        self._verdict = said
+        return said
+
+    reap = Zygote.reap
+
+    async def spied(self: Zygote, pid: int) -> Any:
+        asked.append(pid)
+        return await reap(self, pid)
+
+    monkeypatch.setattr(ZygoteProcess, "_hear_verdict", without_status)
+    monkeypatch.setattr(Zygote, "reap", spied)
+    async with Supervisor(PROCESS_ZYGOTE) as sup:
+        with anyio.fail_after(DEADLINE):
+            result = await sup.run("exit 7", agent=ACT, workspace=HERE)
+        assert result.failure is not None and result.failure.kind == "exit_nonzero", result
+        assert result.failure.exit_code == 7
+        assert len(asked) == 1
+        zygote = sup.zygote_pid
+        assert zygote is not None
+        await _reaped_by(zygote, result.pid)
