@@ -206,6 +206,10 @@ async def post_json(
                 ) from None
             except httpx.TransportError as exc:
                 last = _describe_transport_error(exc, request_timeout)
+            except httpx.DecodingError as exc:  # too large, or not decodable: never retried
+                raise model_error(
+                    f"{provider}: the answer from {where} is refused: {exc}"
+                ) from None
             except (httpx.RequestError, httpx.InvalidURL) as exc:
                 raise model_error(
                     f"{provider}: the request to {where} failed ({type(exc).__name__})"

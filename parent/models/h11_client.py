@@ -16,7 +16,8 @@ for at most `idle_seconds`). A request takes one the server has not closed meanw
 has nothing to read) or opens one. A kept connection found closed before any byte of the answer
 (the server hung up while it idled) is replaced once by a fresh one. Every other failure is the
 request's, raised as httpx's exception of the same meaning (`ConnectError`, `ReadTimeout`,
-`RemoteProtocolError`, ...), so `_http.py` maps both clients' failures in one place.
+`RemoteProtocolError`, ...), so `_http.py` maps both clients' failures in one place. An answer
+whose body passes `MAX_ANSWER_BYTES` is refused (`DecodingError`), its connection closed.
 
 Timeouts are httpx's: `connect_timeout` bounds the connection (and TLS handshake), `io_timeout`
 each write and each read. A connection goes back to the idle list only when its answer was read
@@ -39,10 +40,16 @@ import h11
 import httpx
 from anyio.abc import ByteStream, SocketAttribute
 
+from tether.protocol import DEFAULT_MAX_MESSAGE_BYTES
+
 Origin = tuple[str, str, int]
 
 _CHUNK = 64 * 1024
 _MAX_HEAD_BYTES = 256 * 1024
+MAX_ANSWER_BYTES = 2 * DEFAULT_MAX_MESSAGE_BYTES
+"""The most of an answer's body held: twice the most a child may be sent in one message. A
+server that sends more fails the request (`DecodingError`: not retried) instead of filling the
+parent's memory."""
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _USER_AGENT = "tether"
 _GONE = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
@@ -259,6 +266,7 @@ class H11Client:
         status = 0
         headers: dict[str, str] = {}
         body: list[bytes] = []
+        size = 0
         while True:
             event = await _next_event(conn, seconds, stale=silent)
             silent = False
@@ -267,6 +275,9 @@ class H11Client:
                 headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in event.headers}
             elif isinstance(event, h11.Data):
                 body.append(bytes(event.data))
+                size += len(event.data)
+                if size > MAX_ANSWER_BYTES:
+                    raise httpx.DecodingError(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
             elif isinstance(event, h11.EndOfMessage):
                 return Reply(status, headers, b"".join(body))
             elif not isinstance(event, h11.InformationalResponse):

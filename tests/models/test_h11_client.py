@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tether.parent.egress.tls import RunCA
-from tether.parent.models import _http
+from tether.parent.models import _http, h11_client
 from tether.parent.models._http import HttpxClient, proxied
 from tether.parent.models.anthropic import AnthropicModel
 from tether.parent.models.h11_client import H11Client
@@ -308,6 +308,46 @@ async def test_a_chunked_answer_after_a_100_continue_is_read_whole_and_the_conne
     assert first.content == second.content == b'{"a": 1}'
     assert first.headers["x-thing"] == "A"
     assert box[0].accepted == 1
+
+
+async def test_an_answer_that_runs_until_the_server_closes_is_read_whole_and_not_kept(
+    serving: Callable[..., RawServer],
+) -> None:
+    big = b'{"text": "' + b"x" * 300_000 + b'"}'
+    box: list[RawServer] = []
+
+    def serve(conn: socket.socket, n: int) -> None:
+        if box[0].read(conn, n) is not None:
+            conn.sendall(b"HTTP/1.0 200 OK\r\ncontent-type: application/json\r\n\r\n")
+            for i in range(0, len(big), 50_000):
+                conn.sendall(big[i : i + 50_000])
+                time.sleep(0.005)
+
+    box.append(serving(serve))
+    async with client() as c:
+        reply = await post(c, box[0].url)
+        assert reply.content == big
+        assert c.idle_connections() == 0
+
+
+async def test_an_answer_past_the_bound_fails_the_turn_once_without_a_retry(
+    serving: Callable[..., RawServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(h11_client, "MAX_ANSWER_BYTES", 10_000)
+    box: list[RawServer] = []
+
+    def serve(conn: socket.socket, n: int) -> None:
+        while box[0].read(conn, n) is not None:
+            conn.sendall(answer(b'{"text": "' + b"x" * 20_000 + b'"}'))
+
+    box.append(serving(serve))
+    model = AnthropicModel("m", base_url=f"http://127.0.0.1:{box[0].port}")
+    params = ModelCompleteParams(run_id="r", messages=[ChatMessage(role="user", content="hi")])
+    with anyio.fail_after(DEADLINE), pytest.raises(RemoteError) as caught:
+        await model.complete(params)
+    assert caught.value.code == ErrorCode.MODEL_ERROR
+    assert "larger than 10000 bytes" in caught.value.message, caught.value.message
+    assert len(box[0].requests) == 1
 
 
 async def test_a_request_cancelled_while_it_waits_closes_its_connection(
