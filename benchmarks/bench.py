@@ -1804,8 +1804,8 @@ def ray_group(res: Results, p: Plan) -> None:
             "ms",
             got["run_ms"]["ray"],
             f"{one_run}; `RayPlacement` on the second node of a loopback cluster, the "
-            "model answered in the driver through the broker relay, interleaved with "
-            "the local run",
+            "model answered in the driver (the request on the run's stream, the answer to its "
+            "host), interleaved with the local run",
             floor="context.ray_local_run",
         )
     )
@@ -1857,8 +1857,8 @@ def ray_group(res: Results, p: Plan) -> None:
             "opening a placement on 2 nodes",
             "s",
             [remote["open_s"]],
-            "`async with RayPlacement()` entered: relay and two host "
-            "actors started, each host's supervisor serving",
+            "`async with RayPlacement()` entered: two host actors started, each host's "
+            "supervisor serving",
         )
     )
     res.add(

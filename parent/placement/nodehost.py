@@ -19,8 +19,10 @@ child, so the children's PR_SET_PDEATHSIG is tied to a thread that lives as long
   events in batches (whatever has piled up since the last batch, up to `batch`), the run's
   `RunFinished` last. A consumer that goes away (the driver cancelled the stream, or died)
   aborts the run; its child is still disposed by the local supervisor's task group.
-- Model calls, approvals and parent tools are forwarded to the driver through the broker relay
-  (`relay.py`): the node resolves no model and holds no key.
+- Model calls, approvals and parent tools are asked of the driver on the run's own stream: the
+  request (`Ask`) goes out in the run's next batch, and the driver answers it by calling the
+  host's `answer()` (`DriverAsks`; the driver's side is `relay.py`). Two hops of the engine per
+  request, and the node resolves no model and holds no key.
 - It watches its node's raylet: when the raylet dies the node is lost to the engine, but this
   process may live on, unreachable; so the host takes its children down the ladder itself and
   exits.
@@ -34,12 +36,13 @@ child, so the children's PR_SET_PDEATHSIG is tied to a thread that lives as long
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import signal
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -47,7 +50,15 @@ import psutil
 
 from tether.parent.placement.lost import lost_result, node_label
 from tether.parent.placement.relay import forwarding_error
-from tether.parent.placement.wire import DisposedRun, HostInfo, HostReport, NodeRun, Refused
+from tether.parent.placement.wire import (
+    Answer,
+    Ask,
+    DisposedRun,
+    HostInfo,
+    HostReport,
+    NodeRun,
+    Refused,
+)
 from tether.parent.process.config import ChildConfig
 from tether.parent.run.broker import Brokered, ParentTool
 from tether.parent.run.events import ChildEvent, Event, RunFinished, RunStarted
@@ -63,7 +74,7 @@ from tether.protocol.messages import (
     ToolCallResult,
 )
 
-Batch = list[Event | Refused]
+Batch = list[Event | Refused | Ask]
 RAYLET_POLL = 0.2
 """How often a host checks that its node's raylet is alive, without a pidfd (seconds)."""
 CUT_EARLY_KEPT = 4096
@@ -86,17 +97,17 @@ def reset_sigchld() -> bool:
 
 class EventBatcher:
     """One run's events waiting for the driver, bounded like `EventStream`: past `buffer`,
-    the oldest progress events are dropped (never a run's start or end)."""
+    the oldest progress events are dropped (never a run's start or end, nor a request)."""
 
     def __init__(self, batch: int, buffer: int) -> None:
         self._batch = batch
         self._buffer = buffer
-        self._queue: deque[Event | Refused] = deque()
+        self._queue: deque[Event | Refused | Ask] = deque()
         self._wake: anyio.Event | None = None
         self.dropped = 0
         self.finished = False
 
-    def put(self, event: Event | Refused) -> None:
+    def put(self, event: Event | Refused | Ask) -> None:
         self._queue.append(event)
         if len(self._queue) > self._buffer:
             for i, queued in enumerate(self._queue):
@@ -120,15 +131,55 @@ class EventBatcher:
         return out
 
 
+AskFn = Callable[[str, Any], Awaitable[Answer]]
+"""One run's way to ask the driver: `ask(method, params)`."""
+
+
+class DriverAsks:
+    """The requests of this host's runs that wait for the driver's answer.
+
+    `ask()` puts the request in its run's batches, so it reaches the driver on the stream the
+    driver already reads, and waits; the driver's `answer()` call wakes it. A request whose
+    asker was cancelled is forgotten, and a late or unknown answer is dropped."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, list[Any]] = {}
+
+    def for_run(self, events: EventBatcher, run_id: str) -> AskFn:
+        async def ask(method: str, params: Any) -> Answer:
+            request = Ask(next(self._ids), run_id, method, params)
+            slot: list[Any] = [anyio.Event(), None]
+            self._waiting[request.id] = slot
+            try:
+                events.put(request)
+                await slot[0].wait()
+                answer: Answer = slot[1]
+                return answer
+            finally:
+                self._waiting.pop(request.id, None)
+
+        return ask
+
+    def answer(self, answers: Sequence[Answer]) -> None:
+        for answer in answers:
+            slot = self._waiting.get(answer.id)
+            if slot is not None:
+                slot[1] = answer
+                slot[0].set()
+
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+
 class ForwardedModel:
     """The node's model for one run: every turn is answered by the driver."""
 
-    def __init__(self, relay: Any, run_id: str) -> None:
-        self._relay = relay
-        self._run_id = run_id
+    def __init__(self, ask: AskFn) -> None:
+        self._ask = ask
 
     async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
-        answer = await self._relay.ask.remote(self._run_id, "model/complete", params)
+        answer = await self._ask("model/complete", params)
         error = forwarding_error(answer)
         if error is not None:
             raise error
@@ -136,9 +187,9 @@ class ForwardedModel:
         return result
 
 
-def _forwarded_approve(relay: Any, run_id: str) -> Any:
+def _forwarded_approve(ask: AskFn) -> Any:
     async def approve(params: ToolApproveParams) -> ToolApproveResult:
-        answer = await relay.ask.remote(run_id, "tool/approve", params)
+        answer = await ask("tool/approve", params)
         error = forwarding_error(answer)
         if error is not None:
             return ToolApproveResult(allow=False, reason=f"the driver refused: {error.message}")
@@ -148,9 +199,9 @@ def _forwarded_approve(relay: Any, run_id: str) -> Any:
     return approve
 
 
-def _forwarded_tools(relay: Any, run: NodeRun) -> list[ParentTool]:
+def _forwarded_tools(ask: AskFn, run: NodeRun) -> list[ParentTool]:
     async def call(params: ToolCallParams) -> ToolCallResult:
-        answer = await relay.ask.remote(run.run_id, "tool/call", params)
+        answer = await ask("tool/call", params)
         error = forwarding_error(answer)
         if error is not None:
             return ToolCallResult(content=error.message, is_error=True)
@@ -163,11 +214,11 @@ def _forwarded_tools(relay: Any, run: NodeRun) -> list[ParentTool]:
 class NodeHost:
     """The host actor's body; see the module docstring."""
 
-    def __init__(self, node_id: str, config: ChildConfig, relay: Any, batch: int, buffer: int):
+    def __init__(self, node_id: str, config: ChildConfig, batch: int, buffer: int):
         self._sigchld_was_ignored = reset_sigchld()
         self._node_id = node_id
         self._config = config
-        self._relay = relay
+        self._asks = DriverAsks()
         self._batch = batch
         self._buffer = buffer
         self._sup: Supervisor | None = None
@@ -236,6 +287,10 @@ class NodeHost:
     async def ping(self) -> bool:
         return True
 
+    async def answer(self, answers: Sequence[Answer]) -> None:
+        """Called by the driver: its answers to requests of this host's runs."""
+        self._asks.answer(answers)
+
     async def run(self, spec: NodeRun) -> AsyncIterator[Batch]:
         """Run one child here; yield its events in batches, `RunFinished` (or `Refused`) last."""
         await self._event("ready").wait()
@@ -244,19 +299,20 @@ class NodeHost:
             yield [Refused(spec.run_id, f"the host on node {self._node_id} is closing")]
             return
         events = EventBatcher(self._batch, self._buffer)
+        ask = self._asks.for_run(events, spec.run_id)
         try:
             handle = await sup.start(
                 spec.prompt,
                 agent=spec.agent,
                 workspace=spec.workspace,
-                model=ForwardedModel(self._relay, spec.run_id) if spec.models else None,
+                model=ForwardedModel(ask) if spec.models else None,
                 limits=spec.limits,
                 description=spec.description,
-                approve=_forwarded_approve(self._relay, spec.run_id) if spec.approvals else None,
+                approve=_forwarded_approve(ask) if spec.approvals else None,
                 on_event=self._observe(events),
                 config=spec.config,
                 run_id=spec.run_id,
-                parent_tools=_forwarded_tools(self._relay, spec),
+                parent_tools=_forwarded_tools(ask, spec),
                 history=spec.history,
             )
         except ValueError as exc:

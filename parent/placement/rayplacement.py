@@ -3,21 +3,23 @@ node of a Ray cluster.
 
 Theory of operation
 -------------------
-`async with RayPlacement(config, nodes=..., per_node=...) as sup:` connects to the cluster
-(the one `ray.init` already joined, or `address=`), starts a broker relay pinned to the
-driver's node and one `NodeHost` actor pinned to each selected node, and waits until every
-host's local supervisor is serving. Those actors are owned by this driver: if it dies, the
-engine ends them, and the kernel ends their children (see `nodehost.py`).
+`async with RayPlacement(config, nodes=..., per_node=...) as sup:` connects to the cluster (the
+one `ray.init` already joined, or `address=`), starts one `NodeHost` actor pinned to each
+selected node, and waits until every host's local supervisor is serving. Those actors are owned
+by this driver: if it dies, the engine ends them, and the kernel ends their children (see
+`nodehost.py`).
 
-`start()` checks the request as the local supervisor does (bad usage raises `ValueError`
-before anything is placed), resolves the run's models *here*, and runs the rest of the run in
-a task of the placement's group (`RemoteRun`): wait for a slot (`policy.Placer`), stream the
-run from its node's host (`NodeHost.run`, batches of events through an actor generator),
-publish each event exactly as the local supervisor would, and resolve to the node's
-`RunResult`. Whatever the engine does instead of answering — the host actor killed, its
-worker or raylet gone, the stream cancelled — becomes a result (`placement_lost`, naming the
-node and the last dispose rung the node reported), never an exception in the driver; what
-raises in the driver's own code is `parent_error`, logged with its traceback.
+`start()` checks the request as the local supervisor does (bad usage raises `ValueError` before
+anything is placed), resolves the run's models *here*, and runs the rest of the run in a task of
+the placement's group (`RemoteRun`): wait for a slot (`policy.Placer`), stream the run from its
+node's host (`NodeHost.run`, batches of events through an actor generator), publish each event
+exactly as the local supervisor would, answer each request the run's child made of the driver
+that comes in the stream (`Ask`: a model turn, an approval, a parent tool; `relay.DriverBroker`,
+in a task of the placement's group, the answer handed to the host's `answer()`), and resolve to
+the node's `RunResult`. Whatever the engine does instead of answering — the host actor killed,
+its worker or raylet gone, the stream cancelled — becomes a result (`placement_lost`, naming the
+node and the last dispose rung the node reported), never an exception in the driver; what raises
+in the driver's own code is `parent_error`, logged with its traceback.
 
 A watchdog pings every host: a host the engine reports dead, or that the engine keeps failing
 to reach for `lost_after` seconds, is lost (a host that is merely slow to answer is not). Its
@@ -33,6 +35,7 @@ reports are in `closed`); only then are the actors ended (`__ray_terminate__`), 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -60,8 +63,8 @@ from tether.parent.placement.policy import (
     WhenFull,
     select_nodes,
 )
-from tether.parent.placement.relay import BrokerRelay, DriverBroker, RunContext
-from tether.parent.placement.wire import HostInfo, HostReport, NodeRun, Refused
+from tether.parent.placement.relay import DriverBroker, RunContext
+from tether.parent.placement.wire import Ask, HostInfo, HostReport, NodeRun, Refused
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.launchers import Bwrap, Launcher, Local, Pidns, resolve_launcher
 from tether.parent.process.limits import Limits
@@ -87,6 +90,9 @@ ACTOR_EXIT_GRACE = 5.0
 """How long an actor asked to exit may take before `ray.kill` ends it."""
 CONTROL_CALLS = 16
 """Calls a host serves beside its runs (serve, info, ping, cancel, abort, shutdown)."""
+ANSWERS_PER_RUN = 2
+"""The driver's answers a host takes at once per run slot (a run's child asks one thing at a
+time, save a parent tool called while a turn is asked)."""
 _run_ids = itertools.count(1)
 
 
@@ -235,7 +241,6 @@ class RayPlacement(EventBus):
         self.closed: list[HostReport] = []
         """What each host reported when the placement closed: every child it took down and
         the dispose rung that child needed."""
-        self._relay: Any = None
         self._broker = DriverBroker()
         self._placer: Placer | None = None
         self._tg: TaskGroup | None = None
@@ -261,7 +266,6 @@ class RayPlacement(EventBus):
             raise
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self._tg.start_soon(self._broker.pump, self._relay)
         self._tg.start_soon(self._watch)
         return self
 
@@ -271,33 +275,21 @@ class RayPlacement(EventBus):
         from tether.parent.placement.nodehost import NodeHost
 
         chosen = select_nodes(self._nodes, ray.nodes())
-        here = ray.get_runtime_context().get_node_id()
-        self._relay = (
-            ray.remote(BrokerRelay)
-            .options(
-                num_cpus=0,
-                max_concurrency=1000,
-                max_restarts=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
-            )
-            .remote()
-        )
         host_class = ray.remote(NodeHost)
         node_config = self._node_config(self.config)
         for node_id in chosen:
             actor = host_class.options(
                 num_cpus=0,
-                max_concurrency=self.per_node + CONTROL_CALLS,
+                max_concurrency=self.per_node * (1 + ANSWERS_PER_RUN) + CONTROL_CALLS,
                 max_restarts=0,
                 max_task_retries=0,
                 runtime_env=self._runtime_env,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-            ).remote(node_id, node_config, self._relay, self._batch, self._buffer)
+            ).remote(node_id, node_config, self._batch, self._buffer)
             host = _Host(node_id, actor)
             host.serving = actor.serve.remote()
             self.hosts[node_id] = host
         with anyio.fail_after(self._start_timeout):
-            await self._relay.ping.remote()
             for host in self.hosts.values():
                 host.info = await host.actor.info.remote()
         self._placer = Placer(chosen, self.per_node, self.when_full)
@@ -355,8 +347,6 @@ class RayPlacement(EventBus):
     async def _end_actors(self, ray: Any) -> None:
         """End each actor gracefully; `ray.kill` any that is still there after a grace."""
         actors = [h.actor for h in self.hosts.values() if h.lost is None]
-        if self._relay is not None:
-            actors.append(self._relay)
         for actor in actors:
             with contextlib.suppress(Exception):
                 actor.__ray_terminate__.remote()
@@ -384,9 +374,6 @@ class RayPlacement(EventBus):
         for host in self.hosts.values():
             with contextlib.suppress(Exception):
                 ray.kill(host.actor, no_restart=True)
-        if self._relay is not None:
-            with contextlib.suppress(Exception):
-                ray.kill(self._relay, no_restart=True)
 
     # --- runs -------------------------------------------------------------------------------
 
@@ -553,9 +540,14 @@ class RayPlacement(EventBus):
                 try:
                     gen = host.actor.run.remote(run._spec)
                     async for ref in gen:
-                        batch: list[Event | Refused] = await ref
+                        batch: list[Event | Refused | Ask] = await ref
                         for event in batch:
-                            if isinstance(event, RunFinished):
+                            if isinstance(event, Ask):
+                                # The run is the stream's, whatever the request names.
+                                asked = dataclasses.replace(event, run_id=run.run_id)
+                                assert self._tg is not None
+                                self._tg.start_soon(self._answer, host, asked)
+                            elif isinstance(event, RunFinished):
                                 result = event.result
                             elif isinstance(event, Refused):
                                 result = unplaced_result(
@@ -600,6 +592,14 @@ class RayPlacement(EventBus):
         if fault is not None and run._cut is None:
             return parent_error(fault, lost)  # tether's own fault, not the engine's
         return lost
+
+    async def _answer(self, host: _Host, ask: Ask) -> None:
+        """Answer one request of a run's child, here, and hand the answer to its host."""
+        answer = await self._broker.answer(ask)
+        try:
+            await host.actor.answer.remote([answer])
+        except Exception as exc:  # the host is gone: its run ends as a result on its stream
+            log.warning("answering run %s failed: %s", ask.run_id, type(exc).__name__)
 
     def _backstop(self, run: RemoteRun) -> None:
         """An aborted run whose node does not confirm within the ladder's bound is cut."""

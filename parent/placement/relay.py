@@ -1,33 +1,28 @@
-"""Model calls from every node, answered in the driver: the relay actor and the driver's side.
+"""Model calls from every node, answered in the driver: the driver's side.
 
 Theory of operation
 -------------------
 No node holds a model provider, a key, an approval policy or a parent tool. A node's child asks
 its host's local supervisor (`model/complete`, `tool/approve`, `tool/call`) exactly as it would
-locally; the host answers through forwarding stand-ins (`nodehost.py`) that call
-`BrokerRelay.ask` on a small actor pinned to the driver's node. The relay holds nothing but a
-queue: the driver long-polls it (`pull`), answers each request in its own process with the
-run's own providers and policy (`DriverBroker`), and hands the answers back (`answer`). So the
-keys stay in the driver process, the relay can be killed without losing a secret, and any
-provider works (nothing has to be pickled). The relay and the hosts are owned by the driver:
-when the driver dies, the engine ends them with it.
+locally; the host answers through forwarding stand-ins (`nodehost.py`) that put the request
+(`Ask`) in the run's own stream of event batches, which the driver is already reading. The
+driver answers each request in a task of its own, in its own process, with the run's own
+providers and policy (`DriverBroker`), and hands the answer to the host that asked (its actor's
+`answer()`). So a request costs two hops of the engine, the keys stay in the driver process, and
+any provider works (nothing has to be pickled).
 
-The driver re-checks every request against the run it names: the model is selected from the
-providers the driver resolved for that run (`RunModels.select`), an unknown run is refused.
-Budgets are enforced by the node's local broker, which counts the answers (as locally); the
-driver counts too, so a run lost with its node still reports the usage it was served.
+The driver takes the run a request is for from the stream it came on, never from the request,
+and re-checks it against that run: the model is selected from the providers the driver resolved
+for that run (`RunModels.select`), an unknown run is refused. Budgets are enforced by the node's
+local broker, which counts the answers (as locally); the driver counts too, so a run lost with
+its node still reports the usage it was served.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-from collections import deque
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import anyio
 
 from tether.parent.placement.wire import Answer, Ask
 from tether.parent.run.broker import (
@@ -50,68 +45,6 @@ from tether.protocol.messages import (
 
 log = logging.getLogger("tether.parent")
 
-PULL_BATCH = 256
-PULL_WAIT = 1.0
-PULL_RETRY = 0.5
-
-
-def _relay_is_gone(exc: BaseException) -> bool:
-    names = {c.__name__ for c in type(exc).__mro__}
-    return bool(names & {"RayActorError", "ActorDiedError", "OwnerDiedError"})
-
-
-class BrokerRelay:
-    """The relay actor's body (made a Ray actor by the driver, `ray.remote(BrokerRelay)`)."""
-
-    def __init__(self) -> None:
-        self._ids = itertools.count(1)
-        self._queue: deque[Ask] = deque()
-        self._pending: dict[int, list[Any]] = {}
-        self._wake: anyio.Event | None = None
-
-    def _woken(self) -> anyio.Event:
-        if self._wake is None:
-            self._wake = anyio.Event()
-        return self._wake
-
-    async def ask(self, run_id: str, method: str, params: Any) -> Answer:
-        """Called by a node host: wait for the driver's answer."""
-        ask = Ask(next(self._ids), run_id, method, params)
-        done = anyio.Event()
-        self._pending[ask.id] = [done, None]
-        self._queue.append(ask)
-        self._woken().set()
-        try:
-            await done.wait()
-            answer: Answer = self._pending[ask.id][1]
-            return answer
-        finally:
-            self._pending.pop(ask.id, None)
-
-    async def pull(self, limit: int = PULL_BATCH, wait: float = PULL_WAIT) -> list[Ask]:
-        """Called by the driver: the requests waiting (at most `limit`), after waiting up to
-        `wait` seconds for the first."""
-        if not self._queue:
-            with anyio.move_on_after(wait):
-                await self._woken().wait()
-        self._wake = None
-        out: list[Ask] = []
-        while self._queue and len(out) < limit:
-            ask = self._queue.popleft()
-            if ask.id in self._pending:  # its asker may have given up
-                out.append(ask)
-        return out
-
-    async def answer(self, answers: Sequence[Answer]) -> None:
-        for answer in answers:
-            slot = self._pending.get(answer.id)
-            if slot is not None:
-                slot[1] = answer
-                slot[0].set()
-
-    async def ping(self) -> bool:
-        return True
-
 
 @dataclass
 class RunContext:
@@ -125,36 +58,10 @@ class RunContext:
 
 
 class DriverBroker:
-    """The driver's side of the relay: the runs it answers for, and the pump."""
+    """The driver's answers: the runs it answers for, and what it answers each request with."""
 
     def __init__(self) -> None:
         self.runs: dict[str, RunContext] = {}
-
-    async def pump(self, relay: Any) -> None:
-        """Pull requests from the relay and answer each in a task of its own, forever (the
-        placement's task group cancels it on close)."""
-        async with anyio.create_task_group() as tg:
-            while True:
-                try:
-                    asks: list[Ask] = await relay.pull.remote()
-                except Exception as exc:
-                    if _relay_is_gone(exc):
-                        # Nothing can be brokered any more: the nodes' model calls fail (as
-                        # model errors) and their runs end as results.
-                        log.error("the broker relay is gone: %s", type(exc).__name__)
-                        return
-                    log.warning("pulling from the broker relay failed", exc_info=exc)
-                    await anyio.sleep(PULL_RETRY)
-                    continue
-                for ask in asks:
-                    tg.start_soon(self._serve, relay, ask)
-
-    async def _serve(self, relay: Any, ask: Ask) -> None:
-        answer = await self.answer(ask)
-        try:
-            await relay.answer.remote([answer])
-        except Exception as exc:  # the relay is gone; the asker's call fails on its side
-            log.warning("answering run %s failed: %s", ask.run_id, type(exc).__name__)
 
     async def answer(self, ask: Ask) -> Answer:
         ctx = self.runs.get(ask.run_id)
@@ -224,6 +131,3 @@ def forwarding_error(answer: Answer) -> RemoteError | None:
         return None
     code, message = answer.error
     return RemoteError(code, message)
-
-
-AskFn = Callable[[str, Any], Any]

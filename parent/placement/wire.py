@@ -1,9 +1,10 @@
-"""What crosses the engine between the driver, the broker relay and the node hosts.
+"""What crosses the engine between the driver and the node hosts.
 
 Plain frozen dataclasses of tether's own types, pickled by the engine. Nothing here holds a
-provider, a key or a callable: a node learns what to run (`NodeRun`), the relay carries model,
-approval and parent-tool requests (`Ask`) and their answers (`Answer`), and the hosts report
-what they are (`HostInfo`) and how they took their children down (`HostReport`).
+provider, a key or a callable: a node learns what to run (`NodeRun`), a run's stream carries
+its child's model, approval and parent-tool requests (`Ask`) to the driver, whose answers
+(`Answer`) go back to the host, and the hosts report what they are (`HostInfo`) and how they
+took their children down (`HostReport`).
 """
 
 from __future__ import annotations

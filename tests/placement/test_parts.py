@@ -1,6 +1,6 @@
-"""The placement's parts that need no cluster: the driver's answers to forwarded requests, the
-relay's queue, a host's event batches, engine failures as results, and that nothing imports
-Ray unless a placement is used."""
+"""The placement's parts that need no cluster: the driver's answers to forwarded requests, a
+host's requests waiting for the driver, a host's event batches, engine failures as results,
+and that nothing imports Ray unless a placement is used."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import anyio
 import pytest
 
 from tether.parent.placement.lost import engine_failure, lost_result, unplaced_result
-from tether.parent.placement.nodehost import EventBatcher
-from tether.parent.placement.relay import BrokerRelay, DriverBroker, RunContext, forwarding_error
+from tether.parent.placement.nodehost import DriverAsks, EventBatcher
+from tether.parent.placement.relay import DriverBroker, RunContext, forwarding_error
 from tether.parent.placement.wire import Answer, Ask
 from tether.parent.run.broker import Brokered, ParentTool, RunModels
 from tether.parent.run.events import ChildEvent, RunFinished, RunStarted
@@ -120,23 +120,49 @@ async def test_approvals_and_parent_tools_are_answered_by_the_run_s_own_policy_a
     assert default.result.allow
 
 
-async def test_the_relay_hands_requests_to_the_driver_and_answers_to_whoever_asked() -> None:
-    relay = BrokerRelay()
+async def test_a_hosts_requests_go_out_in_their_runs_batches_and_each_answer_wakes_its_asker() -> (
+    None
+):
+    asks = DriverAsks()
+    events = EventBatcher(batch=10, buffer=2)
+    ask = asks.for_run(events, "r1")
     answers: list[Answer] = []
     async with anyio.create_task_group() as tg:
 
         async def asker(i: int) -> None:
-            answers.append(await relay.ask("r1", "model/complete", i))
+            answers.append(await ask("model/complete", i))
 
         for i in range(3):
             tg.start_soon(asker, i)
         await anyio.wait_all_tasks_blocked()
-        asks = await relay.pull(limit=2, wait=0.1)
-        asks += await relay.pull(limit=2, wait=0.1)
-        assert [a.params for a in asks] == [0, 1, 2]
-        await relay.answer([Answer(a.id, result=a.params * 10) for a in asks])
+        for seq in range(5):  # progress past the buffer: dropped, the requests never
+            events.put(ChildEvent("r1", seq, "step", {}))
+        batch = await events.next_batch()
+        sent = [e for e in batch if isinstance(e, Ask)]
+        assert [(a.run_id, a.method, a.params) for a in sent] == [
+            ("r1", "model/complete", i) for i in range(3)
+        ]
+        assert asks.waiting() == 3
+        asks.answer([Answer(999, result="unknown: dropped")])
+        asks.answer([Answer(a.id, result=a.params * 10) for a in reversed(sent)])
     assert sorted(a.result for a in answers) == [0, 10, 20]
-    assert await relay.pull(wait=0.01) == []
+    assert asks.waiting() == 0
+
+
+async def test_a_request_whose_asker_is_cancelled_is_forgotten_and_its_late_answer_dropped() -> (
+    None
+):
+    asks = DriverAsks()
+    events = EventBatcher(batch=10, buffer=10)
+    ask = asks.for_run(events, "r1")
+    with anyio.move_on_after(0.05) as scope:
+        await ask("tool/approve", None)
+    assert scope.cancelled_caught
+    assert asks.waiting() == 0
+    [sent] = await events.next_batch()
+    assert isinstance(sent, Ask)
+    asks.answer([Answer(sent.id, result="late")])  # nobody waits: dropped, no error
+    assert asks.waiting() == 0
 
 
 async def test_a_host_batches_events_and_drops_only_progress_when_the_driver_falls_behind() -> None:

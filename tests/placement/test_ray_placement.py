@@ -132,7 +132,7 @@ async def test_every_ray_socket_listens_on_loopback_and_every_node_is_127_0_0_1(
 
     async with placement(ray_cluster) as sup:
         await sup.run("x", command=child("answer_and_exit.py"), workspace=tmp_path)
-        assert assert_loopback_only() > 0  # with the hosts and the relay running
+        assert assert_loopback_only() > 0  # with the hosts running
     assert {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]} == {"127.0.0.1"}
 
 
