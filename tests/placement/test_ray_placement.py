@@ -675,3 +675,67 @@ async def test_200_children_over_two_nodes_leave_no_process_and_no_actor(
     assert {h.node for h in handles} == set(ray_cluster.nodes)
     assert wait_until(lambda: not tether_processes(), 5.0), tether_processes()
     assert wait_until(lambda: not live_actors(), 10.0, 0.2), live_actors()
+
+
+async def test_a_request_on_a_runs_stream_is_answered_for_that_run_whatever_it_names() -> None:
+    # A host (faked here: no cluster) sends, on run r1's stream, a request naming run r2. The
+    # driver answers it with r1's model, and hands the answer back to r1's host; r2's model
+    # never hears of it.
+    from tether.parent.placement.rayplacement import _Host
+    from tether.parent.placement.relay import RunContext
+    from tether.parent.placement.wire import Answer, Ask, NodeRun
+    from tether.parent.process.limits import Limits
+    from tether.parent.run.broker import RunModels
+    from tether.protocol.messages import ChatMessage, ModelCompleteParams, ModelCompleteResult
+
+    class Told:
+        def __init__(self, text: str) -> None:
+            self.text, self.asked = text, 0
+
+        async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+            self.asked += 1
+            return ModelCompleteResult(message=ChatMessage(role="assistant", content=self.text))
+
+    mine, theirs = Told("r1's model"), Told("r2's model")
+    answered: list[Answer] = []
+    heard = anyio.Event()
+
+    async def ready(value: Any) -> Any:
+        return value
+
+    async def stream(spec: NodeRun) -> Any:
+        params = ModelCompleteParams(run_id="r2", messages=[ChatMessage(role="user", content="x")])
+        yield ready([Ask(7, "r2", "model/complete", params)])
+        await heard.wait()
+        yield ready([RunFinished(spec.run_id, RunResult(success=True, status="completed"))])
+
+    async def answer(answers: list[Answer]) -> None:
+        answered.extend(answers)
+        heard.set()
+
+    actor = SimpleNamespace(
+        run=SimpleNamespace(remote=stream), answer=SimpleNamespace(remote=answer)
+    )
+    placement = RayPlacement()
+    placement._broker.runs["r2"] = RunContext(RunModels(theirs))
+    spec = NodeRun(
+        run_id="r1",
+        prompt="go",
+        agent="general",
+        workspace="/",
+        description="",
+        limits=Limits(),
+        config=ChildConfig(),
+        models=True,
+    )
+    run = RemoteRun(placement, spec, RunContext(RunModels(mine)))
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            placement._tg = tg
+            result = await placement._on_node(run, _Host("n1", actor), None)
+    assert result.success, result
+    [got] = answered
+    assert got.id == 7 and got.error is None
+    assert got.result.message.content == "r1's model"
+    assert (mine.asked, theirs.asked) == (1, 0)
+    assert run._ctx.brokered.model_calls == 1
