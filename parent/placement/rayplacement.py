@@ -64,7 +64,7 @@ from tether.parent.placement.policy import (
     select_nodes,
 )
 from tether.parent.placement.relay import DriverBroker, RunContext
-from tether.parent.placement.wire import Ask, HostInfo, HostReport, NodeRun, Refused
+from tether.parent.placement.wire import Answer, Ask, HostInfo, HostReport, NodeRun, Refused
 from tether.parent.process.config import ChildConfig
 from tether.parent.process.launchers import Bwrap, Launcher, Local, Pidns, resolve_launcher
 from tether.parent.process.limits import Limits
@@ -81,6 +81,7 @@ from tether.parent.run.events import (
 from tether.parent.run.plan import check_agent, check_config
 from tether.parent.run.results import parent_error
 from tether.parent.run.spec import NamedModel, RunSpec, spec_of
+from tether.protocol import ErrorCode
 from tether.protocol.messages import AgentDefinition, RunResult
 
 log = logging.getLogger("tether.parent")
@@ -595,7 +596,11 @@ class RayPlacement(EventBus):
 
     async def _answer(self, host: _Host, ask: Ask) -> None:
         """Answer one request of a run's child, here, and hand the answer to its host."""
-        answer = await self._broker.answer(ask)
+        try:
+            answer = await self._broker.answer(ask)
+        except Exception as exc:  # ours (an `on_turn` hook, say): the child is told, not left
+            log.error("run %s: answering its child failed", ask.run_id, exc_info=exc)
+            answer = Answer(ask.id, error=(ErrorCode.INTERNAL_ERROR, "the parent failed to answer"))
         try:
             await host.actor.answer.remote([answer])
         except Exception as exc:  # the host is gone: its run ends as a result on its stream

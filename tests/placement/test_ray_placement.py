@@ -677,15 +677,20 @@ async def test_200_children_over_two_nodes_leave_no_process_and_no_actor(
     assert wait_until(lambda: not live_actors(), 10.0, 0.2), live_actors()
 
 
-async def test_a_request_on_a_runs_stream_is_answered_for_that_run_whatever_it_names() -> None:
+@pytest.mark.parametrize("hook_fails", [False, True], ids=["answered", "the hook raises"])
+async def test_a_request_on_a_runs_stream_is_answered_for_that_run_whatever_it_names(
+    hook_fails: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     # A host (faked here: no cluster) sends, on run r1's stream, a request naming run r2. The
     # driver answers it with r1's model, and hands the answer back to r1's host; r2's model
-    # never hears of it.
+    # never hears of it. When the driver's own answering raises (r1's `on_turn` hook), the
+    # host is told so (the child gets an error, not silence) and the placement goes on.
     from tether.parent.placement.rayplacement import _Host
     from tether.parent.placement.relay import RunContext
     from tether.parent.placement.wire import Answer, Ask, NodeRun
     from tether.parent.process.limits import Limits
     from tether.parent.run.broker import RunModels
+    from tether.protocol import ErrorCode
     from tether.protocol.messages import ChatMessage, ModelCompleteParams, ModelCompleteResult
 
     class Told:
@@ -728,14 +733,23 @@ async def test_a_request_on_a_runs_stream_is_answered_for_that_run_whatever_it_n
         config=ChildConfig(),
         models=True,
     )
-    run = RemoteRun(placement, spec, RunContext(RunModels(mine)))
+
+    async def hook(params: ModelCompleteParams, result: ModelCompleteResult) -> None:
+        if hook_fails:
+            raise RuntimeError("the caller's hook broke")
+
+    run = RemoteRun(placement, spec, RunContext(RunModels(mine), on_turn=hook))
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             placement._tg = tg
             result = await placement._on_node(run, _Host("n1", actor), None)
     assert result.success, result
     [got] = answered
-    assert got.id == 7 and got.error is None
-    assert got.result.message.content == "r1's model"
+    assert got.id == 7
     assert (mine.asked, theirs.asked) == (1, 0)
     assert run._ctx.brokered.model_calls == 1
+    if hook_fails:
+        assert got.error == (ErrorCode.INTERNAL_ERROR, "the parent failed to answer")
+        assert any(r.exc_info and r.exc_info[0] is RuntimeError for r in caplog.records)
+    else:
+        assert got.error is None and got.result.message.content == "r1's model"
