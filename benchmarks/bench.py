@@ -866,27 +866,34 @@ async def ping_group(res: Results, p: Plan, workspace: str) -> None:
             ids = range(first + 1, first + 1 + n)
             return {"context.ping_child_side": await aio_pingpong(aio_tether, ids)}
 
-        for rnd in range(p.rounds + 1):  # round 0 warms every peer up and is dropped
-            n = warm if rnd == 0 else per
-            first = rnd * per
-            # Each round starts one step later: what ran just before a figure (another pair
-            # of processes busy on both cores, or this child idle for a while) moved its
-            # median by up to a fifth here, so every figure takes every place in turn.
-            steps = [tiny_runs, floors, floor_aio, pings, parent_side, child_side]
-            got: dict[str, list[float]] = {}
-            for i in range(len(steps)):
-                got.update(await steps[(rnd + i) % len(steps)](n, first))
+        async def model_turns(n: int, first: int) -> dict[str, list[float]]:
+            # One run of its own per round; its child times the turns, the first `warm`
+            # of them dropped.
+            turns = warm + model_per
             async with Supervisor() as sup:
                 result = await sup.run(
                     "bench",
                     model=FixedModel(),
                     workspace=workspace,
-                    command=child_script("proto.py", "model", warm + model_per),
+                    command=child_script("proto.py", "model", turns),
                     # every request is a turn: the parent enforces the definition's budget
-                    agent=AgentDefinition(type="general", max_iterations=warm + model_per),
+                    agent=AgentDefinition(type="general", max_iterations=turns),
                 )
             assert result.success, result.message
-            got["tether.model_complete"] = [us(x) for x in json.loads(result.summary)[warm:]]
+            return {"tether.model_complete": [us(x) for x in json.loads(result.summary)[warm:]]}
+
+        for rnd in range(p.rounds + 1):  # round 0 warms every peer up and is dropped
+            n = warm if rnd == 0 else per
+            first = rnd * per
+            # Each round starts one step later: what ran just before a figure (another pair
+            # of processes busy on both cores, or this child idle for a while) moved its
+            # median by up to a fifth here, so every figure takes every place in turn (the
+            # model turns too: always last, their ratio to the floor read 1.08x and 1.34x in
+            # two runs of the same code).
+            steps = [tiny_runs, floors, floor_aio, pings, parent_side, child_side, model_turns]
+            got: dict[str, list[float]] = {}
+            for i in range(len(steps)):
+                got.update(await steps[(rnd + i) % len(steps)](n, first))
             if rnd > 0:
                 for key, values in got.items():
                     s[key].extend(values)
