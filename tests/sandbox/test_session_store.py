@@ -69,8 +69,15 @@ class Listener:
                     pass
 
     def close(self) -> None:
+        # Closing the socket does not wake a thread blocked in its `accept()`; shutting it
+        # down does (the join waited its whole deadline before).
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
         self._thread.join(5)
+        assert not self._thread.is_alive(), "the listener's thread did not end"
 
 
 @pytest.fixture
