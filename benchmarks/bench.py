@@ -154,6 +154,8 @@ class Plan:
     gateway_rounds: int = 10
     """Rounds of the gateway group (a block of model calls direct and through the gateway)."""
     gateway_calls: int = 200
+    layer_files: int = 10_000
+    """The base of the layered group's layer and change-set figures."""
     only: tuple[str, ...] = ()
     """Run only these groups (by name, as printed); empty: every group."""
 
@@ -195,6 +197,7 @@ class Plan:
             egress_requests=20,
             gateway_rounds=2,
             gateway_calls=20,
+            layer_files=1_000,
         )
 
 
@@ -2186,7 +2189,10 @@ async def measure(res: Results, p: Plan) -> None:
             ("providers", lambda: providers_group(res, p.whole_runs, ws)),
             ("egress proxy", lambda: egress_group(res, p.egress_rounds, p.egress_requests)),
             ("model gateway", lambda: gateway_group(res, p.gateway_rounds, p.gateway_calls)),
-            ("layered workspaces", lambda: layered_group(res, p.whole_runs, ws)),
+            (
+                "layered workspaces",
+                lambda: layered_group(res, p.whole_runs, ws, p.layer_files),
+            ),
             ("traces", lambda: traces_group(res, p.traced_runs)),
         ]
         for name, step in steps:

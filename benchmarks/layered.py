@@ -8,7 +8,7 @@ ready), in one supervisor, this host's default isolation and layer (`tether doct
 making an overlay's layer over a 10,000-file workspace (its frozen base of hard links), and the
 change set of a layer holding 1, 100 and 10,000 changed files (`changes.compute`: the parent's
 confined walk of the layer, a SHA-256 of each changed file and its base, a unified diff of
-each), against a base of 10,000 small text files.
+each), against a base of 10,000 small text files (`--quick`: 1,000).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from tether.protocol.messages import ModelCompleteParams, ModelCompleteResult
 
 ONE_TURN = '[{"text": "done", "toolCalls": [{"name": "complete", "arguments": {"summary": "ok"}}]}]'
 BASE_FILES = 10_000
-CHANGED = (1, 100, 10_000)
+"""Files in the base the layer and change-set figures use (`--quick`: fewer)."""
 
 
 class _FirstTurn:
@@ -56,8 +56,8 @@ async def _ready(sup: Supervisor, workspace: str, mode: str) -> float:
     return (model.asked - t0) / 1e6
 
 
-def _base(root: str) -> None:
-    for i in range(BASE_FILES):
+def _base(root: str, files: int) -> None:
+    for i in range(files):
         d = os.path.join(root, f"d{i // 100}")
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, f"f{i}.txt"), "w") as fh:
@@ -77,8 +77,11 @@ def _changed_layer(tmp: str, base: str, n: int) -> layers.Layer:
     return layer
 
 
-async def layered_group(res: Results, rounds: int, workspace: str) -> None:
+async def layered_group(
+    res: Results, rounds: int, workspace: str, base_files: int = BASE_FILES
+) -> None:
     s: defaultdict[str, list[float]] = defaultdict(list)
+    changed = (1, 100, base_files)
     method = layers.support().overlay or layers.support().copy
     async with Supervisor() as sup:
         for rnd in range(rounds + 1):  # round 0 warms caches (and the layer probe): dropped
@@ -90,7 +93,7 @@ async def layered_group(res: Results, rounds: int, workspace: str) -> None:
     with tempfile.TemporaryDirectory(prefix="tether-bench-layers-") as tmp:
         base = os.path.join(tmp, "base")
         os.mkdir(base)
-        await anyio.to_thread.run_sync(_base, base)
+        await anyio.to_thread.run_sync(_base, base, base_files)
         for rnd in range(rounds + 1):
             t0 = time.perf_counter_ns()
             plan = layers.LayerPlan("overlay", base, os.path.join(tmp, f"made-{rnd}"))
@@ -99,10 +102,10 @@ async def layered_group(res: Results, rounds: int, workspace: str) -> None:
             assert fresh.frozen
             fresh.discard()
             if rnd:
-                s["layered.make_10000"].append(took)
-        made = {n: await anyio.to_thread.run_sync(_changed_layer, tmp, base, n) for n in CHANGED}
+                s["layered.make"].append(took)
+        made = {n: await anyio.to_thread.run_sync(_changed_layer, tmp, base, n) for n in changed}
         for rnd in range(rounds + 1):
-            for n in CHANGED:
+            for n in changed:
                 t0 = time.perf_counter_ns()
                 cs = await anyio.to_thread.run_sync(changes.compute, made[n])
                 took = (time.perf_counter_ns() - t0) / 1e6
@@ -134,16 +137,16 @@ async def layered_group(res: Results, rounds: int, workspace: str) -> None:
     )
     res.add(
         Figure(
-            "layered.make_10000",
-            f"making an overlay's layer over {BASE_FILES:,} files",
+            "layered.make",
+            f"making an overlay's layer over {base_files:,} files",
             "ms",
-            s["layered.make_10000"],
+            s["layered.make"],
             "`layers.make`: the layer directory and its frozen base (a hard link per file, "
             "directories made anew) with the base's manifest; what a layered run pays before its "
             "spawn in such a workspace",
         )
     )
-    for n in CHANGED:
+    for n in changed:
         res.add(
             Figure(
                 f"layered.changes_{n}",
@@ -151,7 +154,7 @@ async def layered_group(res: Results, rounds: int, workspace: str) -> None:
                 "ms",
                 s[f"layered.changes_{n}"],
                 f"`changes.compute` of an overlay layer whose upper holds {n:,} changed files "
-                f"over a base of {BASE_FILES:,}: walk, lstat, SHA-256 of both sides, unified "
+                f"over a base of {base_files:,}: walk, lstat, SHA-256 of both sides, unified "
                 "diff of each",
                 floor="layered.changes_1" if n != 1 else None,
             )
