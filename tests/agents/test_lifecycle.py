@@ -231,7 +231,9 @@ async def test_each_activation_has_its_own_wall_clock(state: Path, workspace: Pa
             agent="explorer",
             workspace=workspace,
             model=Commanded(),
-            limits=Limits(wall=4, idle=4),  # room for a slow spawn on a loaded machine
+            # In memory: no spawn to make room for; the idle limit is the least that leaves a
+            # slow tool call room (`checks.warn_idle`).
+            limits=Limits(wall=2.5, idle=4),
             keep_alive=30,
         )
         assert (await agent.result()).success
