@@ -53,12 +53,9 @@ child: the pool's task owns its children's contexts. A child in memory has nothi
 still: its broker, closed, serves nothing between activations all the same.
 
 A run whose network policy allows anything holds its egress proxy for its child's whole life
-(`_network`: `tether.parent.egress.seat`): tether's own child reaches it through a listener its
-sandbox makes in a private network namespace (root; `_wire_network`, `_attach`), else through
-a loopback port of the run's own; a provider's child is wired by the provider
-(`SubagentRun.egress`). The proxy's decisions go out as `NetEvent`s, a byte limit it reaches
-ends the activation in progress as `net_limit`, and every result says what it did
-(`isolation.network`).
+(`network.py`: how tether's own child is wired to it, what the result says of it); the proxy's
+decisions go out as `NetEvent`s, and a byte limit it reaches ends the activation in progress
+as `net_limit`.
 
 `result()` is the first activation's result; `wait()` returns once the child is gone.
 
@@ -86,11 +83,10 @@ scopes, so `abort()`, `cancel()` (through the body), budgets and the result work
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
@@ -101,12 +97,7 @@ from tether.parent.process.config import ChildConfig
 from tether.parent.process.isolation import probe_host
 from tether.parent.process.launchers import launcher_name
 from tether.parent.process.limits import Limits
-from tether.parent.process.private_network import (
-    Channel,
-    PrivateNetwork,
-    open_channel,
-    receive_listeners,
-)
+from tether.parent.process.private_network import Channel, PrivateNetwork
 from tether.parent.process.proc import SpawnError
 from tether.parent.process.supervised import SupervisedProcess
 from tether.parent.process.wired import handshake
@@ -114,6 +105,7 @@ from tether.parent.run.broker import Broker, Brokered, RunModels
 from tether.parent.run.budget import Budget
 from tether.parent.run.events import Event, EventCallback, RunFinished, RunStarted
 from tether.parent.run.layered import Layered
+from tether.parent.run.network import RunNetwork
 from tether.parent.run.plan import RunPlan
 from tether.parent.run.provider import RunBody
 from tether.parent.run.results import build_result, parent_error
@@ -128,8 +120,6 @@ from tether.protocol.messages import (
     AgentMessageParams,
     AgentRunParams,
     Isolation,
-    NetDenial,
-    NetworkReport,
     RunResult,
     StopReceipt,
 )
@@ -250,10 +240,13 @@ class RunHandle:
         """How its child was started (`zygote`, `exec`, or `memory`: no process), once it is."""
         self.spawner_fallback: str | None = None
         """Why the default spawner used exec rather than the zygote for tether's own child."""
-        self.egress: RunEgress | None = None
-        """The run's egress proxy, while its child lives, when its network policy allows
-        anything (`tether.parent.egress`)."""
-        self._enforced: Literal["namespace", "port", "none"] | None = None
+        self._net = RunNetwork(
+            self.run_id,
+            plan.config,
+            plan.isolation.level,
+            on_event=self._net_event,
+            on_limit=self._net_limit,
+        )
         self.processes: list[SupervisedProcess] = []
         """Every process this run started (a stop's receipt counts what is left of them)."""
         self.halted: list[Broker] = []
@@ -274,6 +267,12 @@ class RunHandle:
     @property
     def params(self) -> AgentRunParams:
         return self._params
+
+    @property
+    def egress(self) -> RunEgress | None:
+        """The run's egress proxy, while its child lives, when its network policy allows
+        anything (`network.py`)."""
+        return self._net.egress
 
     @property
     def config(self) -> ChildConfig:
@@ -629,7 +628,7 @@ class RunHandle:
             if self._layered is None:
                 self._first.watch = take(self._params.workspace)
             with self._outer_scope:
-                async with self._network(observed):
+                async with self._net.held(observed, self._sup.egress_options):
                     if observed.spawn_error is not None:
                         pass  # a credential went missing: nothing is spawned
                     elif self._layered is not None and not await self._layered.make(observed):
@@ -664,33 +663,6 @@ class RunHandle:
             self._gone.set()
             self._pulse()
 
-    @contextlib.asynccontextmanager
-    async def _network(self, observed: Observed) -> AsyncIterator[None]:
-        """The run's egress proxy around its child's life, when its policy allows anything
-        (see `tether.parent.egress.seat`); a credential that went missing since the plan is a
-        spawn failure."""
-        policy = self._config.network_policy
-        if policy.none:
-            yield
-            return
-        from tether.parent.egress.seat import CredentialMissing, open_egress, read_secrets
-
-        try:
-            read_secrets(policy)
-        except CredentialMissing as exc:
-            observed.spawn_error = str(exc)
-            yield
-            return
-        async with open_egress(
-            self.run_id,
-            policy,
-            self._sup.egress_options,
-            on_event=self._net_event,
-            on_limit=self._net_limit,
-        ) as egress:
-            self.egress = egress
-            yield
-
     def _net_event(self, event: NetEvent) -> None:
         self._sup.publish(event, self._on_event)
 
@@ -705,48 +677,6 @@ class RunHandle:
         observed.net_limit = what
         if act.drive is not None:
             act.drive.cancel()
-
-    async def _wire_network(
-        self, egress: RunEgress, cfg: ChildConfig
-    ) -> tuple[ChildConfig, PrivateNetwork | None, Channel | None]:
-        """Where tether's own child reaches the run's proxy: a listener in its private
-        namespace (root), else a loopback port of the run's own, which the sandbox lets it
-        connect to alone (no root) or merely offers (process level). The config gets the
-        proxy's variables and the trust directory."""
-        level = self.isolation.level
-        channel: Channel | None = None
-        network: PrivateNetwork | None = None
-        if level == "sandbox" and probe_host().root:
-            channel = open_channel(1)
-            network = channel.network()
-            port = channel.ports[0]
-            self._enforced = "namespace"
-        else:
-            port = await egress.listen_loopback()
-            if level == "sandbox":
-                network = PrivateNetwork((port,))
-                self._enforced = "port"
-            else:
-                self._enforced = "none"
-        cfg = dataclasses.replace(
-            cfg,
-            env={**cfg.env, **egress.child_env(port)},
-            read_paths=(*cfg.read_paths, *egress.read_paths),
-        )
-        return cfg, network, channel
-
-    async def _attach(self, egress: RunEgress, channel: Channel, child: ChildLink) -> bool:
-        """Serve the listener the child's sandbox made in its namespace; `False` (with why in
-        the child's record) when none came within the handshake timeout."""
-        channel.spawned()
-        seconds = self._config.handshake_timeout
-        got = await receive_listeners(channel.ours, 1, seconds)
-        if got is None:
-            if not child.exited():
-                child.observed.handshake = seconds
-            return False
-        await egress.serve(got[0])
-        return True
 
     async def _drive_body(self, body: RunBody, observed: Observed) -> Observed:
         """A provider's own run (one activation: bodies are not continuable)."""
@@ -767,11 +697,10 @@ class RunHandle:
         # the event loop is needed to see it: the task has just been scheduled).
         await anyio.lowlevel.checkpoint_if_cancelled()
         cfg = self._config
-        egress = self.egress
         network: PrivateNetwork | None = None
         channel: Channel | None = None
-        if egress is not None:
-            cfg, network, channel = await self._wire_network(egress, cfg)
+        if self.egress is not None:
+            cfg, network, channel = await self._net.wire(cfg)
         request = ChildRequest(
             cfg,
             self._limits,
@@ -802,8 +731,8 @@ class RunHandle:
             self.spawner = got.spawner
             self.spawner_fallback = got.fallback
             try:
-                if channel is None or (
-                    egress is not None and await self._attach(egress, channel, child)
+                if channel is None or await self._net.attach(
+                    channel, child, self._config.handshake_timeout
                 ):
                     await self._serve(child)
             finally:
@@ -1046,27 +975,7 @@ class RunHandle:
             level=choice.level,
             landlock_abi=abi,
             warning=choice.warning,
-            network=self._network_report(),
-        )
-
-    def _network_report(self) -> NetworkReport:
-        policy = self._config.network_policy
-        if policy.none:
-            return NetworkReport()
-        egress = self.egress
-        if egress is None:
-            return NetworkReport(policy="allowlist", allow=policy.describe())
-        t = egress.traffic
-        return NetworkReport(
-            policy="allowlist",
-            allow=policy.describe(),
-            enforced=self._enforced or _enforced_by(self.isolation.level),
-            allowed=t.allowed,
-            denied=t.denied,
-            bytes_up=t.bytes_up,
-            bytes_down=t.bytes_down,
-            denials=[NetDenial(host=h, port=p, reason=r) for h, p, r in t.denials],
-            limits_hit=list(t.limits_hit),
+            network=self._net.report(),
         )
 
     def _budget_exhausted(self, act: _Activation, why: str) -> None:
@@ -1094,14 +1003,6 @@ def _logged(run_id: str, exc: Exception) -> Exception:
     """`exc`, a failure of tether's own in a run, logged with its traceback."""
     log.error("run %s: tether itself failed (the run ends as parent_error)", run_id, exc_info=exc)
     return exc
-
-
-def _enforced_by(level: str) -> Literal["namespace", "port", "none"]:
-    """How a provider's own child was kept to the run's proxy (the `acp` provider wires it as
-    the handle does for tether's child)."""
-    if level != "sandbox":
-        return "none"
-    return "namespace" if probe_host().root else "port"
 
 
 def _fresh_activation(observed: Observed) -> None:

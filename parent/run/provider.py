@@ -263,7 +263,9 @@ class RunSeat(Protocol):
     pid: int | None
     isolation: Choice
     host: Host
-    egress: RunEgress | None
+
+    @property
+    def egress(self) -> RunEgress | None: ...
 
     @property
     def broker(self) -> Broker: ...
