@@ -48,9 +48,10 @@ the run's task lets the child go and it is disposed through the ladder; a follow
 arrives too late is answered `None`, so its caller can start a fresh child instead. An
 activation the child did not answer (it crashed, a clock or budget cut it) ends the run too,
 and its result is built by the run's task after the dispose, with what the dispose saw (its
-caller waits for it). A continuable run never takes a pooled
-child: the pool's task owns its children's contexts. A child in memory has nothing to hold
-still: its broker, closed, serves nothing between activations all the same.
+caller waits for it). A continuable run may take a pooled child like any other run: it holds
+it, through every activation, until it lets it go, and the pool's task (which owns the child's
+context) disposes of it then. A child in memory has nothing to hold still: its broker, closed,
+serves nothing between activations all the same.
 
 A run whose network policy allows anything holds its egress proxy for its child's whole life
 (`network.py`: how tether's own child is wired to it, what the result says of it); the proxy's

@@ -12,7 +12,9 @@ import anyio
 import psutil
 import pytest
 
+from tether.parent import Continuation
 from tether.parent.models.scripted import ScriptedModel
+from tether.parent.process.cgroup_join import cgroup2_mount
 from tether.parent.process.limits import Limits
 from tether.parent.supervisor import ChildConfig, PoolSpec, Supervisor
 
@@ -266,3 +268,54 @@ async def test_a_pool_whose_children_cannot_start_backs_off_and_runs_still_spawn
 async def test_a_pool_with_a_launcher_other_than_local_is_refused() -> None:
     with pytest.raises(ValueError, match="local"):
         Supervisor(PROCESS, pool=PoolSpec(1, config=ChildConfig(launcher="bwrap")))
+
+
+def _held_still(pid: int) -> bool:
+    """Whether `pid` is held still the way the tier holds a continuable child between
+    activations: its v2 cgroup frozen, its v1 freezer cgroup frozen, or the process stopped."""
+    if "T (stopped)" in Path(f"/proc/{pid}/status").read_text():
+        return True
+    mount = cgroup2_mount()
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers == "" and mount is not None:
+            events = Path(mount[0], path.lstrip("/"), "cgroup.events").read_text().split()
+            if events[events.index("frozen") + 1] == "1":
+                return True
+        if controllers == "freezer":
+            state = Path("/sys/fs/cgroup/freezer", path.lstrip("/"), "freezer.state")
+            if state.exists() and state.read_text().strip() == "FROZEN":
+                return True
+    return False
+
+
+TWO_ACTIVATIONS = """{"turns": [
+    {"text": "", "toolCalls": [{"name": "complete", "arguments": {"summary": "first"}}]},
+    {"text": "", "toolCalls": [{"name": "complete", "arguments": {"summary": "second"}}]}]}"""
+
+
+async def test_a_continuable_run_keeps_its_pooled_child_held_still_between_follow_ups(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel.from_json(TWO_ACTIVATIONS)
+    async with Supervisor(PROCESS, pool=PoolSpec(1)) as sup:
+        (warm,) = await _ready(sup)
+        handle = await sup.start(
+            "go", workspace=tmp_path, model=model, continuation=Continuation(60)
+        )
+        first = await handle.result()
+        assert first.success and first.summary == "first"
+        assert handle.pid == warm  # taken from the pool, not spawned
+        assert _held_still(warm)  # between activations its tree is held still
+        (fresh,) = await _ready(sup)  # the pool refills while the run keeps its child
+        assert fresh != warm
+        with anyio.fail_after(20):
+            second = await handle.message("again")
+        assert second is not None and second.summary == "second"
+        assert handle.pid == warm and not _gone(warm)
+        handle.close()
+        with anyio.fail_after(20):
+            await handle.wait()
+        assert _gone(warm)  # let go: the pool's task disposed of it
+        assert sup.pool is not None and sup.pool.ready_pids == [fresh]
+    assert _gone(fresh)

@@ -1,7 +1,8 @@
 """The `process` transport: each child a local process, started the way every child process is.
 
 `LocalProcess.open()` takes a ready child from the supervisor's warm pool when the run fits it
-(not continuable, the local launcher, the pool's settings), else spawns one through `spawned()`:
+(the local launcher, the pool's settings, no layer and no private network), else spawns one
+through `spawned()`:
 the one spawn path (`process.spawn.spawn_child`: scrubbed environment, cgroup and limits, the
 trampoline or the zygote's fork, the sandbox), the child registered with the keeper while it
 lives, and its context — reader, stderr drain, exit watch, and on leaving the dispose ladder —
@@ -62,7 +63,6 @@ class LocalProcess:
         if (
             pool is not None
             and isinstance(launcher, Local)
-            and not request.continuable
             and request.layer is None
             and request.network is None
         ):
@@ -70,7 +70,7 @@ class LocalProcess:
             pooled = pool.acquire(key, env)
             if pooled is not None:
                 # The pool's task owns this child's context (and so its dispose); the run
-                # drives it and hands it back.
+                # drives it, through every activation of a continuable run, and hands it back.
                 child = pooled.child
                 child.observed.limits = request.limits
                 try:
