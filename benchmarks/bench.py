@@ -746,6 +746,24 @@ def _spawn_figures(res: Results, p: Plan, s: Samples) -> None:
             floor="context.run_one_zygote",
         )
     )
+    res.add(
+        Figure(
+            "context.zygote_run_unavoidable",
+            "a zygote child's spawn → ready, its first `agent/run` and its exit",
+            "ms",
+            [
+                a + b
+                for a, b in zip(
+                    s["context.zygote_spawn_exit"], s["context.zygote_first_run"], strict=True
+                )
+            ],
+            "per round, the sum of the two figures above: what no whole run through the zygote "
+            "does without (a fresh child made ready, the run itself, the exit its result "
+            "reports); what the whole run takes beyond it is tether's own (the plan, the run "
+            "record, the `shutdown` round trip, the verdict, the result)",
+            floor="context.run_one_zygote",
+        )
+    )
     if s["context.run_one_zygote_sandbox"]:
         res.add(
             Figure(
