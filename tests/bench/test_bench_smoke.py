@@ -64,6 +64,7 @@ FIGURES = {
     "tether.zygote_spawn_ready",
     "context.run_one_zygote",
     "context.zygote_spawn_exit",
+    "context.zygote_run_unavoidable",
     "context.pool_handover",
     "context.transfer_c2p_codec",
     "tether.crash_result",
