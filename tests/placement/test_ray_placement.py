@@ -82,12 +82,30 @@ def gone(pid: int) -> bool:
         return True
 
 
-async def wait_for_file(path: Path, host_pid: Callable[[Path], int], seconds: float = 30.0) -> int:
+async def wait_for_file(
+    path: Path,
+    host_pid: Callable[[Path], int],
+    seconds: float = 30.0,
+    *,
+    run: RemoteRun | None = None,
+) -> int:
     """The host's pid of the daemon that `daemon_then_wait.py` reports in `path` (inside the
-    `pidns` launcher's namespace it knows only the namespace's pid)."""
-    with anyio.fail_after(seconds):
+    `pidns` launcher's namespace it knows only the namespace's pid). `run`: the run that is to
+    write it; one that ends first fails the wait at once, with its result."""
+    with anyio.move_on_after(seconds):
         while not path.exists() or not path.read_text().strip():
+            if run is not None and run.done:
+                got = await run.result()
+                failure = got.failure
+                pytest.fail(
+                    f"the run ended before {path.name} was written: {got.status}, "
+                    f"{failure.kind if failure else ''}: {got.message}; its stderr: "
+                    f"{failure.stderr_tail[-2000:] if failure else ''}"
+                )
             await anyio.sleep(0.02)
+    if not path.exists() or not path.read_text().strip():
+        state = "no run given" if run is None else f"the run still going: {not run.done}"
+        pytest.fail(f"{path.name} was not written within {seconds} s ({state})")
     pid = host_pid(path)
     assert pid, f"no live process wrote {path}"
     return pid
@@ -292,7 +310,7 @@ async def test_closing_takes_every_child_down_the_ladder_on_its_node_and_reports
                     "x", command=child("daemon_then_wait.py", str(pidfile)), workspace=tmp_path
                 )
             )
-            daemons.append(await wait_for_file(pidfile, host_pid))
+            daemons.append(await wait_for_file(pidfile, host_pid, run=handles[-1]))
         assert {h.node for h in handles} == set(ray_cluster.nodes), "one run per node"
         assert not any(gone(d) for d in daemons)
     results = [await h.result() for h in handles]
@@ -318,7 +336,7 @@ async def test_cancel_asks_the_child_on_its_node_and_the_caller_s_cancellation_d
         handle = await sup.start(
             "x", command=child("daemon_then_wait.py", str(pidfile)), workspace=tmp_path
         )
-        daemon = await wait_for_file(pidfile, host_pid)
+        daemon = await wait_for_file(pidfile, host_pid, run=handle)
         t0 = time.monotonic()
         result = await handle.cancel()
         took = time.monotonic() - t0
@@ -440,7 +458,9 @@ async def test_a_lost_host_is_a_result_its_runs_are_not_moved_and_waiting_runs_g
             await sup.start("x", command=child("daemon_then_wait.py", str(p)), workspace=tmp_path)
             for p in pidfiles
         ]
-        daemons = [await wait_for_file(p, host_pid) for p in pidfiles]
+        daemons = [
+            await wait_for_file(p, host_pid, run=r) for p, r in zip(pidfiles, (a, b), strict=True)
+        ]
         queued = await sup.start("x", command=child("answer_and_exit.py"), workspace=tmp_path)
         await anyio.sleep(0.5)
         assert queued.node is None
@@ -517,7 +537,7 @@ async def test_a_zygote_forked_child_and_its_daemon_die_with_their_sigkilled_nod
             workspace=tmp_path,
             on_event=lambda ev: started.append(ev) if isinstance(ev, RunStarted) else None,
         )
-        daemon = await wait_for_file(tmp_path / "daemon.pid", host_pid)
+        daemon = await wait_for_file(tmp_path / "daemon.pid", host_pid, run=run)
         host = sup.hosts[ray_cluster.worker].info
         assert host is not None and started and started[0].spawner == "zygote"
         child = started[0].pid
@@ -564,7 +584,7 @@ async def test_a_node_whose_raylet_is_sigkilled_loses_its_runs_and_leaves_nothin
             run = await sup.start(
                 "x", command=child("daemon_then_wait.py", str(pidfile)), workspace=tmp_path
             )
-            daemon = await wait_for_file(pidfile, host_pid)
+            daemon = await wait_for_file(pidfile, host_pid, run=run)
             host_pid = sup.hosts[node_id].info.pid  # type: ignore[union-attr]
             raylet = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process
             t0 = time.monotonic()
