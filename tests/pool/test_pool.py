@@ -319,3 +319,23 @@ async def test_a_continuable_run_keeps_its_pooled_child_held_still_between_follo
         assert _gone(warm)  # let go: the pool's task disposed of it
         assert sup.pool is not None and sup.pool.ready_pids == [fresh]
     assert _gone(fresh)
+
+
+async def test_a_pooled_continuable_child_killed_while_it_idles_ends_its_run_and_the_pool_refills(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel.from_json(TWO_ACTIVATIONS)
+    async with Supervisor(PROCESS, pool=PoolSpec(1)) as sup:
+        (warm,) = await _ready(sup)
+        handle = await sup.start(
+            "go", workspace=tmp_path, model=model, continuation=Continuation(60)
+        )
+        assert (await handle.result()).success and handle.pid == warm
+        os.kill(warm, signal.SIGKILL)  # reaches a frozen task too
+        with anyio.fail_after(20):
+            await handle.wait()  # the run's task saw its child go and let it go
+        assert await handle.message("again") is None  # too late: no child to take it
+        assert _gone(warm)
+        (fresh,) = await _ready(sup)
+        assert fresh != warm
+    assert _gone(fresh)
