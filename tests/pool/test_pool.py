@@ -16,7 +16,9 @@ from tether.parent import Continuation
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process.cgroup_join import cgroup2_mount
 from tether.parent.process.limits import Limits
+from tether.parent.run.handle import RunHandle
 from tether.parent.supervisor import ChildConfig, PoolSpec, Supervisor
+from tether.protocol.messages import RunResult
 
 pytestmark = pytest.mark.anyio
 
@@ -294,16 +296,22 @@ TWO_ACTIVATIONS = """{"turns": [
     {"text": "", "toolCalls": [{"name": "complete", "arguments": {"summary": "second"}}]}]}"""
 
 
+async def _continuable_from_pool(
+    sup: Supervisor, workspace: Path
+) -> tuple[RunHandle, int, RunResult]:
+    """A continuable run of `TWO_ACTIVATIONS` started once the pool's one child is ready: its
+    handle, that child's pid, and the first activation's result."""
+    (warm,) = await _ready(sup)
+    model = ScriptedModel.from_json(TWO_ACTIVATIONS)
+    handle = await sup.start("go", workspace=workspace, model=model, continuation=Continuation(60))
+    return handle, warm, await handle.result()
+
+
 async def test_a_continuable_run_keeps_its_pooled_child_held_still_between_follow_ups(
     tmp_path: Path,
 ) -> None:
-    model = ScriptedModel.from_json(TWO_ACTIVATIONS)
     async with Supervisor(PROCESS, pool=PoolSpec(1)) as sup:
-        (warm,) = await _ready(sup)
-        handle = await sup.start(
-            "go", workspace=tmp_path, model=model, continuation=Continuation(60)
-        )
-        first = await handle.result()
+        handle, warm, first = await _continuable_from_pool(sup, tmp_path)
         assert first.success and first.summary == "first"
         assert handle.pid == warm  # taken from the pool, not spawned
         assert _held_still(warm)  # between activations its tree is held still
@@ -324,13 +332,9 @@ async def test_a_continuable_run_keeps_its_pooled_child_held_still_between_follo
 async def test_a_pooled_continuable_child_killed_while_it_idles_ends_its_run_and_the_pool_refills(
     tmp_path: Path,
 ) -> None:
-    model = ScriptedModel.from_json(TWO_ACTIVATIONS)
     async with Supervisor(PROCESS, pool=PoolSpec(1)) as sup:
-        (warm,) = await _ready(sup)
-        handle = await sup.start(
-            "go", workspace=tmp_path, model=model, continuation=Continuation(60)
-        )
-        assert (await handle.result()).success and handle.pid == warm
+        handle, warm, first = await _continuable_from_pool(sup, tmp_path)
+        assert first.success and handle.pid == warm
         os.kill(warm, signal.SIGKILL)  # reaches a frozen task too
         with anyio.fail_after(20):
             await handle.wait()  # the run's task saw its child go and let it go
