@@ -154,6 +154,33 @@ async def test_a_holder_whose_lease_was_taken_over_cannot_write_again(state: Pat
         await taker.release("idle")
 
 
+async def test_a_holder_that_lost_its_lease_and_has_not_let_go_yet_names_the_new_holder(
+    state: Path,
+) -> None:
+    # Between the heartbeat that finds the lease gone and the end of the activation's unwinding
+    # (its child taken down first), this process still holds its slot: a caller told busy then
+    # hears of the process that holds the lease, not of the activation that lost it.
+    slow = LeasePolicy(stale_after=60.0)
+    impatient = LeasePolicy(stale_after=0.05, heartbeat_every=0.01)
+    async with (
+        SessionStore(state, lease=slow) as mine,
+        SessionStore(state, lease=impatient) as theirs,
+    ):
+        agent = await mine.create_agent(AgentDefinition())
+        activation = await mine.acquire(agent.id)
+        assert isinstance(activation, Activation)
+        await anyio.sleep(0.1)
+        taker = await theirs.acquire(agent.id)
+        assert isinstance(taker, Activation)
+        with pytest.raises(LeaseLost):
+            await activation.append(_msg("late"))  # marks it lost; it is not released yet
+        busy = await mine.acquire(agent.id)
+        assert isinstance(busy, Busy)
+        assert busy.holder.since == taker.acquired_at  # theirs, not the lost one's
+        await activation.release("failed")
+        await taker.release("idle")
+
+
 async def test_losing_the_lease_cancels_the_activations_body(state: Path) -> None:
     # Ours beats every 0.3 s; theirs calls a heartbeat older than 0.1 s stale.
     slow = LeasePolicy(stale_after=10.0, heartbeat_every=0.3)

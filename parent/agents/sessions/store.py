@@ -624,11 +624,12 @@ class SessionStore:
         """Busy, because another task of this process holds (or is taking) the activation."""
         activation = self._active.get(agent_id)
         now = anyio.current_time()
-        if activation is not None:
+        if activation is not None and not activation.lost.is_set():
             since, age = activation.acquired_at, now - activation.last_heartbeat
         else:
             # Another task here is still acquiring it, perhaps waiting for another process to
-            # let go: name that process if it holds the lease.
+            # let go, or still letting go of an activation whose lease another process took:
+            # name that process if it holds the lease.
             summary = await self._read(
                 partial(
                     queries.select_summary, agent_id=agent_id, stale_after=self.lease.stale_after
