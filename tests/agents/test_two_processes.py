@@ -57,8 +57,8 @@ def test_two_supervisors_sending_to_one_agent_at_once_take_turns_and_lose_nothin
     a.ask(op="spawn", prompt="first", keepAlive=0)  # no keep-alive: each message is cold
     agent_id = a.answer()["id"]
     _up(b)
-    a.ask(op="send", id=agent_id, message="from a SLEEP 2", wait=60)
-    b.ask(op="send", id=agent_id, message="from b SLEEP 2", wait=60)
+    a.ask(op="send", id=agent_id, message="from a SLEEP 3", wait=60)
+    b.ask(op="send", id=agent_id, message="from b SLEEP 3", wait=60)
     (ra, turns_a), (rb, turns_b) = _answer_and_turns(a), _answer_and_turns(b)
     assert ra["result"]["success"] and rb["result"]["success"], (ra, rb)
     # Sent at once: each was asked before the other was answered.
@@ -70,19 +70,18 @@ def test_two_supervisors_sending_to_one_agent_at_once_take_turns_and_lose_nothin
     # and its child was given the earlier message and answer as history.
     assert len(first_turns) == len(second_turns) == 1
     assert second_turns[0] >= first["ended"] - 0.05
-    said = {id(ra): "from a SLEEP 2", id(rb): "from b SLEEP 2"}
+    said = {id(ra): "from a SLEEP 3", id(rb): "from b SLEEP 3"}
     first_said, second_said = said[id(first)], said[id(second)]
     assert first["result"]["summary"] == f"seen: first | {first_said}"
     assert second["result"]["summary"] == f"seen: first | {first_said} | {second_said}"
 
-    # Held long (6 s: the other's 0.5 s wait and a CLI's start and 0.5 s wait fit in it many
-    # times over) in one process, the other's bounded wait runs out: AgentBusy, nothing stored.
-    a.ask(op="send", id=agent_id, message="hold SLEEP 6", wait=60)
+    # Held long (10 s) in one process, the other's bounded wait runs out: AgentBusy, nothing stored.
+    a.ask(op="send", id=agent_id, message="hold SLEEP 10", wait=60)
     assert a.line()["event"] == "turn"  # a's activation is under way
     b.ask(op="send", id=agent_id, message="too soon", wait=0.5)
     busy = b.answer()
     assert busy["error"] == "AgentBusy" and f"owner pid {a.proc.pid}" in busy["message"]
-    assert 0.5 <= busy["ended"] - busy["began"] < 6
+    assert 0.5 <= busy["ended"] - busy["began"] < 10
     # The CLI, too: one line, exit 3, after its --wait.
     t0 = time.monotonic()
     argv = ["send", agent_id, "also too soon", "--state", str(state), "--wait", "0.5"]
@@ -98,7 +97,7 @@ def test_two_supervisors_sending_to_one_agent_at_once_take_turns_and_lose_nothin
     assert a.answer()["result"]["success"]
 
     assert _integrity(state) == [("ok",)]
-    stored = ["first", first_said, second_said, "hold SLEEP 6"]  # nothing refused was stored
+    stored = ["first", first_said, second_said, "hold SLEEP 10"]  # nothing refused was stored
     assert _stored_users(state, agent_id) == stored
     assert a.finish() == 0 and b.finish() == 0
 
