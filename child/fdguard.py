@@ -20,16 +20,20 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import NamedTuple
 
 from tether.contain.privileges import set_dumpable
 
 
-class WireFds(NamedTuple):
-    """The private descriptors the protocol is spoken on."""
+class WireFds:
+    """The private descriptors the protocol is spoken on.
 
-    read_fd: int
-    write_fd: int
+    A plain class: a `NamedTuple` costs ≈ 0.2 ms to define, on every cold start's path."""
+
+    __slots__ = ("read_fd", "write_fd")
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self.read_fd = read_fd
+        self.write_fd = write_fd
 
 
 def claim_wire() -> WireFds:

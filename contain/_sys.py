@@ -2,12 +2,23 @@
 syscall numbers of the two architectures tether supports (x86_64 and aarch64).
 
 Only the standard library: this module runs in the trampoline, before `site` is imported.
+
+`prctl`, the one call every child makes (its death signal, its dumpability), goes through
+`_ctypes`, the extension `ctypes` is written on, with the two integer types it passes: `ctypes`
+itself costs ≈ 1.3 ms to import on top of that extension (its types, its loaders, the Python
+API handle), and an unsandboxed child needs nothing else of it. `libc`, `syscall` and `check`
+import `ctypes` on first use (the sandbox's mounts, Landlock, seccomp, capabilities).
 """
 
 from __future__ import annotations
 
-import ctypes
+import _ctypes
 import os
+
+TYPE_CHECKING = False  # not `typing`: the trampoline imports none of it
+if TYPE_CHECKING:
+    import ctypes
+    from typing import Any
 
 MACHINE = os.uname().machine
 """`x86_64` or `aarch64` (anything else: no sandbox, see `supported_arch`)."""
@@ -103,16 +114,38 @@ def numbers(arch: str) -> dict[str, int]:
     return {**_NUMBERS[arch], **_GENERIC}
 
 
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
+_LIBC: list[ctypes.CDLL] = []
+
+
+def _libc() -> ctypes.CDLL:
+    if not _LIBC:
+        import ctypes
+
+        lib = ctypes.CDLL(None, use_errno=True)
+        lib.syscall.restype = ctypes.c_long
+        _LIBC.append(lib)
+    return _LIBC[0]
+
+
+def __getattr__(name: str) -> Any:
+    """`libc`: the C library through `ctypes` (imported on first use)."""
+    if name == "libc":
+        return _libc()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    libc: ctypes.CDLL
 
 
 def syscall(name: str, *args: int | bytes | ctypes._CData | None) -> int:
     """Call `name` with integer, bytes, pointer or NULL arguments; raise `OSError` on -1."""
+    import ctypes
+
     converted = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
-    got = int(libc.syscall(ctypes.c_long(nr(name)), *converted))
+    got = int(_libc().syscall(ctypes.c_long(nr(name)), *converted))
     if got < 0:
-        err = ctypes.get_errno()
+        err = _ctypes.get_errno()
         raise OSError(err, f"{name}: {os.strerror(err)}")
     return got
 
@@ -120,19 +153,37 @@ def syscall(name: str, *args: int | bytes | ctypes._CData | None) -> int:
 def check(result: int, what: str) -> int:
     """Raise `OSError` with errno when a libc call returned -1."""
     if result < 0:
-        err = ctypes.get_errno()
+        err = _ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
     return result
 
 
+class _CInt(_ctypes._SimpleCData):  # type: ignore[type-arg]
+    _type_ = "i"  # `ctypes.c_int`, defined as ctypes defines it
+
+
+class _CULong(_ctypes._SimpleCData):  # type: ignore[type-arg]
+    _type_ = "L"  # `ctypes.c_ulong`
+
+
+class _LibcFunction(_ctypes.CFuncPtr):
+    """A libc function returning `int`, with errno kept for `_ctypes.get_errno` (what
+    `ctypes.CDLL(None, use_errno=True)` makes of each of its functions)."""
+
+    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+    _restype_ = _CInt
+
+
+class _Process:
+    # The process's own symbols, as `CDLL(None)` opens them (typeshed allows no `None`).
+    _handle = _ctypes.dlopen(None, os.RTLD_LOCAL)  # type: ignore[arg-type]
+
+
+_prctl = _LibcFunction(("prctl", _Process()))  # type: ignore[arg-type]  # any object with `_handle`
+
+
 def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
     return check(
-        libc.prctl(
-            ctypes.c_int(option),
-            ctypes.c_ulong(arg2),
-            ctypes.c_ulong(arg3),
-            ctypes.c_ulong(arg4),
-            ctypes.c_ulong(arg5),
-        ),
+        int(_prctl(_CInt(option), _CULong(arg2), _CULong(arg3), _CULong(arg4), _CULong(arg5))),
         f"prctl({option})",
     )

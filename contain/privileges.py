@@ -17,7 +17,6 @@ Only the standard library (see `_sys.py`).
 
 from __future__ import annotations
 
-import ctypes
 import os
 
 from tether.contain._sys import prctl, syscall
@@ -92,22 +91,22 @@ def cap_sets() -> dict[str, int]:
     return found
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = (
-        ("effective", ctypes.c_uint32),
-        ("permitted", ctypes.c_uint32),
-        ("inheritable", ctypes.c_uint32),
-    )
-
-
 def clear_capabilities() -> None:
     """Empty the effective, permitted and inheritable sets (what remains after a uid change)."""
-    header = _CapHeader(_CAP_V3, 0)
-    data = (_CapData * 2)()
+    import ctypes  # only a sandbox drops capabilities: no other child pays for ctypes
+
+    class CapHeader(ctypes.Structure):
+        _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+    class CapData(ctypes.Structure):
+        _fields_ = (
+            ("effective", ctypes.c_uint32),
+            ("permitted", ctypes.c_uint32),
+            ("inheritable", ctypes.c_uint32),
+        )
+
+    header = CapHeader(_CAP_V3, 0)
+    data = (CapData * 2)()
     syscall("capset", ctypes.addressof(header), ctypes.addressof(data))
 
 

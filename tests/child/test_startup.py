@@ -21,7 +21,10 @@ from tether.child.session import SERVER_VERSION
 
 NEVER = ("jsonschema", "referencing", "rpds", "attrs", "http.server", "jsonrpcserver.main")
 """Modules the child never imports on its own: jsonrpcserver's schema validator and server."""
-NOT_FOR_THE_HANDSHAKE = ("importlib.metadata", "argparse", "email")
+NOT_FOR_THE_HANDSHAKE = ("importlib.metadata", "argparse", "email", "ctypes", "termios")
+"""Top-level packages a child that runs nothing never loads (`ctypes` is ≈ 1.3 ms of a cold start
+over `_ctypes`, which its death signal and dumpability are set through; `termios` was one
+constant)."""
 
 
 def _imported(stderr: str) -> set[str]:
