@@ -5,6 +5,8 @@ holder whose lease was taken over cannot write again."""
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -126,9 +128,12 @@ async def test_release_is_idempotent_and_only_the_holders(state: Path) -> None:
         assert summary is not None and summary.status == "idle" and summary.holder is None
 
 
-async def test_a_holder_whose_lease_was_taken_over_cannot_write_again(state: Path) -> None:
-    # Two stores in one process stand for two processes (each has its own in-process slots);
-    # the second judges heartbeats older than 50 ms stale.
+@asynccontextmanager
+async def _taken_over(state: Path) -> AsyncIterator[tuple[SessionStore, Activation, Activation]]:
+    """An agent's activation in one store, with "one" written, whose lease a second store took
+    over as stale: (the first store, its activation, the taker's). Two stores in one process
+    stand for two processes (each has its own in-process slots); the second judges heartbeats
+    older than 50 ms stale."""
     slow = LeasePolicy(stale_after=60.0)
     impatient = LeasePolicy(stale_after=0.05, heartbeat_every=0.01)
     async with (
@@ -143,13 +148,18 @@ async def test_a_holder_whose_lease_was_taken_over_cannot_write_again(state: Pat
         taker = await theirs.acquire(agent.id)
         assert isinstance(taker, Activation)
         assert taker.took_over is not None and taker.took_over.why == "stale"
+        yield mine, activation, taker
 
+
+async def test_a_holder_whose_lease_was_taken_over_cannot_write_again(state: Path) -> None:
+    async with _taken_over(state) as (mine, activation, taker):
+        agent_id = activation.agent_id
         with pytest.raises(LeaseLost):
             await activation.append(_msg("two"))  # fenced off by the new token
         assert activation.lost.is_set()
         with pytest.raises(LeaseLost):
             await activation.report("late finding")
-        assert [m.content for m in await mine.transcript(agent.id)] == ["one"]
+        assert [m.content for m in await mine.transcript(agent_id)] == ["one"]
         assert await activation.release("failed") is False  # not its to release
         await taker.release("idle")
 
@@ -160,21 +170,10 @@ async def test_a_holder_that_lost_its_lease_and_has_not_let_go_yet_names_the_new
     # Between the heartbeat that finds the lease gone and the end of the activation's unwinding
     # (its child taken down first), this process still holds its slot: a caller told busy then
     # hears of the process that holds the lease, not of the activation that lost it.
-    slow = LeasePolicy(stale_after=60.0)
-    impatient = LeasePolicy(stale_after=0.05, heartbeat_every=0.01)
-    async with (
-        SessionStore(state, lease=slow) as mine,
-        SessionStore(state, lease=impatient) as theirs,
-    ):
-        agent = await mine.create_agent(AgentDefinition())
-        activation = await mine.acquire(agent.id)
-        assert isinstance(activation, Activation)
-        await anyio.sleep(0.1)
-        taker = await theirs.acquire(agent.id)
-        assert isinstance(taker, Activation)
+    async with _taken_over(state) as (mine, activation, taker):
         with pytest.raises(LeaseLost):
             await activation.append(_msg("late"))  # marks it lost; it is not released yet
-        busy = await mine.acquire(agent.id)
+        busy = await mine.acquire(activation.agent_id)
         assert isinstance(busy, Busy)
         assert busy.holder.since == taker.acquired_at  # theirs, not the lost one's
         await activation.release("failed")
