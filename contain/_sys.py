@@ -114,17 +114,18 @@ def numbers(arch: str) -> dict[str, int]:
     return {**_NUMBERS[arch], **_GENERIC}
 
 
-_LIBC: list[ctypes.CDLL] = []
+_lib: ctypes.CDLL | None = None
 
 
 def _libc() -> ctypes.CDLL:
-    if not _LIBC:
+    """The C library through `ctypes`, opened at the first call that needs it."""
+    global _lib
+    if _lib is None:
         import ctypes
 
-        lib = ctypes.CDLL(None, use_errno=True)
-        lib.syscall.restype = ctypes.c_long
-        _LIBC.append(lib)
-    return _LIBC[0]
+        _lib = ctypes.CDLL(None, use_errno=True)
+        _lib.syscall.restype = ctypes.c_long
+    return _lib
 
 
 def __getattr__(name: str) -> Any:
