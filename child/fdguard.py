@@ -12,7 +12,7 @@ in a sandbox, in the same Landlock domain), and could otherwise reopen the wire 
 files belong to root and it cannot be traced without CAP_SYS_PTRACE; exec resets the flag, so
 the tools themselves stay ordinary processes.
 
-This module imports only `os`, `sys` and `tether.contain.privileges` (ctypes), so `__main__`
+This module imports only `os`, `sys` and `tether.contain.privileges` (`_ctypes`), so `__main__`
 can run it before anything else loads.
 """
 

@@ -112,6 +112,7 @@ import tether.contain.mounts
 import tether.contain.seccomp  # the sandbox of every forked child
 from tether.child import entry, fdguard
 from tether.child.verdicts import Verdicts
+from tether.contain._sys import libc
 from tether.contain.plan import Plan
 from tether.contain.privileges import set_child_subreaper, set_dumpable
 from tether.contain.sequence import (
@@ -136,7 +137,6 @@ PAD_ENV = "TETHER_ZYGOTE_ENV_AREA"
 MAX_USERNS = 8
 """User namespaces kept for idmapped workspaces, one per mapping (see `_userns_for`)."""
 
-_libc = ctypes.CDLL(None, use_errno=True)
 _userns: dict[tuple[int, int, int, int], int] = {}
 _sealer: list[int] = []
 
@@ -166,7 +166,7 @@ def _replace_environment(env: dict[str, str]) -> None:
 def _clear_environment() -> None:
     """Python's environment mapping and libc's, both emptied."""
     os.environ.clear()
-    if _libc.clearenv() != 0:
+    if libc.clearenv() != 0:
         raise OSError(ctypes.get_errno(), "clearenv failed")
 
 
