@@ -47,10 +47,10 @@ LARGE_WRITE = 64 * 1024
 """A message at least this long grows the pipe first (a stream made with `grow=True`)."""
 FINISH_SECONDS = 2.0
 _GONE = (errno.EBADF, errno.EIO, errno.ECONNRESET)
+"""Read errors that mean the stream is over (the writer's end is gone or this one closed)."""
 _FIONREAD = 0x541B
 """`termios.FIONREAD` on Linux (x86_64 and aarch64 alike): importing `termios` for it cost
 ≈ 0.3 ms of every child's start."""
-"""Read errors that mean the stream is over (the writer's end is gone or this one closed)."""
 
 
 def pollable(fd: int) -> bool:
