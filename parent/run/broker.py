@@ -37,7 +37,14 @@ from typing import Any
 import anyio
 
 from tether.parent.models import ModelProvider
-from tether.parent.run.budget import Admission, Budget, Spent, admit, estimate_tokens
+from tether.parent.run.budget import (
+    Admission,
+    Budget,
+    Spent,
+    admit,
+    admit_now,
+    estimate_tokens,
+)
 from tether.parent.run.events import ChildEvent
 from tether.parent.trace.format import Slot, TurnError
 from tether.parent.trace.recorder import RunTrace
@@ -299,18 +306,21 @@ class Broker:
         self, params: ModelCompleteParams, provider: ModelProvider
     ) -> list[tuple[Budget, int]]:
         """Every budget this turn draws from, with its cost on it."""
-        tokens = estimate_tokens(params, getattr(provider, "max_tokens", None))
         draws: list[tuple[Budget, int]] = []
         if params.purpose == "turn" and self.turn_budget is not None:
             draws.append((self.turn_budget, 1))
-        if self.token_budget is not None:
-            draws.append((self.token_budget, tokens))
-        draws += [(b, tokens) for b in self.shared]
+        if self.token_budget is not None or self.shared:
+            # Only a token budget needs the estimate: a pass over the whole transcript.
+            tokens = estimate_tokens(params, getattr(provider, "max_tokens", None))
+            if self.token_budget is not None:
+                draws.append((self.token_budget, tokens))
+            draws += [(b, tokens) for b in self.shared]
         return draws
 
     async def _admit(self, params: ModelCompleteParams, provider: ModelProvider) -> Admission:
         try:
-            return await admit(self._draws(params, provider))
+            draws = self._draws(params, provider)
+            return admit_now(draws) or await admit(draws)
         except Spent as exc:
             why = self._why(exc)
         if self.exhausted is None:
@@ -342,18 +352,26 @@ class Broker:
         if self.stopped_at is not None:
             self.turns_after_stop += 1  # the receipt's witness: `stop()` leaves no way here
         try:
-            async with self._model_slots:
-                try:
-                    result = await provider.complete(params)
-                except RemoteError as exc:
-                    raise WireError(exc.code, exc.message, exc.data) from None
-                except WireError:
-                    raise
-                except Exception as exc:
-                    log.error("run %s: the model provider failed", self.run_id, exc_info=exc)
-                    raise WireError(
-                        ErrorCode.MODEL_ERROR, f"the model provider failed: {type(exc).__name__}"
-                    ) from None
+            slots = self._model_slots
+            try:
+                # A free slot without anyio's cancellation check (a walk of this task's cancel
+                # scopes): nothing was awaited since the request arrived.
+                slots.acquire_nowait()
+            except anyio.WouldBlock:
+                await slots.acquire()
+            try:
+                result = await provider.complete(params)
+            except RemoteError as exc:
+                raise WireError(exc.code, exc.message, exc.data) from None
+            except WireError:
+                raise
+            except Exception as exc:
+                log.error("run %s: the model provider failed", self.run_id, exc_info=exc)
+                raise WireError(
+                    ErrorCode.MODEL_ERROR, f"the model provider failed: {type(exc).__name__}"
+                ) from None
+            finally:
+                slots.release()
         except BaseException as exc:
             admission.release()
             if trace is not None and began is not None and isinstance(exc, WireError):

@@ -156,15 +156,28 @@ async def admit(draws: Iterable[tuple[Budget, int]]) -> Admission:
     flight; raises `Spent` as soon as any of them is used up (see the module docstring)."""
     wanted = [(b, max(0, c)) for b, c in draws]
     while True:
-        for budget, _ in wanted:
-            if budget.spent:
-                raise Spent(budget, budget.why_spent())
-        blocked = [b for b, c in wanted if not b.fits(c)]
-        if not blocked:
-            for budget, cost in wanted:
-                budget._reserve(cost)
-            return Admission(wanted)
-        await blocked[0]._wait_event().wait()
+        admission = _reserve_all(wanted)
+        if admission is not None:
+            return admission
+        await next(b for b, c in wanted if not b.fits(c))._wait_event().wait()
+
+
+def admit_now(draws: Iterable[tuple[Budget, int]]) -> Admission | None:
+    """`admit` without waiting: the admission when every budget fits now, `None` when one of
+    them would make the turn wait (then `await admit(...)`); raises `Spent` likewise. Most turns
+    fit at once, and this costs them no coroutine."""
+    return _reserve_all([(b, max(0, c)) for b, c in draws])
+
+
+def _reserve_all(wanted: list[tuple[Budget, int]]) -> Admission | None:
+    for budget, _ in wanted:
+        if budget.spent:
+            raise Spent(budget, budget.why_spent())
+    if not all(b.fits(c) for b, c in wanted):
+        return None
+    for budget, cost in wanted:
+        budget._reserve(cost)
+    return Admission(wanted)
 
 
 def estimate_tokens(params: ModelCompleteParams, output_reserve: int | None) -> int:

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tether.parent.run import broker as broker_module
 from tether.parent.run.broker import Broker, RunModels
-from tether.parent.run.budget import Budget, Spent, admit, estimate_tokens
+from tether.parent.run.budget import Budget, Spent, admit, admit_now, estimate_tokens
 from tether.protocol import ErrorCode, WireError
 from tether.protocol.messages import (
     ChatMessage,
@@ -186,6 +187,47 @@ def test_a_budget_that_becomes_spent_tells_its_listeners_once() -> None:
 
     anyio.run(main)
     assert told == ["the tree's budget is spent (120 of 100 tokens used)"]
+
+
+def test_admitting_without_waiting_reserves_what_fits_and_names_what_would_wait() -> None:
+    budget = Budget(300)
+    turns = Budget(5, "turns")
+    first = admit_now([(budget, 200), (turns, 1)])
+    assert first is not None
+    assert (budget.reserved, turns.reserved) == (200, 1)
+    # It would have to wait beside the first: nothing is reserved on either budget.
+    assert admit_now([(budget, 200), (turns, 1)]) is None
+    assert (budget.reserved, turns.reserved) == (200, 1)
+    first.settle(300)
+    with pytest.raises(Spent, match="is spent"):
+        admit_now([(budget, 1)])
+
+
+def test_a_run_without_a_token_budget_does_not_estimate_its_turns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    estimated: list[int] = []
+
+    def counting(params: ModelCompleteParams, reserve: int | None) -> int:
+        estimated.append(1)
+        return estimate_tokens(params, reserve)
+
+    monkeypatch.setattr(broker_module, "estimate_tokens", counting)
+    model = Model(0, 10, 10)
+
+    async def main() -> None:
+        turns_only = Broker("r", RunModels(model), None, lambda ev: None, max_turns=3)
+        await turns_only.on_request("model/complete", _params())
+        assert estimated == []  # a pass over the whole transcript, for nothing
+        with_tokens = Broker("r", RunModels(model), None, lambda ev: None, token_budget=10**6)
+        await with_tokens.on_request("model/complete", _params())
+        assert estimated == [1]
+        shared = Broker("r", RunModels(model), None, lambda ev: None, budgets=[Budget(10**6)])
+        await shared.on_request("model/complete", _params())
+        assert estimated == [1, 1]
+
+    anyio.run(main)
+    assert model.answered == 3
 
 
 def test_the_estimate_counts_the_request_and_the_output_allowance() -> None:
