@@ -489,7 +489,8 @@ async def test_a_lost_host_is_a_result_its_runs_are_not_moved_and_waiting_runs_g
 
 DAEMON = """
 import os, signal, sys, time
-if os.fork() == 0:
+first = os.fork()
+if first == 0:
     os.setsid()
     if os.fork() == 0:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -498,6 +499,10 @@ if os.fork() == 0:
             f.write(os.readlink("/proc/self"))  # the namespace's pid (`host_pid` maps it)
         time.sleep(120)
     os._exit(0)
+# Back only once the first child is past its `setsid` (it exits after forking the daemon): the
+# bash tool SIGKILLs this command's process group when it exits, and on a busy host a first
+# child not yet in a session of its own died with it, before it could fork the daemon.
+os.waitpid(first, 0)
 """
 
 
