@@ -279,6 +279,10 @@ async def _spawn_child(
     child = _supervised(proc, marker, cfg, cgroup, wire)
     child.observed.limits = limits
     child.sealed_in_cgroup = sealed_in_cgroup(cgroup, setup.outer_plan, launcher)
+    local = launcher is None or isinstance(launcher, Local)
+    child.private_mounts = local and bool(
+        setup.outer_plan and setup.outer_plan.get("private_mounts")
+    )
     child.cleanup = setup.setup.cleanup
     return child
 

@@ -57,11 +57,17 @@ zygote whose cgroup holds nobody once it exited, when the zygote, its children's
 shows that nothing the child started outlived it (`collect_if_alone`: every orphan of its tree
 would be the zygote's child; see `tether/child/zygote.py`). A tree that forked anything still
 alive gets the scans.
+
+A sandboxed child's mount namespace is held open here from its handshake (or its dispose,
+whichever comes first) until its tree is judged, and closed after that in a worker thread:
+otherwise its exit, which the verdict waits for, would include the kernel tearing that view
+down (`hold_mounts`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -136,6 +142,10 @@ class SupervisedProcess:
         self.sealed_in_cgroup = False
         """Nothing of the child's tree can leave its cgroup, which announces when it is empty
         (see the module docstring); set by `spawn_child`."""
+        self.private_mounts = False
+        """The child's sandbox gives it a mount namespace of its own, which this process holds
+        while the child lives (`hold_mounts`); set by `spawn_child`."""
+        self._mounts: int | None = None
         self.held: str | None = None
         """How the tree is held still (`hold_still`): `freezer` or `sigstop`; `None` while it
         runs."""
@@ -216,7 +226,31 @@ class SupervisedProcess:
                 return line[len(EXEC_FAILED_MARKER) :].strip()
         return None
 
-    # --- teardown ---------------------------------------------------------------------------
+    # --- the sandbox's mount namespace ---------------------------------------------------------
+
+    def hold_mounts(self) -> None:
+        """Hold the child's own mount namespace (its sandbox's view of the file system) from
+        now until its tree is judged.
+
+        The kernel tears a mount namespace down when the last process in it exits, and it does
+        so before that exit shows: before the child's pidfd turns readable, and even before
+        its output ends (an exiting process's files are released after its namespaces). That
+        is every mount of the view unmounted and an RCU grace period waited for, ≈ 0.5 ms on a
+        stock host, on the path of every sandboxed child's result, a crash's included. Held
+        here, the namespace outlives the child, and `dispose` lets it go once the tree is
+        judged and the result handed on, in a worker thread (the teardown then runs there).
+        Called when the child answered `initialize` (its sandbox is in place by then) and
+        when its dispose begins. Best effort: a namespace this process may not open (a child
+        it may not inspect) is not held, and the child's exit tears it down as before."""
+        if self.private_mounts and self._mounts is None and self.proc.status is None:
+            # The child is not reaped before its dispose ends: its pid names no one else.
+            self._mounts = own_mount_namespace(self.pid)
+
+    async def _let_mounts_go(self) -> None:
+        fd, self._mounts = self._mounts, None
+        if fd is not None:
+            # The teardown the child's exit was spared, off the event loop.
+            await anyio.to_thread.run_sync(os.close, fd)
 
     # --- holding still ----------------------------------------------------------------------
 
@@ -281,8 +315,17 @@ class SupervisedProcess:
             return self.disposed
         policy = self.policy
         started = time.monotonic()
+        try:
+            return await self._dispose(policy, started)
+        finally:
+            if self._mounts is not None:  # something raised before the namespace was let go
+                os.close(self._mounts)
+                self._mounts = None
+
+    async def _dispose(self, policy: DisposePolicy, started: float) -> DisposeReport:
         with anyio.CancelScope(shield=True):
             self.resume()  # a held tree climbs the ladder like any other
+            self.hold_mounts()  # its exit on the ladder then skips the namespace's teardown
             rung = await self._climb(policy)
             survivors = await self._sweep(policy.kill)
             status = await self.proc.collect()
@@ -305,6 +348,7 @@ class SupervisedProcess:
                 await judged()
                 # Whoever waits for that result goes first; the rest can wait for it.
                 await anyio.lowlevel.cancel_shielded_checkpoint()
+            await self._let_mounts_go()  # before the sandbox's directories are removed
             self.proc.close_pipes()
             if self.cgroup is not None and not self.cgroup.remove():
                 # Past the verdict: a member the sweep could not have missed (it read the
@@ -513,6 +557,9 @@ class SupervisedChild(WiredChild, SupervisedProcess):
     def _output_ended(self) -> bool:
         return self.endpoint.end is not None
 
+    def _on_ready(self) -> None:
+        self.hold_mounts()
+
     async def _reader_progress(self) -> None:
         # The reader routes each chunk as soon as it reads it; wake as soon as it ends.
         with anyio.move_on_after(0.002):
@@ -528,6 +575,20 @@ class SupervisedChild(WiredChild, SupervisedProcess):
             self._close_stdin()
             await self.proc.wait()
         return True
+
+
+def own_mount_namespace(pid: int) -> int | None:
+    """An open descriptor of process `pid`'s mount namespace when it is not this process's own;
+    `None` when it is, or when this process may not open it."""
+    try:
+        fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    st, own = os.fstat(fd), os.stat("/proc/self/ns/mnt")
+    if (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino):
+        os.close(fd)  # not in a namespace of its own (yet): nothing to spare its exit
+        return None
+    return fd
 
 
 def _alive(p: psutil.Process) -> bool:

@@ -79,10 +79,24 @@ class WiredChild:
             on_end=self._note_end,
         )
         self.session = ChildSession(self.endpoint)
-        self.ready = False
-        """The child answered `initialize`."""
+        self._ready = False
         self.cut_off = False
         """The supervisor interrupted it (deadline, idle, cancel): no polite shutdown rung."""
+
+    @property
+    def ready(self) -> bool:
+        """The child answered `initialize`."""
+        return self._ready
+
+    @ready.setter
+    def ready(self, value: bool) -> None:
+        self._ready = value
+        if value:
+            self._on_ready()
+
+    def _on_ready(self) -> None:
+        """The child answered `initialize`: everything its start set up is in place (a local
+        process's sandbox included; `SupervisedChild` holds its mount namespace from here)."""
 
     # --- who serves the child's requests ----------------------------------------------------
 
