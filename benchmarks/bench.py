@@ -1315,6 +1315,33 @@ def proc_snapshot_ms() -> float:
     return ms(time.perf_counter_ns() - t0)
 
 
+async def crash_run_fails(workspace: str, sandboxed: bool) -> float:
+    """`proto.py crash` spawned and held as the crash figure's child is (its cgroup; the
+    sandbox when the figure's child has one), without a `Supervisor`: from its `crash-at` time
+    to its pending `agent/run` failing in the parent (ms): the child's exit as the kernel does
+    it, the end of its output read, every pending request failed. What the crash figure adds
+    to it is tether's judging of the tree and the result."""
+    async with tethered(
+        child_script("proto.py", "crash"), sandbox=workspace if sandboxed else None
+    ) as child:
+        await initialize(child)
+        run = AgentRunParams(run_id="r1", prompt="go", workspace=workspace)
+        with anyio.fail_after(10):
+            try:
+                await child.session.run(run)
+            except ConnectionClosed:
+                failed = time.monotonic_ns()
+            else:
+                raise AssertionError("`proto.py crash` answered its run")
+        await child.dispose()
+    died = next(
+        int(line.split()[1])
+        for line in child.stderr.tail().splitlines()
+        if line.startswith("crash-at ")
+    )
+    return ms(failed - died)
+
+
 async def _crash_result(isolation: str, workspace: str) -> tuple[float, str]:
     """One `proto.py crash` run in a fresh supervisor: (death → result in ms, failure kind)."""
     async with Supervisor(ChildConfig(isolation=isolation)) as sup:
@@ -1365,6 +1392,7 @@ async def stubborn_and_crash(res: Results, p: Plan, workspace: str) -> None:
         s["tether.crash_result"].append(took)
         kinds.add(kind)
         s["context.crash_exit_same"].append(same_child_crash(workspace))
+        s["context.crash_run_fails"].append(await crash_run_fails(workspace, sandbox == "sandbox"))
         took, kind = await _crash_result("process", workspace)
         s["context.crash_result_process"].append(took)
         kinds.add(kind)
@@ -1408,6 +1436,21 @@ async def stubborn_and_crash(res: Results, p: Plan, workspace: str) -> None:
             "over blocking pipes (no trampoline, cgroup or sandbox); from its `crash-at` time to "
             "`wait()` returning: the kernel's part, what no supervisor of this child can beat",
             floor="floor.crash_exit",
+        )
+    )
+    res.add(
+        Figure(
+            "context.crash_run_fails",
+            "the same child as tether starts it: SIGSEGV → its pending `agent/run` fails in the "
+            "parent",
+            "ms",
+            s["context.crash_run_fails"],
+            "`proto.py crash` spawned and held as the crash figure's child is (its cgroup, "
+            f"isolation `{sandbox}`), driven without a `Supervisor`: from its `crash-at` time to "
+            "`ChildSession.run` raising `ConnectionClosed` (its exit as the kernel does it, the "
+            "end of its output read, every pending request failed); the crash figure adds the "
+            "tree's verdict, the reap and the result to it",
+            floor="context.crash_exit_same",
         )
     )
     res.add(

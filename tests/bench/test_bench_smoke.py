@@ -69,6 +69,7 @@ FIGURES = {
     "context.transfer_c2p_codec",
     "tether.crash_result",
     "context.crash_exit_same",
+    "context.crash_run_fails",
     "context.crash_result_process",
     "context.proc_snapshot",
     "tether.swarm",
