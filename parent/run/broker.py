@@ -355,7 +355,7 @@ class Broker:
             slots = self._model_slots
             try:
                 # A free slot without anyio's cancellation check (a walk of this task's cancel
-                # scopes): nothing was awaited since the request arrived.
+                # scopes): the model call right after it is where a cancellation lands.
                 slots.acquire_nowait()
             except anyio.WouldBlock:
                 await slots.acquire()
