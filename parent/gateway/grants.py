@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from tether.parent.gateway.http import Quota
 from tether.parent.models import ModelProvider
-from tether.parent.run.budget import Budget, estimate_tokens
+from tether.parent.run.budget import Budget, turn_costs
 from tether.protocol.messages import ModelCompleteParams, Usage
 
 TOKEN_PREFIX = "tether-cap-"
@@ -80,10 +80,7 @@ class Grant:
     def draws(self, params: ModelCompleteParams) -> list[tuple[Budget, int]]:
         """What one call reserves: a turn on a turn budget, its estimated tokens on a token
         budget."""
-        if not self.budgets:
-            return []
-        tokens = estimate_tokens(params, getattr(self.provider, "max_tokens", None))
-        return [(b, 1 if b.unit == "turns" else tokens) for b in self.budgets]
+        return turn_costs(self.budgets, params, getattr(self.provider, "max_tokens", None))
 
     def record(self, usage: Usage) -> None:
         """Meter one answered call."""

@@ -43,7 +43,7 @@ from tether.parent.run.budget import (
     Spent,
     admit,
     admit_now,
-    estimate_tokens,
+    turn_costs,
 )
 from tether.parent.run.events import ChildEvent
 from tether.parent.trace.format import Slot, TurnError
@@ -305,17 +305,11 @@ class Broker:
     def _draws(
         self, params: ModelCompleteParams, provider: ModelProvider
     ) -> list[tuple[Budget, int]]:
-        """Every budget this turn draws from, with its cost on it."""
-        draws: list[tuple[Budget, int]] = []
-        if params.purpose == "turn" and self.turn_budget is not None:
-            draws.append((self.turn_budget, 1))
-        if self.token_budget is not None or self.shared:
-            # Only a token budget needs the estimate: a pass over the whole transcript.
-            tokens = estimate_tokens(params, getattr(provider, "max_tokens", None))
-            if self.token_budget is not None:
-                draws.append((self.token_budget, tokens))
-            draws += [(b, tokens) for b in self.shared]
-        return draws
+        """Every budget this turn draws from, with its cost on it (a compaction is no turn)."""
+        budgets = [self.turn_budget] if params.purpose == "turn" else []
+        budgets += [self.token_budget, *self.shared]
+        present = [b for b in budgets if b is not None]
+        return turn_costs(present, params, getattr(provider, "max_tokens", None))
 
     async def _admit(self, params: ModelCompleteParams, provider: ModelProvider) -> Admission:
         try:

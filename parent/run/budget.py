@@ -180,6 +180,19 @@ def _reserve_all(wanted: list[tuple[Budget, int]]) -> Admission | None:
     return Admission(wanted)
 
 
+def turn_costs(
+    budgets: Iterable[Budget], params: ModelCompleteParams, output_reserve: int | None
+) -> list[tuple[Budget, int]]:
+    """What one turn reserves on each of `budgets`: 1 on a turn budget, its estimated tokens on
+    a token budget (`estimate_tokens`, a pass over the whole request, made only when one of
+    them counts tokens)."""
+    wanted = list(budgets)
+    if not any(b.unit == "tokens" for b in wanted):
+        return [(b, 1) for b in wanted]
+    tokens = estimate_tokens(params, output_reserve)
+    return [(b, 1 if b.unit == "turns" else tokens) for b in wanted]
+
+
 def estimate_tokens(params: ModelCompleteParams, output_reserve: int | None) -> int:
     """An upper estimate of one turn's tokens from the request the parent holds: every
     message's text and tool-call arguments at one token per four characters (rounded up per

@@ -10,9 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.parent.run import broker as broker_module
+from tether.parent.run import budget as budget_module
 from tether.parent.run.broker import Broker, RunModels
-from tether.parent.run.budget import Budget, Spent, admit, admit_now, estimate_tokens
+from tether.parent.run.budget import (
+    Budget,
+    Spent,
+    admit,
+    admit_now,
+    estimate_tokens,
+    turn_costs,
+)
 from tether.protocol import ErrorCode, WireError
 from tether.protocol.messages import (
     ChatMessage,
@@ -212,7 +219,7 @@ def test_a_run_without_a_token_budget_does_not_estimate_its_turns(
         estimated.append(1)
         return estimate_tokens(params, reserve)
 
-    monkeypatch.setattr(broker_module, "estimate_tokens", counting)
+    monkeypatch.setattr(budget_module, "estimate_tokens", counting)
     model = Model(0, 10, 10)
 
     async def main() -> None:
@@ -228,6 +235,26 @@ def test_a_run_without_a_token_budget_does_not_estimate_its_turns(
 
     anyio.run(main)
     assert model.answered == 3
+
+
+def test_a_turn_costs_one_on_a_turn_budget_and_its_estimate_on_a_token_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    turns, tokens = Budget(5, "turns"), Budget(10**6)
+    estimated: list[int] = []
+
+    def counting(params: ModelCompleteParams, reserve: int | None) -> int:
+        estimated.append(1)
+        return estimate_tokens(params, reserve)
+
+    monkeypatch.setattr(budget_module, "estimate_tokens", counting)
+    assert turn_costs([turns], _params("x" * 400), 100) == [(turns, 1)]
+    assert estimated == []  # no token budget: no pass over the request
+    assert turn_costs([turns, tokens], _params("x" * 400), 100) == [
+        (turns, 1),
+        (tokens, 400 // 4 + 1 + 100),
+    ]
+    assert estimated == [1]
 
 
 def test_the_estimate_counts_the_request_and_the_output_allowance() -> None:
