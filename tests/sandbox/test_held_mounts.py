@@ -130,3 +130,31 @@ async def test_a_view_this_process_may_not_open_is_not_held_and_the_child_runs_a
             report = await child.dispose()
         assert report.rung == "shutdown" and report.survivors == []
     assert held_namespaces() == before
+
+
+@needs_sandbox
+async def test_a_dispose_that_fails_after_the_verdict_still_lets_the_view_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = held_namespaces()
+    async with child_of(tmp_path, "exec") as child:
+        assert len(held_namespaces() - before) == 1
+        real = child.proc.close_pipes
+        failed: list[bool] = []
+
+        def fails_once() -> None:
+            if not failed:
+                failed.append(True)
+                raise OSError("the pipes could not be closed")
+            real()
+
+        async def keep() -> None:  # the failure comes while the view is still held
+            return None
+
+        monkeypatch.setattr(child, "_let_mounts_go", keep)
+        monkeypatch.setattr(child.proc, "close_pipes", fails_once)
+        with anyio.fail_after(DEADLINE), pytest.raises(OSError, match="could not be closed"):
+            await child.dispose()
+        assert failed
+        assert held_namespaces() == before  # closed on the way out, not left open
+        monkeypatch.undo()  # the context's own dispose finishes the job
