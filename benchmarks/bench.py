@@ -1906,8 +1906,9 @@ def ray_group(res: Results, p: Plan) -> None:
             f"{n} children at once, local: memory",
             "MiB",
             [local["pss_peak_mib"] - local["pss_before_mib"]],
-            "peak summed PSS of this process and its descendants during the swarm, "
-            "minus the same sum just before",
+            "peak summed PSS of this process and the processes the swarm started (the "
+            "zygote, the children; sampled every 0.2 s) during the swarm, minus the same sum "
+            "just before, taken once the tree had settled",
         )
     )
     res.add(
@@ -1917,8 +1918,9 @@ def ray_group(res: Results, p: Plan) -> None:
             "MiB",
             [remote["pss_peak_mib"] - remote["pss_before_mib"]],
             "peak summed PSS of the driver and every process of the cluster (host "
-            "actors, children) during the swarm, minus the same sum just before; "
-            "includes opening and closing the placement",
+            "actors, children; sampled every 0.2 s) during the swarm, minus the same sum just "
+            "before, taken once the tree had settled; includes opening and closing the "
+            "placement",
             floor="context.ray_local_swarm_memory",
         )
     )

@@ -10,10 +10,12 @@ turn is brokered by the driver:
   interleaved (`--runs` of each, one of each per round);
 - `swarm`: `--children` runs started at once and awaited, from the first `start()` to the last
   result, over both nodes (`per_node` = half of them) and, for comparison, locally;
-- memory: while each swarm runs, the summed PSS of this process and every descendant (the
-  cluster's processes, the host actors, the children) is sampled every 0.5 s; its peak, minus
-  the same sum taken just before, is what the swarm cost. Also the idle cluster's PSS, and this
-  process's VmHWM.
+- memory: while each swarm runs, a summed PSS is sampled every 0.2 s; its peak, minus the same
+  sum taken just before, is what the swarm cost. Over Ray, the sum is of this process and every
+  descendant (the cluster's processes, the host actors, the children); locally, of this process
+  and the processes the swarm started (the zygote, the children), since the cluster's own
+  processes are no part of a local swarm. Each baseline waits for the tree to settle first
+  (`settle`). Also the idle cluster's PSS, and this process's VmHWM.
 
 Prints one JSON object; `benchmarks/bench.py` turns it into figures when Ray is installed.
 """
@@ -57,33 +59,66 @@ SWARM_CONFIG = ChildConfig(handshake_timeout=120.0)
 the default 10 s to answer `initialize`; the swarm measures time, not that timeout."""
 
 
-def tree_pss() -> int:
-    """Summed PSS of this process and every descendant: each shared page counted once, split
-    among its sharers (RSS would count the interpreter's pages once per process)."""
-    total = 0
+def _pss(pid: int) -> int:
+    """One process's PSS in bytes (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _tree() -> list[int]:
+    """This process and every live descendant."""
     me = psutil.Process()
-    for p in [me, *me.children(recursive=True)]:
-        try:
-            with open(f"/proc/{p.pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            pass
-    return total
+    return [me.pid, *(p.pid for p in me.children(recursive=True))]
+
+
+def tree_pss(skip: frozenset[int] = frozenset()) -> int:
+    """Summed PSS of this process and every descendant not in `skip`: each shared page
+    counted once, split among its sharers (RSS would count the interpreter's pages once per
+    process)."""
+    return sum(_pss(pid) for pid in _tree() if pid not in skip)
+
+
+SETTLE_SECONDS = 15.0
+
+
+def settle() -> None:
+    """Wait (at most `SETTLE_SECONDS`) until the tree holds the same processes for 1.5 s: the
+    previous phase's processes (a closed placement's host actors, a supervisor's children) are
+    gone, so they are not in the baseline a phase's memory is measured from. A process that
+    exits mid-phase after being counted in the baseline takes its memory off the peak: that
+    is how a local swarm once read 0.04 MiB."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    last, steady_since = set(_tree()), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = set(_tree())
+        if now != last:
+            last, steady_since = now, time.monotonic()
+        elif time.monotonic() - steady_since >= 1.5:
+            return
 
 
 @contextmanager
-def peak_pss() -> Iterator[dict[str, int]]:
-    """Sample `tree_pss` every 0.5 s while the block runs; yields {"before", "peak"}."""
-    out = {"before": tree_pss(), "peak": 0}
+def peak_pss(*, new_only: bool = False) -> Iterator[dict[str, int]]:
+    """Sample the tree's PSS every 0.2 s while the block runs; yields {"before", "peak"}.
+    `new_only`: count this process and only the descendants the block starts (a local swarm:
+    the cluster's processes, already there, are not its memory, and their own ups and downs
+    are not either)."""
+    settle()
+    skip = frozenset(_tree()[1:]) if new_only else frozenset()
+    out = {"before": tree_pss(skip), "peak": 0}
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.is_set():
-            out["peak"] = max(out["peak"], tree_pss())
-            stop.wait(0.5)
+            out["peak"] = max(out["peak"], tree_pss(skip))
+            stop.wait(0.2)
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
@@ -92,7 +127,7 @@ def peak_pss() -> Iterator[dict[str, int]]:
     finally:
         stop.set()
         thread.join()
-        out["peak"] = max(out["peak"], tree_pss())
+        out["peak"] = max(out["peak"], tree_pss(skip))
 
 
 def vm_hwm_kib() -> int:
@@ -119,16 +154,16 @@ async def measure(children: int, runs: int, workspace: str, nodes: list[str]) ->
     swarm: dict[str, Any] = {}
     per_node = max(1, (children + len(nodes) - 1) // len(nodes))
     for name in ("local", "ray"):
-        with peak_pss() as mem:
+        with peak_pss(new_only=name == "local") as mem:
             t_open = time.perf_counter()
-            sup: Any = (
+            placed: Any = (
                 Supervisor(SWARM_CONFIG)
                 if name == "local"
                 else RayPlacement(SWARM_CONFIG, nodes=nodes, per_node=per_node)
             )
-            async with sup:
+            async with placed:
                 t0 = time.perf_counter()
-                results = await _swarm(sup, children, model, workspace)
+                results = await _swarm(placed, children, model, workspace)
                 seconds = time.perf_counter() - t0
                 t_close = time.perf_counter()
             closed = time.perf_counter() - t_close
