@@ -5,6 +5,7 @@ take its memory off the peak (which once made 256 local children read 0.04 MiB).
 from __future__ import annotations
 
 import importlib.util
+import select
 import subprocess
 import sys
 import time
@@ -44,7 +45,12 @@ def _holder(mib: int) -> subprocess.Popen[bytes]:
     """A child process holding `mib` MiB of touched memory, once it says so."""
     proc = subprocess.Popen([sys.executable, "-I", "-c", HOLDER, str(mib)], stdout=subprocess.PIPE)
     assert proc.stdout is not None
-    assert proc.stdout.readline() == b"ready\n"
+    ready, _, _ = select.select([proc.stdout], [], [], 30.0)
+    if not ready or proc.stdout.readline() != b"ready\n":
+        proc.kill()
+        proc.wait(timeout=10)
+        proc.stdout.close()
+        pytest.fail(f"the {mib} MiB holder did not get ready within 30 s")
     return proc
 
 
