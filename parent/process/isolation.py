@@ -80,6 +80,10 @@ keeps it from killing the supervisor, and ABI 3's TRUNCATE from truncating the u
 TRIAL_SECONDS = 20.0
 
 SANDBOX_PACKAGES = (
+    # The top package first: every `tether.X` import reads its `__init__`, which a strict
+    # editable install links from the checkout's `api/` (a child with no bytecode cache to
+    # use, or a stale one, reads that source).
+    "tether",
     "tether.contain",
     "tether.protocol",
     "tether.wire",

@@ -191,3 +191,22 @@ async def test_the_run_names_its_level_and_landlock_abi(tmp_path: Path) -> None:
     assert result.isolation is not None
     assert result.isolation.level == "sandbox" and result.isolation.warning is None
     assert result.isolation.landlock_abi is not None and result.isolation.landlock_abi >= 1
+
+
+async def test_tethers_own_child_starts_sandboxed_from_its_sources_without_bytecode(
+    tmp_path: Path,
+) -> None:
+    """A child that finds no bytecode cache to use (a read-only install, a supervisor run with
+    PYTHONDONTWRITEBYTECODE, a cache another Python wrote) compiles what it imports from
+    source: every file of tether it imports is readable inside the sandbox, the top package's
+    `__init__` included (a strict editable install links it from the checkout's `api/`)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    caches = tmp_path / "caches"  # empty, and outside everything the sandbox grants
+    caches.mkdir()
+    command = (PY, "-I", "-X", f"pycache_prefix={caches}", "-m", "tether.child")
+    async with Supervisor(config(isolation="sandbox", command=command)) as sup:
+        with anyio.fail_after(120):
+            result, out = await run_bash(sup, ws, "echo ran")
+    assert result.success, result
+    assert out.startswith("exit status 0") and "ran" in out, out
