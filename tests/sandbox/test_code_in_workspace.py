@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sandbox_targets import config, needs_root, needs_sandbox, run_bash
 
+import tether
 import tether.contain
 from tether.parent.process.isolation import code_inside, workspace_problem
 from tether.parent.supervisor import Supervisor
@@ -22,6 +23,8 @@ PROBE = "tether-attack-probe"
 REPO = Path(sys.prefix).parent
 SITE = Path(sysconfig.get_paths()["purelib"])
 CONTAIN = Path(tether.contain.__file__ or "").resolve().parent
+TOP = Path(tether.__file__ or "").resolve().parent
+"""Where the top package's sources are (a strict editable install: the checkout's `api/`)."""
 
 
 def test_a_workspace_that_contains_the_interpreters_code_needs_private_mounts() -> None:
@@ -41,7 +44,7 @@ def test_a_workspace_that_contains_the_interpreters_code_needs_private_mounts() 
 async def test_a_sandboxed_child_cannot_change_the_code_its_workspace_holds(spawner: str) -> None:
     if not str(SITE.resolve()).startswith(str(REPO.resolve()) + "/"):
         pytest.skip(f"site-packages {SITE} is not inside {REPO}")
-    planted = [SITE / f"{PROBE}.pth", CONTAIN / f"{PROBE}.py"]
+    planted = [SITE / f"{PROBE}.pth", CONTAIN / f"{PROBE}.py", TOP / f"{PROBE}.py"]
     allowed = REPO / f"{PROBE}.txt"
     try:
         async with Supervisor(config(isolation="sandbox", spawner=spawner)) as sup:
