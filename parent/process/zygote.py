@@ -3,12 +3,13 @@ a process that already imported the child runtime, instead of a fresh interprete
 
 Theory of operation
 -------------------
-`Zygote.start()` runs `python -I -m tether.child.zygote FD` through the same trampoline as
-every child (`ChildProcess.spawn`): its own session, PR_SET_PDEATHSIG tied to the supervisor's
-thread, a tree marker, and the scrubbed environment (plus a padding variable that reserves the
-environment block every forked child rewrites; see `tether/child/zygote.py`). FD is one end of
-a `SOCK_SEQPACKET` socket pair; the supervisor keeps the other end (close-on-exec: cold
-children never inherit it).
+`Zygote.start()` (`launch()`, then `ready()`: a supervisor launches its zygote while the plan
+of the run that needs it is still being made) runs `python -I -m tether.child.zygote FD`
+through the same trampoline as every child (`ChildProcess.spawn`): its own session,
+PR_SET_PDEATHSIG tied to the supervisor's thread, a tree marker, and the scrubbed environment
+(plus a padding variable that reserves the environment block every forked child rewrites; see
+`tether/child/zygote.py`). FD is one end of a `SOCK_SEQPACKET` socket pair; the supervisor
+keeps the other end (close-on-exec: cold children never inherit it).
 
 `Zygote.spawn(spec)` sends the child's pipe ends (SCM_RIGHTS), environment, rlimits, cgroup
 files, working directory, isolation plan and argv extras, and gets the pid back; the forked
@@ -238,15 +239,20 @@ class Zygote:
     ) -> Zygote:
         """Start a zygote and wait (without blocking the event loop) until it is ready."""
         zygote = cls.launch(env, standby_after, contained=contained)
+        await zygote.ready(ready_seconds)
+        return zygote
+
+    async def ready(self, ready_seconds: float = READY_SECONDS) -> None:
+        """Wait (without blocking the event loop) until the launched zygote says it is ready;
+        one that does not (in time, or at all) is closed and `SpawnError` says why."""
         try:
             with anyio.move_on_after(ready_seconds):
-                await anyio.wait_readable(zygote._sock.fileno())
-            zygote._take_ready()
+                await anyio.wait_readable(self._sock.fileno())
+            self._take_ready()
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await zygote.aclose()
+                await self.aclose()
             raise
-        return zygote
 
     def _take_ready(self) -> None:
         try:

@@ -128,6 +128,9 @@ class SupervisorCore(EventBus):
             lambda: self._contained, skip=len(DEFAULT_COMMAND), contains="pidns"
         )
         self._contained_failed: str | None = None
+        self._launched: dict[bool, Zygote] = {}
+        """Zygotes launched ahead by a run's plan (`_head_start`), by `contained`, until a
+        spawn waits for them to be ready (`_zygote_ready`) or the supervisor closes."""
         self._warned = False
         self.providers = builtin_providers()
         """The ways this supervisor runs a sub-agent, by name (`start(provider=...)`); register
@@ -227,7 +230,9 @@ class SupervisorCore(EventBus):
         try:
             await tg.__aexit__(None, None, None)
         finally:
-            for zygote in (self._zygote, self._contained):
+            launched = list(self._launched.values())
+            self._launched.clear()
+            for zygote in (self._zygote, self._contained, *launched):
                 if zygote is not None:
                     with anyio.CancelScope(shield=True):
                         await self._close_zygote(zygote)
@@ -261,6 +266,7 @@ class SupervisorCore(EventBus):
             transports=self.transports,
             trace=self.trace,
             layers=self.layers,
+            ahead=self._head_start,
         )
         planned = await plan(spec_of(spec, fields), context)
         self._warn_once(planned.isolation)
@@ -403,8 +409,8 @@ class SupervisorCore(EventBus):
 
     async def _zygote_ready(self, contained: bool = False) -> Zygote:
         """The supervisor's zygote (`contained`: the one in a PID namespace of its own),
-        started on first use and again after it died; raises `SpawnError` when it cannot
-        start."""
+        started on first use (or taken from a run's plan, which launched it ahead) and again
+        after it died; raises `SpawnError` when it cannot start."""
         async with self._zygote_lock:
             old = self._contained if contained else self._zygote
             if old is not None and old.usable:
@@ -415,18 +421,57 @@ class SupervisorCore(EventBus):
                 self._zygote = None
             if old is not None:
                 await self._close_zygote(old)
-            keeper = self._keeper_ready()  # before the zygote, which is a child process too
-            zygote = await Zygote.start(build_child_env(os.environ), contained=contained)
+            zygote = self._launched.pop(contained, None) or self._launch_zygote(contained)
+            try:
+                await zygote.ready()  # closes it when it fails
+            except BaseException:
+                if self._keeper is not None:
+                    self._keeper.forget(zygote.pid)
+                raise
             if contained:
                 self._contained = zygote
             else:
                 self._zygote = zygote
-            if keeper is not None:
-                keeper.watch(zygote.pid)
-                # Each cgroup made for its standby too: if this supervisor dies, the keeper
-                # kills what is in it and removes it (the child's own is watched as the child's).
-                zygote.on_standby_cgroup = lambda procs: keeper.watch(zygote.pid, procs)
             return zygote
+
+    def _launch_zygote(self, contained: bool) -> Zygote:
+        """Start a zygote process (not ready yet: `Zygote.ready`), known to the keeper from
+        its first moment; raises `SpawnError`."""
+        keeper = self._keeper_ready()  # before the zygote, which is a child process too
+        zygote = Zygote.launch(build_child_env(os.environ), contained=contained)
+        if keeper is not None:
+            keeper.watch(zygote.pid)
+            # Each cgroup made for its standby too: if this supervisor dies, the keeper kills
+            # what is in it and removes it (the child's own is watched as the child's).
+            zygote.on_standby_cgroup = lambda procs: keeper.watch(zygote.pid, procs)
+        return zygote
+
+    def _head_start(self, cfg: ChildConfig) -> None:
+        """A run's plan will have its child forked by the zygote (`PlanContext.ahead`): launch
+        the zygote now if none runs or is being started, so that it imports the child runtime
+        while the plan goes on. The first plan of a process probes the host's sandbox by
+        running a trial child (≈ 40-60 ms, `isolation.probe_host`), and a zygote takes
+        ≈ 0.2 s to get ready: a supervisor's first run waits for the longer of the two
+        instead of their sum. Nothing is launched for a config the zygote would not serve, or
+        after the zygote failed (`spawner="auto"` then uses exec); a launch that fails here is
+        left to the run's own spawn, which reports it. A zygote launched for a plan that is
+        then refused serves the next run, or is closed with the supervisor."""
+        if self._tg is None or not wants_zygote(cfg):
+            return
+        contained = isinstance(resolve_launcher(cfg.launcher), Pidns)
+        current = self._contained if contained else self._zygote
+        failed = self._contained_failed if contained else self._zygote_failed
+        if (
+            (current is not None and current.usable)
+            or contained in self._launched
+            or failed is not None
+            or self._zygote_lock.locked()  # a spawn is starting one, or has one
+        ):
+            return
+        try:
+            self._launched[contained] = self._launch_zygote(contained)
+        except SpawnError:
+            return
 
     async def _close_zygote(self, zygote: Zygote) -> None:
         await zygote.aclose()

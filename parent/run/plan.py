@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,6 +100,10 @@ class PlanContext:
     trace: TraceOption = None
     layers: Mapping[str, layers.Layer] = field(default_factory=dict)
     """The supervisor's kept layers, by directory (`RunSpec.layer` names one)."""
+    ahead: Callable[[ChildConfig], None] | None = None
+    """Told the config of a run whose child is a local process started by its spawner, once
+    its launcher and spawner are checked and before its isolation is chosen (which may probe
+    the host): the supervisor may start what that spawn will need (its zygote) meanwhile."""
 
 
 @dataclass(frozen=True)
@@ -226,6 +230,13 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
     launcher = resolve_launcher(cfg.launcher)  # an unknown launcher is bad usage
     check_spawner(cfg)
     remote = launcher.name if launcher.provides.eof_teardown_only else None
+    if (
+        ctx.ahead is not None
+        and transport.name == PROCESS
+        and not chosen.drives_itself
+        and cfg.network_policy.none  # a run with a network policy is started by exec
+    ):
+        ctx.ahead(cfg)
     choice = chosen.isolation(transport.isolation(cfg, remote), cfg)
     if not cfg.network_policy.none:
         cfg = check_network(cfg, chosen, launcher, transport)

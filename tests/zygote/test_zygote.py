@@ -392,12 +392,11 @@ async def test_a_command_child_is_started_by_exec_under_the_default_spawner(
 async def test_when_the_zygote_cannot_start_the_default_spawner_falls_back_to_exec_and_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def broken(
-        cls: type[Zygote], env: dict[str, str], ready_seconds: float = 0, **_: object
-    ) -> Zygote:
+    def broken(cls: type[Zygote], env: dict[str, str], *_: object, **__: object) -> Zygote:
         raise SpawnError("no zygote here")
 
-    monkeypatch.setattr(Zygote, "start", classmethod(broken))
+    # Refused at its launch, whether the plan launches it ahead or the spawn does.
+    monkeypatch.setattr(Zygote, "launch", classmethod(broken))
     started: list[RunStarted] = []
     async with Supervisor(ChildConfig(dispose=FAST)) as sup:
         sup.subscribe(lambda ev: started.append(ev) if isinstance(ev, RunStarted) else None)
