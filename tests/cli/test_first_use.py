@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,30 @@ def test_tether_version_prints_the_installed_version() -> None:
     got = tether("--version")
     assert got.returncode == 0, got.stderr
     assert got.stdout.strip() == f"tether {version()}"
+
+
+def test_the_tether_command_exits_with_mains_code_its_output_flushed_and_exit_handlers_run() -> (
+    None
+):
+    # `command()` freezes the heap before the interpreter's shutdown (no last collection over
+    # it): what a command printed, its exit handlers and its code are all still there.
+    probe = (
+        "import atexit, gc, sys\n"
+        "from tether.parent.cli import main as cli\n"
+        "def main(argv=None):\n"
+        "    sys.stdout.write('no newline yet')\n"
+        "    atexit.register(lambda: print(' | at exit, frozen:', gc.get_freeze_count() > 0))\n"
+        "    return 3\n"
+        "cli.main = main\n"
+        "cli.command()\n"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert got.returncode == 3, got.stderr
+    assert got.stdout == "no newline yet | at exit, frozen: True\n"
+    (script,) = entry_points(group="console_scripts", name="tether")
+    assert script.value == "tether.parent.cli.main:command"
 
 
 def test_the_builtin_loop_without_a_model_is_bad_usage_and_says_how_to_fix_it(
