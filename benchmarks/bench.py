@@ -41,6 +41,7 @@ import psutil
 
 from benchmarks.egress import egress_group
 from benchmarks.fanout import fanout_group
+from benchmarks.first_run import first_run_group
 from benchmarks.followup import follow_up_group
 from benchmarks.gateway import gateway_group
 from benchmarks.layered import layered_group
@@ -156,6 +157,8 @@ class Plan:
     gateway_calls: int = 200
     layer_files: int = 10_000
     """The base of the layered group's layer and change-set figures."""
+    first_runs: int = 8
+    """Rounds of the first-run group (a fresh process's first run each way, `tether run`)."""
     only: tuple[str, ...] = ()
     """Run only these groups (by name, as printed); empty: every group."""
 
@@ -198,6 +201,7 @@ class Plan:
             gateway_rounds=2,
             gateway_calls=20,
             layer_files=1_000,
+            first_runs=1,
         )
 
 
@@ -2250,6 +2254,7 @@ async def measure(res: Results, p: Plan) -> None:
             ),
             ("fan-out", lambda: fanout_group(res, p.fanouts, ws, p.fanout)),
             ("providers", lambda: providers_group(res, p.whole_runs, ws)),
+            ("first run", lambda: first_run_group(res, p.first_runs)),
             ("egress proxy", lambda: egress_group(res, p.egress_rounds, p.egress_requests)),
             ("model gateway", lambda: gateway_group(res, p.gateway_rounds, p.gateway_calls)),
             (
