@@ -116,6 +116,10 @@ FIGURES = {
     "tether.trace_run",
     "context.trace_bytes_per_turn",
     "context.trace_record_turn",
+    "floor.cli_import",
+    "tether.first_run",
+    "context.first_run_exec",
+    "tether.cli_run",
 }
 
 RAY_FIGURES = {
