@@ -43,10 +43,13 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 from tether.contain import argv as config_word
 from tether.contain import gitdirs, landlock, mounts, seccomp
@@ -141,14 +144,29 @@ class Setup:
 
 
 _probed: dict[str, HostIsolation] = {}
+_probing = threading.Lock()
+"""Held while a trial runs: whichever threads ask at once, the host is tried once."""
 
 
 def probe_host() -> HostIsolation:
     """What this host supports, tried once per process (per `TETHER_LANDLOCK_ABI` value)."""
     forced = os.environ.get(FORCE_ABI_ENV, "")
-    if forced not in _probed:
-        _probed[forced] = _probe(forced)
-    return _probed[forced]
+    got = _probed.get(forced)
+    if got is None:
+        with _probing:
+            got = _probed.get(forced)
+            if got is None:
+                got = _probed[forced] = _probe(forced)
+    return got
+
+
+async def probe_host_off_loop() -> HostIsolation:
+    """`probe_host()`, its first time in a worker thread: the trial child it runs (≈ 40-60 ms)
+    then holds up no other task of the event loop (another run's I/O, a deadline, a ladder)."""
+    got = _probed.get(os.environ.get(FORCE_ABI_ENV, ""))
+    if got is not None:
+        return got
+    return await anyio.to_thread.run_sync(probe_host)
 
 
 def _probe(forced: str) -> HostIsolation:

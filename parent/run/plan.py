@@ -49,6 +49,7 @@ from tether.parent.process.isolation import (
     Choice,
     deny_problem,
     probe_host,
+    probe_host_off_loop,
     sandbox_uid,
     unreadable_problem,
     workspace_problem,
@@ -237,6 +238,8 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
         and cfg.network_policy.none  # a run with a network policy is started by exec
     ):
         ctx.ahead(cfg)
+    if transport.name == PROCESS and remote is None and cfg.isolation != "process":
+        await probe_host_off_loop()  # the isolation below may need it: not on the event loop
     choice = chosen.isolation(transport.isolation(cfg, remote), cfg)
     if not cfg.network_policy.none:
         cfg = check_network(cfg, chosen, launcher, transport)

@@ -1,0 +1,71 @@
+"""The host's sandbox is tried once per process, by the first plan that needs to know, in a
+worker thread (its trial child takes tens of milliseconds the event loop's other tasks need):
+plans at once share one trial, and a plan that cannot use a local sandbox does not try it."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tether.parent.models.scripted import ScriptedModel
+from tether.parent.process import isolation
+from tether.parent.process.config import ChildConfig
+from tether.parent.providers.builtin import builtin_providers
+from tether.parent.run.plan import PlanContext, plan
+from tether.parent.run.spec import RunSpec
+
+pytestmark = pytest.mark.anyio
+
+COMPLETE = """{"turns": [{"text": "Done.", "toolCalls": [{"name": "complete",
+  "arguments": {"summary": "done", "paths": []}}]}]}"""
+
+
+@pytest.fixture
+def trials(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The host probe forgotten, and each real trial of it recorded by the thread that ran it."""
+    ran: list[str] = []
+    probe = isolation._probe
+
+    def recorded(forced: str) -> isolation.HostIsolation:
+        ran.append(threading.current_thread().name)
+        return probe(forced)
+
+    monkeypatch.setattr(isolation, "_probed", {})
+    monkeypatch.setattr(isolation, "_probe", recorded)
+    return ran
+
+
+def _spec(workspace: Path) -> RunSpec:
+    return RunSpec(prompt="x", workspace=str(workspace), model=ScriptedModel.from_json(COMPLETE))
+
+
+async def test_the_first_plan_tries_the_hosts_sandbox_in_a_worker_thread(
+    tmp_path: Path, trials: list[str]
+) -> None:
+    await plan(_spec(tmp_path), PlanContext(builtin_providers(), ChildConfig()))
+    assert len(trials) == 1
+    assert trials[0] != threading.main_thread().name, "the trial ran on the event loop's thread"
+    await plan(_spec(tmp_path), PlanContext(builtin_providers(), ChildConfig()))
+    assert len(trials) == 1, "the host was tried again"
+
+
+async def test_plans_made_at_once_share_one_trial(tmp_path: Path, trials: list[str]) -> None:
+    async with anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(plan, _spec(tmp_path), PlanContext(builtin_providers(), ChildConfig()))
+    assert len(trials) == 1
+
+
+@pytest.mark.parametrize(
+    "config",
+    [ChildConfig(isolation="process"), ChildConfig(transport="memory")],
+    ids=["process isolation", "a child in memory"],
+)
+async def test_a_plan_that_needs_no_local_sandbox_does_not_try_one(
+    tmp_path: Path, trials: list[str], config: ChildConfig
+) -> None:
+    await plan(_spec(tmp_path), PlanContext(builtin_providers(), config))
+    assert trials == []
