@@ -40,8 +40,11 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+import anyio
 
 from tether.contain.confined import Entry, descend
 from tether.protocol.messages import LayerMethod
@@ -319,10 +322,21 @@ def _support(forced: str, abi: str) -> Support:
     return Support(method, None, reflink)
 
 
+_trying = threading.Lock()
+"""Held while the host is tried: whichever threads ask at once, it is tried once."""
+
+
 def support() -> Support:
     """What this host gives a layered run, tried once per process (per `TETHER_LAYER_METHOD`
     and `TETHER_LANDLOCK_ABI`)."""
-    return _support(os.environ.get(FORCE_ENV, ""), os.environ.get("TETHER_LANDLOCK_ABI", ""))
+    with _trying:
+        return _support(os.environ.get(FORCE_ENV, ""), os.environ.get("TETHER_LANDLOCK_ABI", ""))
+
+
+async def support_off_loop() -> Support:
+    """`support()` in a worker thread: its first call runs a trial child with an overlay
+    (tens of milliseconds), which then holds up no other task of the event loop."""
+    return await anyio.to_thread.run_sync(support)
 
 
 def _filesystems() -> str:

@@ -258,6 +258,8 @@ async def plan(spec: RunSpec, ctx: PlanContext) -> RunPlan:
             and not chosen.drives_itself
             and transport.name == PROCESS
         )
+        if overlay_ok:
+            await layers.support_off_loop()  # the first time, an overlay is tried
         layer_plan, read_only_layer, request = _layer(
             spec, request, str(ws), kept, remote=remote, overlay_ok=overlay_ok
         )

@@ -4,6 +4,7 @@ plans at once share one trial, and a plan that cannot use a local sandbox does n
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import anyio
 import pytest
 
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.process import isolation
+from tether.parent.process import isolation, layers
 from tether.parent.process.config import ChildConfig
 from tether.parent.providers.builtin import builtin_providers
 from tether.parent.run.plan import PlanContext, plan
@@ -69,3 +70,26 @@ async def test_a_plan_that_needs_no_local_sandbox_does_not_try_one(
 ) -> None:
     await plan(_spec(tmp_path), PlanContext(builtin_providers(), config))
     assert trials == []
+
+
+async def test_the_first_layered_plan_tries_an_overlay_in_a_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    if isolation.probe_host().why_not is not None:
+        pytest.skip("no sandbox here: a layered run gets a copy, and nothing is tried")
+    ran: list[str] = []
+    trial = isolation.trial_layer
+
+    def recorded(host: isolation.HostIsolation) -> str | None:
+        ran.append(threading.current_thread().name)
+        return trial(host)
+
+    monkeypatch.setattr(isolation, "trial_layer", recorded)
+    layers._support.cache_clear()  # tried again here, and forgotten after the test
+    request.addfinalizer(layers._support.cache_clear)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    ctx = PlanContext(builtin_providers(), ChildConfig(layers_dir=str(tmp_path / "layers")))
+    spec = dataclasses.replace(_spec(ws), workspace_mode="layered")
+    await plan(spec, ctx)
+    assert len(ran) == 1 and ran[0] != threading.main_thread().name
