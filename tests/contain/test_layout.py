@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.contain.mounts import can_traverse, layout
+from tether.contain.mounts import PRIVATE_TMP, can_traverse, layout
 
 OPEN = {"/", "/usr", "/work", "/work/ws", "/opt"}
 
@@ -102,3 +103,67 @@ def test_traversal_follows_the_mode_bits_for_owner_group_and_others(tmp_path: Pa
     d.chmod(0o701)
     assert can_traverse(str(d), 4242, [4242])
     assert can_traverse(str(tmp_path / "missing"), 4242, [4242])
+
+
+def _reference_layout(
+    reads: list[str], workspace: str | None, traversable: Callable[[str], bool]
+) -> tuple[list[tuple[str, int]], list[str]]:
+    """The layout's rules spelled out pair by pair (what `layout` computed before it asked a
+    set of roots instead): the oracle of the property below."""
+
+    def under(p: str, root: str) -> bool:
+        return p == root or p.startswith(root.rstrip("/") + "/")
+
+    covers: dict[str, int] = {d: 0o1777 for d in PRIVATE_TMP}
+    grants = sorted({os.path.normpath(p) for p in reads}, key=lambda p: (p.count("/"), p))
+    closed = {g for g in grants if g != workspace and not traversable(g)}
+    for path in [*grants, *([workspace] if workspace else [])]:
+        if any(under(path, c) for c in covers):
+            continue
+        parts = path.strip("/").split("/")
+        for depth in range(1, len(parts)):
+            ancestor = "/" + "/".join(parts[:depth])
+            if any(under(ancestor, c) for c in covers):
+                break
+            if not traversable(ancestor):
+                covers[ancestor] = 0o755
+                break
+    for path in sorted(closed):
+        if not any(under(path, c) for c in covers):
+            covers[path] = 0o755
+    ordered = sorted(covers, key=lambda c: (c.count("/"), c))
+    outer = [c for c in ordered if not any(c != o and under(c, o) for o in ordered)]
+    restore: list[str] = []
+    for path in grants:
+        if path in closed or (workspace and under(path, workspace)):
+            continue
+        if any(under(path, r) for r in restore):
+            continue
+        if any(under(path, c) for c in outer):
+            restore.append(path)
+    return [(c, covers[c]) for c in outer], restore
+
+
+names = st.sampled_from(["root", "home", "u", "a", "b", "tmp", "w", "dev", "shm", "var"])
+deep_paths = st.lists(
+    st.lists(names, min_size=1, max_size=5).map(lambda parts: "/" + "/".join(parts)),
+    max_size=30,
+)
+
+
+@given(deep_paths, st.none() | deep_paths.filter(bool).map(lambda p: p[0]), deep_paths)
+def test_the_layout_is_the_one_its_rules_give_pair_by_pair(
+    reads: list[str], ws: str | None, closed_dirs: list[str]
+) -> None:
+    closed = set(closed_dirs)
+    asked: list[str] = []
+
+    def searchable(path: str) -> bool:
+        asked.append(path)
+        return path not in closed
+
+    got = layout(reads, ws, searchable)
+    covers, restore = _reference_layout(reads, ws, lambda p: p not in closed)
+    assert sorted(got.covers) == sorted(covers)
+    assert got.restore == restore
+    assert len(asked) == len(set(asked)), "a directory was looked at twice"

@@ -135,3 +135,23 @@ def test_a_child_whose_view_cannot_be_sealed_runs_without_connect_and_is_told_wh
     got = _sealed("degraded", tmp_path)
     assert got.get("connect_own") == "Permission denied", got
     assert got["told"].startswith("refused: the mount at ") and "(ramfs)" in got["told"], got
+
+
+@given(
+    st.lists(
+        st.sampled_from(["/", "/a", "/a/b", "/a/b/c", "/ab", "/dev", "/dev/x", "/z", "/z/y"]),
+        max_size=12,
+    ),
+    st.lists(st.sampled_from(["/", "/a", "/a/b", "/a/bc", "/ab/c", "/z/y/x", "/q"]), max_size=8),
+)
+def test_the_mounts_a_grant_needs_are_those_that_hold_it_or_lie_in_it(
+    points: list[str], needed: list[str]
+) -> None:
+    def under(p: str, root: str) -> bool:
+        return p == root or p.startswith(root.rstrip("/") + "/")
+
+    entries = [MountEntry(p, "ext4", False) for p in points]
+    _, every = seal_plan(entries)
+    _, rest = seal_plan(entries, needed)
+    expected = [e for e in every if any(under(n, e.path) or under(e.path, n) for n in needed)]
+    assert [e.path for e in rest] == [e.path for e in expected]
