@@ -84,10 +84,18 @@ and makes itself non-dumpable, so no child, sandboxed or not, can read or trace 
 
 from __future__ import annotations
 
+# Run as the zygote (`python -I -m tether.child.zygote`), no cyclic collection while the
+# runtime imports (each of the ≈ 30 an import of this size sets off walks a young generation
+# of objects that all live for good): `main` freezes what they built, then turns the collector
+# back on for the rehearsal (`_settle`). Imported as a module (tests), nothing changes.
+import gc
+
+if __name__ == "__main__":
+    gc.disable()
+
 import contextlib
 import ctypes
 import functools
-import gc
 import json
 import os
 import select
@@ -810,14 +818,26 @@ def _rehearse() -> bool:
     return succeeded
 
 
+def _settle() -> None:
+    """Warm the runtime (`_warm`) and freeze what lives for good, so that no collection, here
+    or in a child, walks it (a walk writes every object's header: a child would copy most of
+    the shared heap). The imports ran with the collector off; they are frozen first, as they
+    are (the cyclic garbage they left, a few hundred helper objects, stays with them, as in an
+    exec'd child: `entry._end_startup`), so the collection after the rehearsal walks only what
+    the rehearsal made, and the last freeze keeps what of it survives."""
+    gc.freeze()
+    gc.enable()
+    _warm()
+    gc.collect()
+    gc.freeze()
+
+
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     set_dumpable(False)
     _become_subreaper()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # never auto-reap: children stay zombies
-    _warm()
-    gc.collect()
-    gc.freeze()  # keep the imported objects' pages shared with the children
+    _settle()
     after = sys.argv[2] if len(sys.argv) > 2 else str(STANDBY_AFTER)
     serve(sock, None if after == "off" else float(after))
     # Its supervisor let it go (or is gone). Nothing is left to finish: its children die of

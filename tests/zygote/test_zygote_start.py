@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -53,3 +55,40 @@ async def test_a_zygote_killed_the_moment_its_start_writes_to_the_temp_dir_leave
         await zygote.aclose()
     assert not killed, f"the zygote's start wrote {sorted(p.name for p in temp.iterdir())}"
     assert list(temp.iterdir()) == []
+
+
+def _python(code: str) -> str:
+    got = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert got.returncode == 0, got.stderr
+    return got.stdout.strip()
+
+
+def test_the_zygote_imports_its_runtime_with_the_collector_off() -> None:
+    # Run as `python -m`, the module turns the collector off before its imports (its main is
+    # then stopped at once by an argument that is no socket).
+    code = (
+        "import gc, runpy, sys\n"
+        "sys.argv = ['zygote', 'not-a-socket']\n"
+        "try:\n"
+        "    runpy.run_module('tether.child.zygote', run_name='__main__')\n"
+        "except ValueError:\n"
+        "    print(gc.isenabled())\n"
+    )
+    assert _python(code) == "False"
+
+
+def test_importing_the_zygote_module_leaves_the_collector_alone() -> None:
+    assert _python("import gc\nfrom tether.child import zygote\nprint(gc.isenabled())") == "True"
+
+
+def test_the_zygote_serves_with_the_collector_on_and_its_warm_heap_frozen() -> None:
+    code = (
+        "import gc\n"
+        "gc.disable()\n"
+        "from tether.child import zygote\n"
+        "zygote._settle()\n"
+        "print(gc.isenabled(), gc.get_freeze_count() > 10_000)\n"
+    )
+    assert _python(code) == "True True"
