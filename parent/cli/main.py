@@ -153,8 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def command() -> NoReturn:
-    """The `tether` console command (and `python -m tether.parent.cli`): `main()`, then the
-    process's exit with its code. Everything the command started is gone by then (a supervisor
+    """The `tether` console command (through `tether._command`, which imports this module with
+    the collector off) and `python -m tether.parent.cli`: `main()`, then the process's exit
+    with its code. Everything the command started is gone by then (a supervisor
     leaves nothing when it closes), so the interpreter's shutdown need not walk the heap for
     garbage cycles: frozen first, the exit of a `tether run` takes ≈ 10 ms instead of ≈ 55
     (most of it that last collection over every object a run created; benchmarks/notes.md).

@@ -70,7 +70,34 @@ def test_the_tether_command_exits_with_mains_code_its_output_flushed_and_exit_ha
     assert got.returncode == 3, got.stderr
     assert got.stdout == "no newline yet | at exit, frozen: True\n"
     (script,) = entry_points(group="console_scripts", name="tether")
-    assert script.value == "tether.parent.cli.main:command"
+    assert script.value == "tether._command:main"
+
+
+def test_the_tether_command_imports_the_command_line_with_the_collector_off_then_on() -> None:
+    # Collections are counted from the entry point's call until it freezes what the imports
+    # built (the command itself imports more, lazily, with the collector on).
+    probe = (
+        "import gc, sys\n"
+        "collections, at_freeze = [], []\n"
+        "gc.callbacks.append(lambda phase, info: collections.append(phase))\n"
+        "freeze = gc.freeze\n"
+        "def counted():\n"
+        "    at_freeze.append(len(collections))\n"
+        "    freeze()\n"
+        "gc.freeze = counted\n"
+        "from tether import _command\n"  # (compiled first when it has no bytecode yet)
+        "sys.argv = ['tether', '--version']\n"
+        "before = len(collections)\n"
+        "try:\n"
+        "    _command.main()\n"
+        "except SystemExit:\n"
+        "    print(at_freeze[0] - before, gc.isenabled(), gc.get_freeze_count() > 10_000)\n"
+    )
+    got = subprocess.run(
+        [sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=60
+    )
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.splitlines()[-1] == "0 True True", got.stdout
 
 
 def test_the_builtin_loop_without_a_model_is_bad_usage_and_says_how_to_fix_it(

@@ -68,7 +68,7 @@ def test_the_wheel_holds_parent_child_protocol_their_data_and_the_tether_script(
     )
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "tether = tether.parent.cli.main:command" in text
+    assert "tether = tether._command:main" in text
 
 
 def test_the_trampoline_of_an_installed_wheel_finds_its_siblings_without_site_packages(
