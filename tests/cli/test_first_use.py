@@ -49,6 +49,13 @@ def test_tether_version_prints_the_installed_version() -> None:
     assert got.stdout.strip() == f"tether {version()}"
 
 
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    """`code` run by a fresh `python -I` (the installed tether, nothing of this process)."""
+    return subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
 def test_the_tether_command_exits_with_mains_code_its_output_flushed_and_exit_handlers_run() -> (
     None
 ):
@@ -64,9 +71,7 @@ def test_the_tether_command_exits_with_mains_code_its_output_flushed_and_exit_ha
         "cli.main = main\n"
         "cli.command()\n"
     )
-    got = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
-    )
+    got = _python(probe)
     assert got.returncode == 3, got.stderr
     assert got.stdout == "no newline yet | at exit, frozen: True\n"
     (script,) = entry_points(group="console_scripts", name="tether")
@@ -93,9 +98,7 @@ def test_the_tether_command_imports_the_command_line_with_the_collector_off_then
         "except SystemExit:\n"
         "    print(at_freeze[0] - before, gc.isenabled(), gc.get_freeze_count() > 10_000)\n"
     )
-    got = subprocess.run(
-        [sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=60
-    )
+    got = _python(probe)
     assert got.returncode == 0, got.stderr
     assert got.stdout.splitlines()[-1] == "0 True True", got.stdout
 

@@ -17,6 +17,7 @@ import pytest
 from tether.parent.egress.policy import NetworkPolicy, parse_destination
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process import zygote as zygote_module
+from tether.parent.process.host import pid_alive
 from tether.parent.process.isolation import Choice
 from tether.parent.process.limits import DisposePolicy
 from tether.parent.providers.builtin import builtin_providers
@@ -55,13 +56,6 @@ def _zygotes() -> list[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 async def test_a_first_run_forks_its_child_from_a_zygote_launched_before_its_isolation_was_chosen(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -83,7 +77,7 @@ async def test_a_first_run_forks_its_child_from_a_zygote_launched_before_its_iso
     assert zygote is not None and len(seen) == 1
     assert zygote in seen[0], "the zygote the run used was started after the plan chose"
     assert [(s.spawner, s.fallback) for s in started] == [("zygote", None)]
-    assert not _alive(zygote)
+    assert not pid_alive(zygote)
 
 
 async def test_a_zygote_launched_for_a_plan_that_is_then_refused_serves_the_next_run(
@@ -112,7 +106,7 @@ async def test_a_zygote_launched_for_a_refused_plan_goes_with_the_supervisor(
         launched = _zygotes()
         assert len(launched) == 1
         assert sup.zygote_pid is None  # launched, never made ready: no run asked for it
-    assert not _alive(launched[0]), "the zygote launched ahead outlived its supervisor"
+    assert not pid_alive(launched[0]), "the zygote launched ahead outlived its supervisor"
 
 
 @pytest.mark.parametrize(
