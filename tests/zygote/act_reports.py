@@ -1,9 +1,10 @@
 """Parent-side helpers of the zygote tests (not collected: no `test_` prefix): start a run of
 `agents.py:act` and wait for the `report` event its prompt makes it send, read a child's /proc
-files, tell whether a process is gone, find cgroups by name."""
+files and command line, tell whether a process is gone, find cgroups by name."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,22 @@ def status_field(pid: int, name: str) -> str:
         if line.startswith(f"{name}:"):
             return line.split(":", 1)[1].strip()
     raise AssertionError(f"no {name} in /proc/{pid}/status")
+
+
+def cmdline(pid: int, deadline: float = 10.0) -> list[str]:
+    """What /proc/PID/cmdline shows, read again while it is empty: a process caught in its exec
+    shows none for a moment (the kernel has yet to lay out the new stack the arguments live
+    in). Empty for a process gone meanwhile."""
+    until = time.monotonic() + deadline
+    while True:
+        try:
+            words = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            return []
+        if words:
+            return words
+        assert time.monotonic() < until, f"{pid} shows no command line"
+        time.sleep(0.001)
 
 
 def gone_or_zombie(pid: int) -> bool:

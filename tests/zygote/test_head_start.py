@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
+from act_reports import cmdline
 
 from tether.parent.egress.policy import NetworkPolicy, parse_destination
 from tether.parent.models.scripted import ScriptedModel
@@ -45,15 +46,13 @@ def _children() -> set[int]:
 
 
 def _zygotes() -> list[int]:
-    """This process's children that are (or are about to exec into) a zygote."""
-    found = []
-    for proc in psutil.Process().children():
-        try:
-            if "tether.child.zygote" in " ".join(proc.cmdline()):
-                found.append(proc.pid)
-        except psutil.Error:
-            continue
-    return found
+    """This process's children that are (or, under their trampoline, are about to be) a
+    zygote."""
+    return [
+        proc.pid
+        for proc in psutil.Process().children()
+        if "tether.child.zygote" in " ".join(cmdline(proc.pid))
+    ]
 
 
 async def test_a_first_run_forks_its_child_from_a_zygote_launched_before_its_isolation_was_chosen(

@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
-from act_reports import ACT, start_and_wait_for_report, status_field
+from act_reports import ACT, cmdline, start_and_wait_for_report, status_field
 
 from tether.contain import argv as config_word
 from tether.contain.inplace import (
@@ -47,10 +47,6 @@ EXEC_D = ChildConfig(
 )
 """The same runtime by a command the trampoline does not recognise: exec'd as before."""
 DEADLINE = 15.0
-
-
-def _cmdline(pid: int) -> list[str]:
-    return [os.fsdecode(w) for w in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if w]
 
 
 def test_the_default_command_runs_in_place_and_its_trampoline_starts_with_its_flags() -> None:
@@ -156,11 +152,11 @@ async def test_tethers_own_child_runs_in_the_trampolines_process_and_another_com
         other, other_report = await start_and_wait_for_report(
             sup, "hold", deadline=DEADLINE, config=EXEC_D
         )
-        own_cmd = _cmdline(own_report["pid"])
+        own_cmd = cmdline(own_report["pid"])
         assert str(TRAMPOLINE) in own_cmd and own_cmd[own_cmd.index("--") + 1 :][:4] == list(
             DEFAULT_COMMAND
         ), own_cmd
-        assert _cmdline(other_report["pid"])[:4] == list(EXEC_D.command)
+        assert cmdline(other_report["pid"])[:4] == list(EXEC_D.command)
         own.abort()
         other.abort()
 

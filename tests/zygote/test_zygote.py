@@ -18,7 +18,14 @@ from typing import Any
 import anyio
 import psutil
 import pytest
-from act_reports import ACT, HERE, cgroups_named, start_and_wait_for_report, status_field
+from act_reports import (
+    ACT,
+    HERE,
+    cgroups_named,
+    cmdline,
+    start_and_wait_for_report,
+    status_field,
+)
 
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process import supervised as supervised_module
@@ -76,16 +83,6 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def _cmdline(proc: psutil.Process) -> list[str]:
-    """What /proc/PID/cmdline shows, read again while it is empty: a process caught in its exec
-    shows none for a moment (see `_environ`)."""
-    deadline = time.monotonic() + DEADLINE
-    while not (words := proc.cmdline()):
-        assert time.monotonic() < deadline, f"{proc.pid} shows no command line"
-        time.sleep(0.001)
-    return words
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -470,7 +467,7 @@ async def test_a_child_under_the_pidns_launcher_is_forked_by_a_zygote_in_a_names
             parent = child.parent()
             assert parent is not None
             # A zygote's child: its parent, the zygote; an exec'd one: the launcher's shim.
-            lineage = " ".join([*_cmdline(parent), "|", *_cmdline(child)])
+            lineage = " ".join([*cmdline(parent.pid), "|", *cmdline(child.pid)])
             seen.append((ev.spawner, ev.fallback, _namespace(ev.pid), lineage))
 
     big = {f"TETHER_TEST_BIG_{i}": "x" * 4000 for i in range(20)}  # more than the zygote's area
