@@ -451,7 +451,7 @@ class SupervisorCore(EventBus):
         the zygote now if none runs or is being started, so that it imports the child runtime
         while the plan goes on. The first plan of a process probes the host's sandbox by
         running a trial child (≈ 40-60 ms, `isolation.probe_host`), and a zygote takes
-        ≈ 0.2 s to get ready: a supervisor's first run waits for the longer of the two
+        ≈ 0.15 s to get ready: a supervisor's first run waits for the longer of the two
         instead of their sum. Nothing is launched for a config the zygote would not serve, or
         after the zygote failed (`spawner="auto"` then uses exec); a launch that fails here is
         left to the run's own spawn, which reports it. A zygote launched for a plan that is
