@@ -10,11 +10,9 @@ turned back on for the command itself (a run, an MCP server, an orchestration).
 
 from __future__ import annotations
 
-# Not even `typing` before the collector is off (its import alone sets off collections).
 import gc
 
-gc.disable()
-
+# Not even `typing` before `main` turns the collector off: it is one of the imports to spare.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn

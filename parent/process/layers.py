@@ -301,10 +301,9 @@ class Support:
         return "reflink" if self.reflink else "copy"
 
 
-@functools.cache
 def _support(forced: str, abi: str) -> Support:
-    """`abi`: the host probe's own forcing (`TETHER_LANDLOCK_ABI`), part of the cache's key as
-    the probe's answer is."""
+    """`abi`: the host probe's own forcing (`TETHER_LANDLOCK_ABI`), part of the answer's key
+    (`_supported`) as it is of the probe's."""
     from tether.parent.process.isolation import probe_host, trial_layer
 
     reflink = _reflinks(layers_dir())
@@ -322,20 +321,35 @@ def _support(forced: str, abi: str) -> Support:
     return Support(method, None, reflink)
 
 
+_supported: dict[tuple[str, str], Support] = {}
+"""What `support()` found, by (`TETHER_LAYER_METHOD`, `TETHER_LANDLOCK_ABI`)."""
 _trying = threading.Lock()
 """Held while the host is tried: whichever threads ask at once, it is tried once."""
+
+
+def _key() -> tuple[str, str]:
+    return os.environ.get(FORCE_ENV, ""), os.environ.get("TETHER_LANDLOCK_ABI", "")
 
 
 def support() -> Support:
     """What this host gives a layered run, tried once per process (per `TETHER_LAYER_METHOD`
     and `TETHER_LANDLOCK_ABI`)."""
-    with _trying:
-        return _support(os.environ.get(FORCE_ENV, ""), os.environ.get("TETHER_LANDLOCK_ABI", ""))
+    key = _key()
+    got = _supported.get(key)
+    if got is None:
+        with _trying:
+            got = _supported.get(key)
+            if got is None:
+                got = _supported[key] = _support(*key)
+    return got
 
 
 async def support_off_loop() -> Support:
-    """`support()` in a worker thread: its first call runs a trial child with an overlay
-    (tens of milliseconds), which then holds up no other task of the event loop."""
+    """`support()`, its first time in a worker thread: the trial child with an overlay it runs
+    (tens of milliseconds) then holds up no other task of the event loop."""
+    got = _supported.get(_key())
+    if got is not None:
+        return got
     return await anyio.to_thread.run_sync(support)
 
 

@@ -118,7 +118,7 @@ def test_an_unknown_level_and_a_sandbox_for_a_remote_launcher_are_bad_usage() ->
 
 
 def test_a_host_whose_sandbox_cannot_guard_git_still_sandboxes_and_says_so(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A supervisor without root where user namespaces are forbidden (an AppArmor or sysctl
     policy) cannot mount over `.git`: the sandbox goes on without the guard, its plans carry
@@ -135,8 +135,7 @@ def test_a_host_whose_sandbox_cannot_guard_git_still_sandboxes_and_says_so(
     monkeypatch.setattr(isolation, "_probed", {})
     monkeypatch.setattr(isolation, "_trial", trial)
     # What this host gives a layered run is probed again, and forgotten after the test.
-    layers._support.cache_clear()
-    request.addfinalizer(layers._support.cache_clear)
+    monkeypatch.setattr(layers, "_supported", {})
     got = probe_host()
     assert got.why_not is None and got.best == "sandbox"
     assert got.git_unguarded == "unshare: Operation not permitted"
