@@ -16,14 +16,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
 from tether.parent.process.cgroups import ChildCgroup, sweep_stale
-from tether.parent.process.host import host
+from tether.parent.process.host import Host, host
 from tether.parent.process.limits import DisposePolicy, Limits
 from tether.parent.supervisor import ChildConfig, Supervisor
 
@@ -202,25 +202,46 @@ async def test_a_stopped_child_and_its_stopped_grandchild_are_gone_after_dispose
     assert not alive(grandchild)
 
 
+@contextlib.contextmanager
+def private_parents(tier: str) -> Iterator[Host]:
+    """The tier's host with each parent moved one level down into a directory of this test's
+    own: every supervisor's first start sweeps the real parents (`sweep_stale_once`), so in a
+    parallel run another worker's sweep could take a stale cgroup this test plants there."""
+    real = host(tier)
+    mine = {
+        k: p / f"sweep-test-{os.getpid()}-{time.monotonic_ns()}" for k, p in real.parents.items()
+    }
+    try:
+        for d in mine.values():
+            d.mkdir()
+        yield dataclasses.replace(real, parents=mine)
+    finally:
+        for d in mine.values():
+            with contextlib.suppress(FileNotFoundError):
+                d.rmdir()
+
+
 def test_a_cgroup_left_by_a_killed_supervisor_is_swept_with_its_members(tier: str) -> None:
     if tier == "process-group":
         pytest.skip("the process-group tier has no cgroups to leave behind")
-    cgroups = host(tier)
     dead = subprocess.Popen(["true"])
     dead.wait(timeout=5)  # its pid now names no live supervisor
-    name = f"{dead.pid}-x"
-    cg = ChildCgroup.create(cgroups, name, memory=None, pids=None)
-    sleeper = subprocess.Popen(["sleep", "60"])
-    try:
-        for procs in cg.procs_files:
-            Path(procs).write_text(str(sleeper.pid))
-        assert sleeper.pid in cg.members()
-        removed = sweep_stale(cgroups)
-        assert set(cg.dirs.values()) <= set(removed)
-        assert all(not d.exists() for d in cg.dirs.values())
-        assert sleeper.wait(timeout=5) == -signal.SIGKILL
-    finally:
-        sleeper.kill()
-        sleeper.wait(timeout=5)
-        cg.kill()
-        cg.remove()
+    with private_parents(tier) as cgroups:
+        live = ChildCgroup.create(cgroups, f"{os.getpid()}-x", memory=None, pids=None)
+        cg = ChildCgroup.create(cgroups, f"{dead.pid}-x", memory=None, pids=None)
+        sleeper = subprocess.Popen(["sleep", "60"])
+        try:
+            for procs in cg.procs_files:
+                Path(procs).write_text(str(sleeper.pid))
+            assert sleeper.pid in cg.members()
+            removed = sweep_stale(cgroups)
+            assert sorted(removed) == sorted(cg.dirs.values())
+            assert all(not d.exists() for d in cg.dirs.values())
+            assert all(d.is_dir() for d in live.dirs.values()), "a live owner's cgroup was swept"
+            assert sleeper.wait(timeout=5) == -signal.SIGKILL
+        finally:
+            sleeper.kill()
+            sleeper.wait(timeout=5)
+            for c in (cg, live):
+                c.kill()
+                assert c.remove()
