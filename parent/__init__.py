@@ -11,43 +11,8 @@ docs/traces.md. Everything else in `tether.parent.*` is internal and may
 change between releases.
 """
 
-from typing import TYPE_CHECKING
-
-from tether.parent.egress.events import NetEvent
-from tether.parent.egress.policy import Credential, NetworkPolicy
-from tether.parent.models import ModelProvider, resolve_model
-from tether.parent.models.replay import TraceModel
-from tether.parent.models.scripted import ScriptedModel
-from tether.parent.process.config import ChildConfig, PoolSpec
-from tether.parent.process.host import host
-from tether.parent.process.launchers import Launcher, resolve_launcher
-from tether.parent.process.limits import DisposePolicy, Limits
-from tether.parent.providers.acp_provider import AcpProvider
-from tether.parent.run.broker import ApprovePolicy, ParentTool
-from tether.parent.run.events import ChildEvent, Event, EventStream, RunFinished, RunStarted
-from tether.parent.run.handle import RunHandle
-from tether.parent.run.provider import Provider, SubagentRequest, SubagentRun
-from tether.parent.run.spec import Continuation
-from tether.parent.supervisor import Supervisor
-from tether.parent.trace.reader import read_trace
-from tether.parent.trace.spec import TraceSpec
-from tether.protocol.messages import (
-    AgentDefinition,
-    Artifact,
-    ChatMessage,
-    Failure,
-    ModelCompleteParams,
-    ModelCompleteResult,
-    RunResult,
-    SkippedPath,
-    ToolApproveParams,
-    ToolApproveResult,
-    ToolCallParams,
-    ToolCallResult,
-    ToolSpec,
-    TraceReport,
-    Usage,
-)
+# Not even `typing`: a module under this package can be imported for the cost of its own imports.
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from tether.parent.agents.service import (
@@ -61,16 +26,98 @@ if TYPE_CHECKING:
     from tether.parent.agents.sessions import Activation, SessionStore
     from tether.parent.agents.tools import agent_tools
     from tether.parent.egress.addresses import NameTable
+    from tether.parent.egress.events import NetEvent
+    from tether.parent.egress.policy import Credential, NetworkPolicy
     from tether.parent.egress.seat import EgressOptions
     from tether.parent.gateway import Gateway
+    from tether.parent.models import ModelProvider, resolve_model
     from tether.parent.models.anthropic import AnthropicModel
     from tether.parent.models.openai import OpenAIModel
+    from tether.parent.models.replay import TraceModel
     from tether.parent.models.retry import RetryPolicy
+    from tether.parent.models.scripted import ScriptedModel
+    from tether.parent.process.config import ChildConfig, PoolSpec
+    from tether.parent.process.host import host
+    from tether.parent.process.launchers import Launcher, resolve_launcher
+    from tether.parent.process.limits import DisposePolicy, Limits
     from tether.parent.providers.acp import AcpDriver, AcpLimits, AcpTask
+    from tether.parent.providers.acp_provider import AcpProvider
+    from tether.parent.run.broker import ApprovePolicy, ParentTool
+    from tether.parent.run.events import ChildEvent, Event, EventStream, RunFinished, RunStarted
+    from tether.parent.run.handle import RunHandle
+    from tether.parent.run.provider import Provider, SubagentRequest, SubagentRun
+    from tether.parent.run.spec import Continuation
+    from tether.parent.supervisor import Supervisor
+    from tether.parent.trace.reader import read_trace
+    from tether.parent.trace.spec import TraceSpec
+    from tether.protocol.messages import (
+        AgentDefinition,
+        Artifact,
+        ChatMessage,
+        Failure,
+        ModelCompleteParams,
+        ModelCompleteResult,
+        RunResult,
+        SkippedPath,
+        ToolApproveParams,
+        ToolApproveResult,
+        ToolCallParams,
+        ToolCallResult,
+        ToolSpec,
+        TraceReport,
+        Usage,
+    )
 
-# Continuable agents load the session store (SQLite) on first use, not with this package; the
-# HTTP models, the gateway, the ACP driver and the egress proxy load theirs on first use too.
+# Every name is loaded on first use: a module under `tether.parent` (the command line's early
+# zygote launch, `tether.parent.process.early`) can be imported without the supervisor and its
+# libraries, and the session store (SQLite), the HTTP models, the gateway, the ACP driver and the
+# egress proxy load only when a program uses them.
 _LAZY = {
+    "NetEvent": "tether.parent.egress.events",
+    "Credential": "tether.parent.egress.policy",
+    "NetworkPolicy": "tether.parent.egress.policy",
+    "ModelProvider": "tether.parent.models",
+    "resolve_model": "tether.parent.models",
+    "TraceModel": "tether.parent.models.replay",
+    "ScriptedModel": "tether.parent.models.scripted",
+    "ChildConfig": "tether.parent.process.config",
+    "PoolSpec": "tether.parent.process.config",
+    "host": "tether.parent.process.host",
+    "Launcher": "tether.parent.process.launchers",
+    "resolve_launcher": "tether.parent.process.launchers",
+    "DisposePolicy": "tether.parent.process.limits",
+    "Limits": "tether.parent.process.limits",
+    "AcpProvider": "tether.parent.providers.acp_provider",
+    "ApprovePolicy": "tether.parent.run.broker",
+    "ParentTool": "tether.parent.run.broker",
+    "ChildEvent": "tether.parent.run.events",
+    "Event": "tether.parent.run.events",
+    "EventStream": "tether.parent.run.events",
+    "RunFinished": "tether.parent.run.events",
+    "RunStarted": "tether.parent.run.events",
+    "RunHandle": "tether.parent.run.handle",
+    "Provider": "tether.parent.run.provider",
+    "SubagentRequest": "tether.parent.run.provider",
+    "SubagentRun": "tether.parent.run.provider",
+    "Continuation": "tether.parent.run.spec",
+    "Supervisor": "tether.parent.supervisor",
+    "read_trace": "tether.parent.trace.reader",
+    "TraceSpec": "tether.parent.trace.spec",
+    "AgentDefinition": "tether.protocol.messages",
+    "Artifact": "tether.protocol.messages",
+    "ChatMessage": "tether.protocol.messages",
+    "Failure": "tether.protocol.messages",
+    "ModelCompleteParams": "tether.protocol.messages",
+    "ModelCompleteResult": "tether.protocol.messages",
+    "RunResult": "tether.protocol.messages",
+    "SkippedPath": "tether.protocol.messages",
+    "ToolApproveParams": "tether.protocol.messages",
+    "ToolApproveResult": "tether.protocol.messages",
+    "ToolCallParams": "tether.protocol.messages",
+    "ToolCallResult": "tether.protocol.messages",
+    "ToolSpec": "tether.protocol.messages",
+    "TraceReport": "tether.protocol.messages",
+    "Usage": "tether.protocol.messages",
     "AcpDriver": "tether.parent.providers.acp",
     "AcpLimits": "tether.parent.providers.acp",
     "AcpTask": "tether.parent.providers.acp",
