@@ -52,7 +52,7 @@ import psutil
 
 from benchmarks.crash_driver import AGENTS, TURN, answer_to
 from tether.parent.agents.sessions import DB_NAME
-from tether.parent.process.tree import TREE_ENV
+from tether.parent.process.markers import TREE_ENV
 from tether.protocol.messages import ChatMessage
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -52,7 +52,7 @@ from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process.config import ChildConfig, PoolSpec
 from tether.parent.process.host import host
 from tether.parent.process.limits import DisposePolicy, Limits
-from tether.parent.process.tree import TREE_ENV, marker_prefix
+from tether.parent.process.markers import TREE_ENV, marker_prefix
 from tether.parent.process.zygote import standby_pids
 from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import RunResult

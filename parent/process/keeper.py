@@ -30,7 +30,7 @@ from pathlib import Path
 
 import anyio
 
-from tether.parent.process.tree import TREE_ENV, marker_prefix
+from tether.parent.process.markers import TREE_ENV, marker_prefix
 
 KEEPER = Path(__file__).with_name("_keeper.py")
 

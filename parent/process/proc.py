@@ -15,39 +15,23 @@ import os
 import resource
 import signal
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import anyio
 
-from tether.contain import argv as config_word
-from tether.contain.inplace import TRAMPOLINE, trampoline_argv
+from tether.contain.inplace import TRAMPOLINE
 from tether.contain.sequence import EXEC_FAILED
 from tether.parent.process.isolation import sealer_fd, trampoline_in_place
-from tether.parent.process.pipes import stdio_pipes
+from tether.parent.process.start import SpawnSpec, start, trampoline_config
 from tether.wire.streams import FdReceiveStream, FdSendStream
 
 EXEC_FAILED_MARKER = EXEC_FAILED
+__all__ = ["TRAMPOLINE", "ChildProcess", "ExitStatus", "SpawnError", "SpawnSpec"]
 _POLL_INTERVAL = 0.005
 
 
 class SpawnError(Exception):
     """The child could not be started at all (command missing, not executable, bad cwd)."""
-
-
-@dataclass(frozen=True)
-class SpawnSpec:
-    argv: list[str]
-    env: dict[str, str]
-    cwd: str | None = None
-    rlimits: dict[str, tuple[int, int]] = field(default_factory=dict)
-    pdeathsig: bool = True
-    cgroup_procs: list[str] = field(default_factory=list)
-    """`cgroup.procs` files the trampoline joins before anything else."""
-    pass_fds: tuple[int, ...] = ()
-    """Descriptors the child inherits beyond its stdio (the zygote's control socket)."""
-    plan: dict[str, object] | None = None
-    """The isolation plan (`tether.contain.plan.Plan` as JSON) applied before the child's
-    first instruction; `None`: process isolation only."""
 
 
 @dataclass
@@ -110,13 +94,7 @@ class ChildProcess:
         """Start the child. Must run on the event loop's thread: PR_SET_PDEATHSIG fires when
         the spawning *thread* exits, so spawning from a short-lived worker thread would kill
         the child as soon as that thread ends."""
-        config = {
-            "pdeathsig": int(signal.SIGKILL) if spec.pdeathsig else 0,
-            "ppid": os.getpid(),
-            "rlimits": spec.rlimits,
-            "cgroup_procs": spec.cgroup_procs,
-            "plan": spec.plan,
-        }
+        config = trampoline_config(spec)
         pass_fds = spec.pass_fds
         plan = spec.plan or {}
         if plan.get("local_sockets") and plan.get("private_mounts"):
@@ -125,26 +103,11 @@ class ChildProcess:
                 config["sealer"] = sealer
                 pass_fds = (*pass_fds, sealer)
         in_place = trampoline_in_place(spec.argv, spec.plan)
-        argv = trampoline_argv(
-            str(TRAMPOLINE), config_word.encode(config), spec.argv, in_place=in_place
-        )
         try:
-            with stdio_pipes() as pipes:
-                stdin, stdout, stderr = pipes.child
-                popen = subprocess.Popen(
-                    argv,
-                    stdin=stdin,
-                    stdout=stdout,
-                    stderr=stderr,
-                    env=spec.env,
-                    cwd=spec.cwd,
-                    close_fds=True,
-                    pass_fds=pass_fds,
-                    start_new_session=True,
-                )
+            popen, ours = start(spec, config, pass_fds, in_place=in_place)
         except OSError as exc:
             raise SpawnError(f"cannot start {spec.argv[0]!r}: {exc.strerror or exc}") from exc
-        return cls(popen, *pipes.ours)
+        return cls(popen, *ours)
 
     # --- exit ---------------------------------------------------------------------------------
 

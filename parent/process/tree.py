@@ -4,7 +4,7 @@ tried to leave it.
 The tree marker is an environment variable (`TETHER_TREE=<supervisor pid>-<random>-<n>`) every
 child starts with and every descendant inherits unless it scrubs its environment. Its prefix is
 the minting supervisor's pid, which is how the keeper (`_keeper.py`, given the prefix) finds a
-SIGKILLed supervisor's trees. This module is the one place markers are minted and matched.
+SIGKILLed supervisor's trees. Markers are minted in `markers` and matched here.
 
 A child's tree is the union of:
 - its descendants by parentage (psutil walk), which follows processes that called setsid or
@@ -18,7 +18,6 @@ A child's tree is the union of:
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import threading
@@ -29,21 +28,7 @@ import anyio.lowlevel
 import psutil
 
 from tether.parent.process._keeper import environ, running
-
-TREE_ENV = "TETHER_TREE"
-"""The variable every child carries, so teardown can find processes that left the tree."""
-
-_tree_ids = itertools.count(1)
-
-
-def marker_prefix() -> str:
-    """The prefix of every tree marker this process mints."""
-    return f"{os.getpid()}-"
-
-
-def new_tree_marker() -> str:
-    """A marker unique to one child; its prefix is this supervisor's pid."""
-    return f"{marker_prefix()}{os.urandom(3).hex()}-{next(_tree_ids)}"
+from tether.parent.process.markers import TREE_ENV
 
 
 class ProcSnapshot:

@@ -66,7 +66,6 @@ import resource
 import select
 import signal
 import socket
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -74,26 +73,20 @@ from typing import Any
 import anyio
 import psutil
 
+from tether.parent.process import zygote_command as command
 from tether.parent.process.cgroups import ChildCgroup
+from tether.parent.process.early import take_early
 from tether.parent.process.host import Host
 from tether.parent.process.launchers import LaunchContext, Pidns
 from tether.parent.process.limits import Limits
 from tether.parent.process.pipes import stdio_pipes
 from tether.parent.process.proc import ChildProcess, ExitStatus, SpawnError, SpawnSpec
-from tether.parent.process.tree import TREE_ENV, new_tree_marker
 
-ZYGOTE_MODULE = "tether.child.zygote"
-PAD_ENV = "TETHER_ZYGOTE_ENV_AREA"
-"""Same name as in `tether.child.zygote`: reserves the environment block children rewrite."""
-ENV_AREA_MIN = 16 * 1024
 READY_SECONDS = 15.0
 """How long the zygote may take to import the child runtime and say it is ready."""
 REPLY_SECONDS = 5.0
 """How long one spawn or reap may take to be answered."""
 MAX_MESSAGE = 1 << 20
-STANDBY_AFTER: float | None = 0.025
-"""Seconds without a request after which the zygote forks its standby (`None`: never); see
-`tether/child/zygote.py`."""
 ZYGOTE_LOST = "the zygote that forked this child died, taking the child with it"
 
 
@@ -139,10 +132,6 @@ def _host_pid(pidfd: int) -> int | None:
     except (OSError, ValueError):
         return None
     return None
-
-
-def _block_bytes(env: dict[str, str]) -> int:
-    return sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 for k, v in env.items())
 
 
 class Zygote:
@@ -196,37 +185,37 @@ class Zygote:
         cls, env: dict[str, str], standby_after: float | None = None, *, contained: bool = False
     ) -> Zygote:
         """Start the zygote process (it is not ready until `ready()`); raises `SpawnError`.
-        `standby_after`: see `STANDBY_AFTER` (the module's value when not given); `contained`:
+        `standby_after`: see `zygote_command.STANDBY_AFTER` (its value when not given); `contained`:
         in a PID namespace of its own, under the `pidns` launcher's shim."""
-        after = STANDBY_AFTER if standby_after is None else standby_after
+        after = command.STANDBY_AFTER if standby_after is None else standby_after
+        early = None if contained else take_early(env, after)
+        if early is not None:
+            proc, ours = ChildProcess(early.popen, *early.pipes), early.sock
+        else:
+            proc, ours = cls._spawn(env, after, contained)
+        ours.setblocking(False)
+        zygote = cls(proc, ours, contained)
+        zygote.standby_after = after
+        return zygote
+
+    @staticmethod
+    def _spawn(
+        env: dict[str, str], after: float | None, contained: bool
+    ) -> tuple[ChildProcess, socket.socket]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = dict(env)
-        env[TREE_ENV] = new_tree_marker()
-        env[PAD_ENV] = "x" * max(ENV_AREA_MIN, 4 * _block_bytes(env))
-        argv = [
-            sys.executable,
-            "-I",
-            "-m",
-            ZYGOTE_MODULE,
-            str(theirs.fileno()),
-            "off" if after is None else repr(after),
-        ]
-        if contained:
-            ctx = LaunchContext(
-                command=argv, env=env, explicit_env={}, workspace=".", limits=Limits()
-            )
-            argv = Pidns().argv(ctx)
         try:
-            proc = ChildProcess.spawn(SpawnSpec(argv, env, pass_fds=(theirs.fileno(),)))
+            spec = command.zygote_spec(env, theirs.fileno(), after)
+            if contained:
+                ctx = LaunchContext(
+                    command=spec.argv, env=spec.env, explicit_env={}, workspace=".", limits=Limits()
+                )
+                spec = dataclasses.replace(spec, argv=Pidns().argv(ctx))
+            return ChildProcess.spawn(spec), ours
         except BaseException:
             ours.close()
             raise
         finally:
             theirs.close()
-        ours.setblocking(False)
-        zygote = cls(proc, ours, contained)
-        zygote.standby_after = after
-        return zygote
 
     @classmethod
     async def start(
@@ -444,7 +433,7 @@ class Zygote:
         self, spec: SpawnSpec, claims: str | None, fds: list[int], received: list[int]
     ) -> dict[str, Any]:
         """The spawn request, `_turn` held; its answer, which has the child's pid."""
-        needed = _block_bytes(spec.env) + 1
+        needed = command.block_bytes(spec.env) + 1
         if needed > self.env_bytes:
             if claims is not None:
                 # The caller may start the child by exec in that cgroup.

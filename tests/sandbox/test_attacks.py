@@ -29,7 +29,7 @@ from sandbox_targets import (
 )
 
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.process import zygote as zygote_module
+from tether.parent.process import zygote_command
 from tether.parent.supervisor import Supervisor
 
 pytestmark = [pytest.mark.anyio, needs_sandbox]
@@ -84,7 +84,7 @@ async def test_a_hostile_model_driving_bash_is_refused_every_attack_and_cannot_f
     model = _bash_then_complete(f"{PY} attacks.py targets.json > report.json 2>&1")
     cfg = config(read_paths=[str(targets.outside)], spawner=spawner.split()[0])
     if spawner == "zygote":
-        monkeypatch.setattr(zygote_module, "STANDBY_AFTER", None)  # forked on request
+        monkeypatch.setattr(zygote_command, "STANDBY_AFTER", None)  # forked on request
     async with Supervisor(cfg) as sup:
         keeper = sup._keeper_ready()  # started with the first child; the attack needs it now
         assert keeper is not None

@@ -13,7 +13,7 @@ import anyio
 import pytest
 from sandbox_targets import PY, config, needs_root, needs_sandbox, run_bash
 
-from tether.parent.process import zygote as zygote_module
+from tether.parent.process import zygote_command
 from tether.parent.process.isolation import probe_host
 from tether.parent.supervisor import Supervisor
 from tether.protocol.messages import RunResult
@@ -163,7 +163,7 @@ async def test_one_zygote_maps_each_workspace_to_its_own_owner_and_keeps_one_nam
     (forked on request, or handed to the parked standby); the child closes them before its
     own code runs."""
     if not standby:
-        monkeypatch.setattr(zygote_module, "STANDBY_AFTER", None)
+        monkeypatch.setattr(zygote_command, "STANDBY_AFTER", None)
     owners = [0, 1000, 0, 1000]
     async with Supervisor(config(spawner="zygote", isolation="sandbox")) as sup:
         zygote = await sup._zygote_ready()

@@ -20,7 +20,7 @@ import pytest
 
 from tether.parent.process.isolation import probe_host
 from tether.parent.process.limits import DisposePolicy
-from tether.parent.process.tree import marker_prefix
+from tether.parent.process.markers import marker_prefix
 from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from tether.parent.process.limits import DisposePolicy
-from tether.parent.process.tree import marker_prefix, new_tree_marker
+from tether.parent.process.markers import marker_prefix, new_tree_marker
 from tether.parent.run.events import Event, RunStarted
 from tether.parent.supervisor import ChildConfig, Supervisor
 

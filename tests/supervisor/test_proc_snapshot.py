@@ -16,7 +16,8 @@ import pytest
 
 from tether.parent.process import _keeper as keeper_module
 from tether.parent.process import tree
-from tether.parent.process.tree import TREE_ENV, fresh_snapshot, snapshot, tree_procs
+from tether.parent.process.markers import TREE_ENV
+from tether.parent.process.tree import fresh_snapshot, snapshot, tree_procs
 
 pytestmark = pytest.mark.anyio
 

@@ -17,7 +17,7 @@ from act_reports import cmdline
 
 from tether.parent.egress.policy import NetworkPolicy, parse_destination
 from tether.parent.models.scripted import ScriptedModel
-from tether.parent.process import zygote as zygote_module
+from tether.parent.process import zygote_command
 from tether.parent.process.host import pid_alive
 from tether.parent.process.isolation import Choice
 from tether.parent.process.limits import DisposePolicy
@@ -155,7 +155,7 @@ async def test_a_zygote_launched_ahead_that_exits_before_it_is_ready_leaves_the_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A module the zygote's interpreter cannot import: it exits at once, never ready.
-    monkeypatch.setattr(zygote_module, "ZYGOTE_MODULE", "tether.child.no_such_zygote")
+    monkeypatch.setattr(zygote_command, "ZYGOTE_MODULE", "tether.child.no_such_zygote")
     started: list[RunStarted] = []
     async with Supervisor(ChildConfig(dispose=FAST)) as sup:
         sup.subscribe(lambda ev: started.append(ev) if isinstance(ev, RunStarted) else None)

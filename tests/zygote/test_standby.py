@@ -17,7 +17,7 @@ import psutil
 import pytest
 from act_reports import ACT, HERE, gone_or_zombie
 
-from tether.parent.process import zygote as zygote_module
+from tether.parent.process import zygote_command
 from tether.parent.process.zygote import Zygote
 from tether.parent.supervisor import ChildConfig, Supervisor
 
@@ -90,7 +90,7 @@ async def test_spawns_that_come_back_to_back_are_forked_on_request_and_all_succe
     # 25 ms a loaded 2-core machine can leave a longer gap between two of the four requests,
     # and the zygote rightly parks a second standby in it; a one-second delay keeps the four
     # requests one burst however slow the machine is.
-    monkeypatch.setattr(zygote_module, "STANDBY_AFTER", 1.0)
+    monkeypatch.setattr(zygote_command, "STANDBY_AFTER", 1.0)
     async with Supervisor(ZYGOTE) as sup:
         zygote = await sup._zygote_ready()
         assert zygote.standby_after == 1.0

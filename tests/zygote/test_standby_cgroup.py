@@ -15,7 +15,7 @@ import psutil
 import pytest
 from act_reports import ACT, HERE, cgroups_named, gone_or_zombie, start_and_wait_for_report
 
-from tether.parent.process import zygote as zygote_module
+from tether.parent.process import zygote_command
 from tether.parent.process.cgroups import ChildCgroup
 from tether.parent.process.host import host
 from tether.parent.process.limits import DisposePolicy, Limits
@@ -288,7 +288,7 @@ async def test_a_memory_limit_below_what_the_standby_holds_ends_the_run_as_oom()
 async def test_a_zygote_that_forks_no_standby_gets_no_cgroup_made_for_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(zygote_module, "STANDBY_AFTER", None)
+    monkeypatch.setattr(zygote_command, "STANDBY_AFTER", None)
     async with Supervisor(ZYGOTE) as sup:
         zygote = await _one_run(sup)
         with anyio.fail_after(DEADLINE):

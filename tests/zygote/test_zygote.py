@@ -29,14 +29,14 @@ from act_reports import (
 
 from tether.parent.models.scripted import ScriptedModel
 from tether.parent.process import supervised as supervised_module
-from tether.parent.process import zygote as zygote_module
+from tether.parent.process import zygote_command
 from tether.parent.process._keeper import REMOVE_SECONDS
 from tether.parent.process.env import build_child_env
 from tether.parent.process.host import PREFIX, host
 from tether.parent.process.isolation import private_env, probe_host
 from tether.parent.process.limits import DisposePolicy, Limits
+from tether.parent.process.markers import TREE_ENV
 from tether.parent.process.proc import SpawnError
-from tether.parent.process.tree import TREE_ENV
 from tether.parent.process.zygote import Zygote, ZygoteProcess
 from tether.parent.run.events import RunStarted
 from tether.parent.supervisor import ChildConfig, PoolSpec, Supervisor
@@ -50,7 +50,7 @@ def how_children_start(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
     standby), or handed to a standby that was parked before the request (each spawn waits
     for it and checks that it was used)."""
     if request.param == "forked on request":
-        monkeypatch.setattr(zygote_module, "STANDBY_AFTER", None)
+        monkeypatch.setattr(zygote_command, "STANDBY_AFTER", None)
         return str(request.param)
     spawn = Zygote.spawn
 

@@ -1,0 +1,111 @@
+"""A zygote launched by the `tether` command before its own imports.
+
+`tether run` spends ≈ 0.18 s importing the command line and the supervisor before the run's
+plan launches the zygote (`SupervisorCore._head_start`), and the zygote then takes ≈ 0.15 s to
+import the child runtime: the first run waits for their sum. The command launches the zygote
+first instead (`launch`, called by `tether._command` for a subcommand whose runs a zygote
+forks), so that the two imports run side by side, and `Zygote.launch` takes it (`take_early`)
+when it would start one with the same environment and standby delay: it is the very process a
+supervisor would have launched then (`zygote_command`, through the trampoline as every child:
+its own session, PR_SET_PDEATHSIG tied to this thread, the main one, which the command's event
+loop runs on, a tree marker, the scrubbed environment), only started sooner. The supervisor
+that takes it tells its keeper, as it does for a zygote it launches.
+
+A zygote launched early and not taken (the run wanted none, or the environment changed
+meanwhile) is killed with anything it forked and reaped when the command exits (`atexit`); if
+the command is killed, PR_SET_PDEATHSIG kills it. Nothing here imports more than the standard
+library and `tether.contain`: this module runs before the libraries are loaded, and a failure
+to launch is left to the run's own launch, which reports it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+from dataclasses import dataclass
+
+from tether.contain.inplace import runs_in_place
+from tether.parent.process.env import build_child_env
+from tether.parent.process.start import start, trampoline_config
+from tether.parent.process.zygote_command import STANDBY_AFTER, zygote_spec
+
+REAP_SECONDS = 2.0
+"""How long a zygote not taken may take to be reaped after its SIGKILL."""
+
+
+@dataclass(frozen=True)
+class EarlyZygote:
+    """A zygote process launched early, and what it was launched with."""
+
+    popen: subprocess.Popen[bytes]
+    pipes: tuple[int, int, int]
+    """Our ends of its stdin, stdout and stderr."""
+    sock: socket.socket
+    """The supervisor's end of its control socket."""
+    env: dict[str, str]
+    """Its environment as `Zygote.launch` is given one: before its marker and padding."""
+    standby_after: float | None
+
+
+_waiting: list[EarlyZygote] = []
+
+
+def launch() -> None:
+    """Launch the zygote now, for this process's first run to take; nothing when one waits
+    already, or when it cannot be started (the run's own launch then says why)."""
+    if _waiting:
+        return
+    env = build_child_env(os.environ)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        spec = zygote_spec(env, theirs.fileno(), STANDBY_AFTER)
+        config = trampoline_config(spec)
+        popen, pipes = start(spec, config, spec.pass_fds, in_place=runs_in_place(spec.argv))
+    except OSError:
+        ours.close()
+        return
+    finally:
+        theirs.close()
+    _waiting.append(EarlyZygote(popen, pipes, ours, env, STANDBY_AFTER))
+    atexit.register(discard)
+
+
+def take_early(env: dict[str, str], standby_after: float | None) -> EarlyZygote | None:
+    """The zygote launched early, when it was launched with `env` and `standby_after` and
+    still runs (it is then the caller's); one that does not fit is discarded."""
+    while _waiting:
+        early = _waiting.pop()
+        if early.env == env and early.standby_after == standby_after and _running(early):
+            return early
+        _discard(early)
+    return None
+
+
+def discard() -> None:
+    """Kill and reap every zygote launched early and not taken."""
+    while _waiting:
+        _discard(_waiting.pop())
+
+
+def _running(early: EarlyZygote) -> bool:
+    # WNOWAIT: a zygote that died stays unreaped, so its pid names nothing else until `_discard`.
+    with contextlib.suppress(ChildProcessError):
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        return os.waitid(os.P_PID, early.popen.pid, flags) is None
+    return False
+
+
+def _discard(early: EarlyZygote) -> None:
+    early.sock.close()
+    # The zygote leads its own session and group, its standby included; the pid is still ours
+    # (unreaped), so it names no other process.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(early.popen.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        early.popen.wait(timeout=REAP_SECONDS)
+    for fd in early.pipes:
+        os.close(fd)
