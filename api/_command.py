@@ -6,6 +6,10 @@ collector off for them: each of the collections an import of this size sets off 
 generation of objects that all live for good (≈ 30 ms of a `tether run`, benchmarks/notes.md).
 What they built is then frozen, out of every later collection's way, and the collector is
 turned back on for the command itself (a run, an MCP server, an orchestration).
+
+For `tether run` it first launches the zygote that will fork the run's child
+(`tether.parent.process.early`), so that the zygote imports the child runtime while this
+process imports the command line, instead of after.
 """
 
 from __future__ import annotations
@@ -18,9 +22,28 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
 
+_NO_ZYGOTE = ("--launcher", "--command", "--provider", "--allow-net", "--net-credential")
+"""`tether run` options under which the run's child may not be forked by the zygote (another
+launcher or command, a provider that drives itself, a run with network access): the zygote is
+not launched early for them. For any other run it is, and one the run does not take after all
+is killed when the command exits (`early`)."""
+
+
+def _runs_through_a_zygote(args: list[str]) -> bool:
+    if args[:1] != ["run"]:
+        return False
+    return not any(a in ("-h", "--help") or a.split("=", 1)[0] in _NO_ZYGOTE for a in args)
+
+
 def main() -> NoReturn:
+    import sys
+
     gc.disable()
     try:
+        if _runs_through_a_zygote(sys.argv[1:]):
+            from tether.parent.process.early import launch
+
+            launch()
         from tether.parent.cli.main import command
     finally:
         gc.freeze()

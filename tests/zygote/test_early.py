@@ -1,0 +1,208 @@
+"""The `tether` command launches the zygote before its own imports when the command is a run
+the zygote serves (`tether.parent.process.early`): the supervisor's first run then forks its
+child from that zygote; one launched for another environment is killed and a new one launched;
+one never taken goes when the command exits or is killed, its standby with it; and the early
+launch imports only the standard library and `tether.contain`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from act_reports import gone_or_zombie
+
+from tether._command import _runs_through_a_zygote
+from tether.parent.models.scripted import ScriptedModel
+from tether.parent.process import early
+from tether.parent.process.limits import DisposePolicy
+from tether.parent.run.events import RunStarted
+from tether.parent.supervisor import ChildConfig, Supervisor
+
+pytestmark = pytest.mark.anyio
+
+FAST = DisposePolicy(shutdown=0.3, eof=0.3, term=0.3, kill=1.0)
+DEADLINE = 15.0
+COMPLETE = """{"turns": [{"text": "Done.", "toolCalls": [{"name": "complete",
+  "arguments": {"summary": "done", "paths": []}}]}]}"""
+
+
+@pytest.fixture(autouse=True)
+def nothing_waits() -> Iterator[None]:
+    yield
+    early.discard()  # a test that failed half-way leaves no early zygote to the next
+
+
+def _until_gone(pids: list[int]) -> list[int]:
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        left = [p for p in pids if not gone_or_zombie(p)]
+        if not left:
+            return []
+        time.sleep(0.02)
+    return left
+
+
+async def test_the_first_run_forks_its_child_from_the_zygote_launched_early(
+    tmp_path: Path,
+) -> None:
+    early.launch()
+    [launched] = early._waiting
+    started: list[RunStarted] = []
+    async with Supervisor(ChildConfig(dispose=FAST)) as sup:
+        sup.subscribe(lambda ev: started.append(ev) if isinstance(ev, RunStarted) else None)
+        with anyio.fail_after(DEADLINE):
+            result = await sup.run("x", workspace=tmp_path, model=ScriptedModel.from_json(COMPLETE))
+        zygote = sup.zygote_pid
+    assert result.success, result
+    assert zygote == launched.popen.pid
+    assert early._waiting == []
+    assert [(s.spawner, s.fallback) for s in started] == [("zygote", None)]
+    assert _until_gone([launched.popen.pid]) == []
+
+
+async def test_a_zygote_launched_early_in_another_environment_is_killed_and_a_new_one_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    early.launch()
+    [launched] = early._waiting
+    monkeypatch.setenv("TZ", "UTC0-changed")  # a variable every child gets: not the same env
+    async with Supervisor(ChildConfig(dispose=FAST)) as sup:
+        with anyio.fail_after(DEADLINE):
+            result = await sup.run("x", workspace=tmp_path, model=ScriptedModel.from_json(COMPLETE))
+        zygote = sup.zygote_pid
+    assert result.success, result
+    assert zygote is not None and zygote != launched.popen.pid
+    assert launched.popen.returncode == -signal.SIGKILL, "it was not killed and reaped"
+    assert early._waiting == []
+
+
+_COMMAND = """
+import json, os, sys, time
+from tether.parent.process import early
+from tether.parent.process.zygote import standby_pids
+early.launch()
+[z] = early._waiting
+pid = z.popen.pid
+deadline = time.monotonic() + 10
+while not standby_pids(pid) and time.monotonic() < deadline:
+    time.sleep(0.01)  # the zygote is ready, idle, and has forked its standby
+print(json.dumps([pid, *standby_pids(pid)]), flush=True)
+if sys.argv[1] == "wait":
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("end", ["exits", "is SIGKILLed"])
+def test_a_zygote_launched_early_and_never_taken_goes_with_the_command(end: str) -> None:
+    command = subprocess.Popen(
+        [sys.executable, "-I", "-c", _COMMAND, "exit" if end == "exits" else "wait"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert command.stdout is not None
+        pids = json.loads(command.stdout.readline())
+        assert len(pids) == 2, f"no standby was forked: {pids}"
+        if end == "is SIGKILLed":
+            command.send_signal(signal.SIGKILL)
+        command.wait(timeout=DEADLINE)
+        assert _until_gone(pids) == []
+    finally:
+        command.kill()
+        command.wait(timeout=DEADLINE)
+        if command.stdout is not None:
+            command.stdout.close()
+
+
+def test_the_early_launch_imports_only_the_standard_library_and_tethers_own_light_modules() -> None:
+    code = (
+        "import json, sys\nfrom tether.parent.process import early\nearly.launch()\n"
+        "print(json.dumps(sorted(sys.modules)))\nearly.discard()\n"
+    )
+    got = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert got.returncode == 0, got.stderr
+    loaded = json.loads(got.stdout)
+    libraries = [
+        m for m in loaded if m.split(".")[0] in ("anyio", "msgspec", "psutil", "jsonrpcserver")
+    ]
+    assert libraries == []
+    ours = {m for m in loaded if m.startswith("tether.")}
+    assert ours <= {
+        "tether.contain",
+        "tether.contain.argv",
+        "tether.contain.inplace",
+        "tether.parent",
+        "tether.parent.process",
+        "tether.parent.process.early",
+        "tether.parent.process.env",
+        "tether.parent.process.markers",
+        "tether.parent.process.pipes",
+        "tether.parent.process.start",
+        "tether.parent.process.zygote_command",
+    }, ours
+
+
+@pytest.mark.parametrize(
+    ("args", "early_launch"),
+    [
+        (["run", "--model", "scripted:t.json", "go"], True),
+        (["run", "--isolation", "process", "--quiet", "go"], True),
+        (["run", "--help"], False),
+        (["run", "--launcher=bwrap", "go"], False),
+        (["run", "--command", "python3 agent.py", "go"], False),
+        (["run", "--allow-net", "example.com", "go"], False),
+        (["doctor"], False),
+        ([], False),
+    ],
+)
+def test_the_command_launches_a_zygote_early_only_for_a_run_it_would_serve(
+    args: list[str], early_launch: bool
+) -> None:
+    assert _runs_through_a_zygote(args) is early_launch
+
+
+_TRACED_COMMAND = """
+import sys
+from tether.parent.process import early
+take = early.take_early
+
+def take_early(env, standby_after):
+    got = take(env, standby_after)
+    print("taken" if got is not None else "not taken", file=sys.stderr, flush=True)
+    return got
+
+early.take_early = take_early
+from tether._command import main
+main()
+"""
+
+
+def test_tether_run_forks_its_child_from_the_zygote_it_launched_before_its_imports(
+    tmp_path: Path,
+) -> None:
+    turns = tmp_path / "turns.json"
+    turns.write_text(COMPLETE)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    argv = ["run", "--model", f"scripted:{turns}", "--workspace", str(workspace), "--json", "go"]
+    got = subprocess.run(
+        [sys.executable, "-I", "-c", _TRACED_COMMAND, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout)["success"] is True
+    assert got.stderr.splitlines().count("taken") == 1, got.stderr
+    assert "not taken" not in got.stderr
