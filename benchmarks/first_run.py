@@ -116,8 +116,9 @@ async def first_run_group(res: Results, rounds: int) -> None:
             "ms",
             s["tether.cli_run"],
             "`tether run --model scripted:FILE --workspace WS --quiet bench` from just before "
-            "`subprocess.run` to its return: the CLI's import, the first run as above, the "
-            "supervisor's close (the zygote's and the keeper's exits) and the interpreter's",
+            "`subprocess.run` to its return: the CLI's import (the zygote, launched before it, "
+            "starts meanwhile), the first run as above, the supervisor's close (the zygote's "
+            "and the keeper's exits) and the interpreter's",
             floor="floor.cli_import",
         )
     )
