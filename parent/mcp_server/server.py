@@ -31,7 +31,6 @@ import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
 
 import anyio
@@ -45,6 +44,7 @@ from mcp.shared.exceptions import MCPError
 from tether.parent.mcp_server.progress import ProgressFeed
 from tether.parent.mcp_server.stdio import ReadStream, WriteStream
 from tether.parent.mcp_server.tools import Answer, CallContext, ServedTool
+from tether.parent.process.wired import version
 from tether.parent.run.stop import describe
 
 log = logging.getLogger("tether.mcp")
@@ -80,7 +80,7 @@ class ToolServer:
         self.dispose_bound = dispose_bound
         self.sdk: Server[Any] = Server(
             SERVER_NAME,
-            version=_version(),
+            version=version(),
             instructions=instructions,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
@@ -213,10 +213,3 @@ def _progress_token(ctx: ServerRequestContext[Any]) -> object:
 
 def _ignore(line: str) -> None:
     pass
-
-
-def _version() -> str:
-    try:
-        return metadata.version("tether")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
