@@ -22,10 +22,8 @@ internal and may change between releases; a test keeps `examples/` and `docs/` t
 # on its way to `tether.contain` (a test lists what it imports before it execs).
 TYPE_CHECKING = False
 
-__version__ = "0.1.0"
-"""The installed distribution's version (a test keeps it equal to the project's)."""
-
 if TYPE_CHECKING:
+    from tether._about import __version__
     from tether.parent.agents.service import AgentBusy, AgentHandle, CannotResume
     from tether.parent.delegation.ledger import Ledger
     from tether.parent.delegation.orchestrator import Orchestration
@@ -51,6 +49,8 @@ if TYPE_CHECKING:
     from tether.protocol.messages import AgentDefinition, ApplyOutcome, ChangeSet, RunResult
 
 _LAZY = {
+    # the installed distribution's version (a test keeps them equal)
+    "__version__": "tether._about",
     # running sub-agents
     "Supervisor": "tether.parent.supervisor",
     "RunSpec": "tether.parent.run.spec",

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-import tether
+from tether._about import __version__
 from tether.child import dispatch
 from tether.child.errors import not_initialized
 from tether.protocol import PROTOCOL_VERSION, SUPPORTED_VERSIONS, ErrorCode, WireError
@@ -80,10 +80,8 @@ log = logging.getLogger("tether.child")
 Handler = Callable[[Any], Awaitable[Any]]
 
 SERVER_NAME = "tether-child"
-SERVER_VERSION = tether.__version__
-"""The installed distribution's version (a test keeps them equal): read from the package's
-constant because `importlib.metadata` costs the handshake 30 to 50 ms of imports (email,
-zipfile, pathlib)."""
+SERVER_VERSION = __version__
+"""tether's version (`tether._about`)."""
 EXIT_OK = 0
 EXIT_WITHOUT_SHUTDOWN = 1
 EXIT_PROTOCOL = 2

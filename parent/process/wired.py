@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
-import tether
+from tether._about import __version__
 from tether.parent.process.classify import Observed
 from tether.parent.process.config import ChildConfig
 from tether.protocol import ConnectionClosed, ErrorCode, RemoteError, RemoteProtocolError, WireError
@@ -188,7 +188,5 @@ async def handshake(child: Greeted, cfg: ChildConfig) -> bool:
 
 
 def version() -> str:
-    """tether's version, as the package states it (`tether.__version__`, which a test keeps equal
-    to the installed distribution's): the distribution's metadata would cost `importlib.metadata`'s
-    imports, ≈ 30 ms of every command and of the first handshake of every process."""
-    return tether.__version__
+    """tether's version (`tether._about`)."""
+    return __version__

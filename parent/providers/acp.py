@@ -74,6 +74,7 @@ from anyio import CancelScope
 from anyio.abc import ByteReceiveStream, ByteSendStream
 from pydantic import ValidationError
 
+from tether._about import __version__
 from tether.parent.process.classify import Observed, classify, failure_of
 from tether.parent.providers.acp_mapping import (
     UpdateFolder,
@@ -232,7 +233,7 @@ class AcpDriver:
         self._files = ConfinedFiles(task.workspace)
         self._approve = approve
         self._on_event = on_event
-        self._client_info = client_info or Implementation(name="tether", version="0.1.0")
+        self._client_info = client_info or Implementation(name="tether", version=__version__)
         self._folder = UpdateFolder(task.run_id, self._emit)
         self._cancel = anyio.Event()
         self._prompt_done = anyio.Event()
