@@ -7,9 +7,9 @@ generation of objects that all live for good (≈ 30 ms of a `tether run`, bench
 What they built is then frozen, out of every later collection's way, and the collector is
 turned back on for the command itself (a run, an MCP server, an orchestration).
 
-For `tether run` it first launches the zygote that will fork the run's child
-(`tether.parent.process.early`), so that the zygote imports the child runtime while this
-process imports the command line, instead of after.
+For `tether run` (and `orchestrate`, `mcp`) it first launches the zygote that will fork the
+sub-agents' children (`tether.parent.process.early`), so that the zygote imports the child
+runtime while this process imports the command line, instead of after.
 """
 
 from __future__ import annotations
@@ -22,15 +22,25 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
 
-_NO_ZYGOTE = ("--launcher", "--command", "--provider", "--allow-net", "--net-credential")
-"""`tether run` options under which the run's child may not be forked by the zygote (another
-launcher or command, a provider that drives itself, a run with network access): the zygote is
-not launched early for them. For any other run it is, and one the run does not take after all
-is killed when the command exits (`early`)."""
+_THROUGH_A_ZYGOTE = ("run", "orchestrate", "mcp")
+"""Subcommands whose sub-agents the zygote forks by default: the zygote is launched before
+the command line's imports for them (`tether mcp` has it ready for its first task call)."""
+_NO_ZYGOTE = (
+    "--launcher",
+    "--command",
+    "--provider",
+    "--allow-net",
+    "--net-credential",
+    "--list-tools",
+)
+"""Options under which the command's sub-agents may not be forked by the zygote (another
+launcher or command, a provider that drives itself, network access) or no sub-agent runs at
+all: the zygote is not launched early for them. For any other such command it is, and one
+the command does not take after all is killed when the command exits (`early`)."""
 
 
 def _runs_through_a_zygote(args: list[str]) -> bool:
-    if args[:1] != ["run"]:
+    if args[:1] == [] or args[0] not in _THROUGH_A_ZYGOTE:
         return False
     return not any(a in ("-h", "--help") or a.split("=", 1)[0] in _NO_ZYGOTE for a in args)
 

@@ -160,7 +160,11 @@ def test_the_early_launch_imports_only_the_standard_library_and_tethers_own_ligh
         (["run", "--launcher=bwrap", "go"], False),
         (["run", "--command", "python3 agent.py", "go"], False),
         (["run", "--allow-net", "example.com", "go"], False),
+        (["orchestrate", "--model", "scripted:t.json", "plan it"], True),
+        (["mcp", "--workspace", "."], True),
+        (["mcp", "--list-tools"], False),
         (["doctor"], False),
+        (["agents", "ls"], False),
         ([], False),
     ],
 )
