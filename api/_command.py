@@ -9,7 +9,8 @@ turned back on for the command itself (a run, an MCP server, an orchestration).
 
 For `tether run` (and `orchestrate`, `mcp`) it first launches the zygote that will fork the
 sub-agents' children (`tether.parent.process.early`), so that the zygote imports the child
-runtime while this process imports the command line, instead of after.
+runtime while this process imports the command line, instead of after; once the command line is
+imported, the host's sandbox is tried in a thread while the command sets up.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def main() -> NoReturn:
     import sys
 
     gc.disable()
+    early = _runs_through_a_zygote(sys.argv[1:])
     try:
-        if _runs_through_a_zygote(sys.argv[1:]):
+        if early:
             from tether.parent.process.early import launch
 
             launch()
@@ -58,4 +60,8 @@ def main() -> NoReturn:
     finally:
         gc.freeze()
         gc.enable()
+    if early:
+        from tether.parent.process.early import probe_host_meanwhile
+
+        probe_host_meanwhile()
     command()

@@ -109,3 +109,17 @@ def _discard(early: EarlyZygote) -> None:
         early.popen.wait(timeout=REAP_SECONDS)
     for fd in early.pipes:
         os.close(fd)
+
+
+def probe_host_meanwhile() -> None:
+    """Try the host's sandbox now, in a thread of its own, for the first run's plan to find the
+    answer made (`isolation.probe_host_in_thread`: once per process, and a plan that asks while
+    the trial runs waits for it instead of running its own). Its trial child (≈ 45 ms) then
+    runs while the command builds its parser, imports anyio's event loop backend and opens its
+    supervisor, instead of after. Called once the command line is imported, the probe's module
+    with it, so that no import runs in two threads at once. The thread is not a daemon: a
+    command that ends first waits for the trial, which is bounded (`isolation.TRIAL_SECONDS`),
+    and leaves no scratch directory behind."""
+    from tether.parent.process.isolation import probe_host_in_thread
+
+    probe_host_in_thread("tether-host-probe")

@@ -33,6 +33,7 @@ reports (0: Landlock unavailable), to exercise the degraded paths on a capable h
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -158,6 +159,31 @@ def probe_host() -> HostIsolation:
             if got is None:
                 got = _probed[forced] = _probe(forced)
     return got
+
+
+def probe_host_in_thread(name: str) -> None:
+    """Start `probe_host()`'s trial in a thread of its own (`name`) and return at once; any
+    `probe_host()` from now on waits for that trial's answer, as the probe's lock is taken
+    here, before the thread starts. Nothing when the answer is known. A trial that raises
+    leaves no answer: the next `probe_host()` tries again, and says what failed."""
+    forced = os.environ.get(FORCE_ABI_ENV, "")
+    if forced in _probed:
+        return
+    _probing.acquire()
+
+    def trial() -> None:
+        try:
+            if forced not in _probed:
+                with contextlib.suppress(Exception):
+                    _probed[forced] = _probe(forced)
+        finally:
+            _probing.release()
+
+    try:
+        threading.Thread(target=trial, name=name).start()
+    except BaseException:
+        _probing.release()
+        raise
 
 
 async def probe_host_off_loop() -> HostIsolation:

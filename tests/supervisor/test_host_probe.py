@@ -94,3 +94,37 @@ async def test_the_first_layered_plan_tries_an_overlay_in_a_worker_thread(
     assert len(ran) == 1 and ran[0] != threading.main_thread().name
     await plan(spec, ctx)
     assert len(ran) == 1, "the overlay was tried again"
+
+
+async def test_a_plan_made_while_the_commands_early_probe_runs_waits_for_that_trial(
+    tmp_path: Path, trials: list[str]
+) -> None:
+    from tether.parent.process import early
+
+    early.probe_host_meanwhile()  # what the `tether` command does once its imports are done
+    await plan(_spec(tmp_path), PlanContext(builtin_providers(), ChildConfig()))
+    assert trials == ["tether-host-probe"]
+    deadline = anyio.current_time() + 10
+    while any(t.name == "tether-host-probe" for t in threading.enumerate()):
+        assert anyio.current_time() < deadline, "the probe's thread did not end"
+        await anyio.sleep(0.01)
+
+
+def test_a_trial_in_a_thread_that_raises_leaves_the_next_probe_to_try_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    answers = iter([RuntimeError("the trial broke"), None])
+    probe = isolation._probe
+
+    def flaky(forced: str) -> isolation.HostIsolation:
+        wrong = next(answers)
+        if wrong is not None:
+            raise wrong
+        return probe(forced)
+
+    monkeypatch.setattr(isolation, "_probed", {})
+    monkeypatch.setattr(isolation, "_probe", flaky)
+    isolation.probe_host_in_thread("a-probe-that-breaks")
+    got = isolation.probe_host()  # waits for the thread's trial, then tries again itself
+    assert got == probe("")
+    assert next(answers, "spent") == "spent", "the second trial did not run"

@@ -185,12 +185,21 @@ def take_early(env, standby_after):
     return got
 
 early.take_early = take_early
+import threading
+from tether.parent.process import isolation
+trial = isolation._probe
+
+def _probe(forced):
+    print("trial in", threading.current_thread().name, file=sys.stderr, flush=True)
+    return trial(forced)
+
+isolation._probe = _probe
 from tether._command import main
 main()
 """
 
 
-def test_tether_run_forks_its_child_from_the_zygote_it_launched_before_its_imports(
+def test_tether_run_takes_its_early_zygote_and_tries_the_sandbox_beside_its_set_up(
     tmp_path: Path,
 ) -> None:
     turns = tmp_path / "turns.json"
@@ -210,3 +219,7 @@ def test_tether_run_forks_its_child_from_the_zygote_it_launched_before_its_impor
     assert json.loads(got.stdout)["success"] is True
     assert got.stderr.splitlines().count("taken") == 1, got.stderr
     assert "not taken" not in got.stderr
+    # The host's sandbox was tried once, beside the command's set-up, not by the run's plan.
+    assert [ln for ln in got.stderr.splitlines() if ln.startswith("trial")] == [
+        "trial in tether-host-probe"
+    ]
