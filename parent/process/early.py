@@ -71,6 +71,7 @@ def launch() -> None:
     finally:
         theirs.close()
     _waiting.append(EarlyZygote(popen, pipes, ours, env, STANDBY_AFTER))
+    atexit.unregister(discard)  # once, however many times a process launches one
     atexit.register(discard)
 
 
