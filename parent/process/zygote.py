@@ -9,7 +9,9 @@ through the same trampoline as every child (`ChildProcess.spawn`): its own sessi
 PR_SET_PDEATHSIG tied to the supervisor's thread, a tree marker, and the scrubbed environment
 (plus a padding variable that reserves the environment block every forked child rewrites; see
 `tether/child/zygote.py`). FD is one end of a `SOCK_SEQPACKET` socket pair; the supervisor
-keeps the other end (close-on-exec: cold children never inherit it).
+keeps the other end (close-on-exec: cold children never inherit it). Its argv and environment
+are built in `zygote_command`; `launch()` takes the zygote the `tether` command launched before
+its imports (`early`) instead of starting one, when that zygote got the same environment.
 
 `Zygote.spawn(spec)` sends the child's pipe ends (SCM_RIGHTS), environment, rlimits, cgroup
 files, working directory, isolation plan and argv extras, and gets the pid back; the forked
