@@ -155,9 +155,15 @@ def probe_host() -> HostIsolation:
     got = _probed.get(forced)
     if got is None:
         with _probing:
-            got = _probed.get(forced)
-            if got is None:
-                got = _probed[forced] = _probe(forced)
+            got = _answer(forced)
+    return got
+
+
+def _answer(forced: str) -> HostIsolation:
+    """The probe's answer for `forced`, tried now if no trial gave one; `_probing` held."""
+    got = _probed.get(forced)
+    if got is None:
+        got = _probed[forced] = _probe(forced)
     return got
 
 
@@ -173,9 +179,8 @@ def probe_host_in_thread(name: str) -> None:
 
     def trial() -> None:
         try:
-            if forced not in _probed:
-                with contextlib.suppress(Exception):
-                    _probed[forced] = _probe(forced)
+            with contextlib.suppress(Exception):
+                _answer(forced)
         finally:
             _probing.release()
 

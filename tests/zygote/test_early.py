@@ -84,6 +84,28 @@ async def test_a_zygote_launched_early_in_another_environment_is_killed_and_a_ne
     assert early._waiting == []
 
 
+def _dead_unreaped(pid: int) -> bool:
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+async def test_an_early_zygote_that_died_before_it_was_taken_is_reaped_and_a_new_one_serves(
+    tmp_path: Path,
+) -> None:
+    early.launch()
+    [launched] = early._waiting
+    os.killpg(launched.popen.pid, signal.SIGKILL)
+    with anyio.fail_after(DEADLINE):
+        while not _dead_unreaped(launched.popen.pid):
+            await anyio.sleep(0.01)  # dead, and not reaped yet: as the run's launch finds it
+    async with Supervisor(ChildConfig(dispose=FAST)) as sup:
+        with anyio.fail_after(DEADLINE):
+            result = await sup.run("x", workspace=tmp_path, model=ScriptedModel.from_json(COMPLETE))
+        zygote = sup.zygote_pid
+    assert result.success, result
+    assert zygote is not None and zygote != launched.popen.pid
+    assert launched.popen.returncode == -signal.SIGKILL, "the dead zygote was not reaped"
+
+
 _COMMAND = """
 import json, os, sys, time
 from tether.parent.process import early
