@@ -13,9 +13,10 @@ that takes it tells its keeper, as it does for a zygote it launches.
 
 A zygote launched early and not taken (the run wanted none, or the environment changed
 meanwhile) is killed with anything it forked and reaped when the command exits (`atexit`); if
-the command is killed, PR_SET_PDEATHSIG kills it. Nothing here imports more than the standard
-library and `tether.contain`: this module runs before the libraries are loaded, and a failure
-to launch is left to the run's own launch, which reports it.
+the command is killed, PR_SET_PDEATHSIG kills it. This module runs before the libraries are
+loaded, so it imports the standard library and tether modules that import nothing else
+(`start`, `zygote_command`, `markers`, `env`, `pipes`, `tether.contain`; a test lists them). A
+failure to launch is left to the run's own launch, which reports it.
 """
 
 from __future__ import annotations
