@@ -106,6 +106,19 @@ async def test_an_early_zygote_that_died_before_it_was_taken_is_reaped_and_a_new
     assert launched.popen.returncode == -signal.SIGKILL, "the dead zygote was not reaped"
 
 
+def test_an_early_launch_that_cannot_start_leaves_nothing_waiting_and_no_descriptor_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refused(*args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied")  # as an unexecutable interpreter would
+
+    monkeypatch.setattr(early, "start", refused)
+    before = set(os.listdir("/proc/self/fd"))
+    early.launch()
+    assert early._waiting == []
+    assert set(os.listdir("/proc/self/fd")) == before
+
+
 _COMMAND = """
 import json, os, sys, time
 from tether.parent.process import early
