@@ -68,20 +68,26 @@ async def test_the_first_run_forks_its_child_from_the_zygote_launched_early(
     assert _until_gone([launched.popen.pid]) == []
 
 
-async def test_a_zygote_launched_early_in_another_environment_is_killed_and_a_new_one_serves(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    early.launch()
-    [launched] = early._waiting
-    monkeypatch.setenv("TZ", "UTC0-changed")  # a variable every child gets: not the same env
+async def _a_new_zygote_serves(tmp_path: Path, launched: early.EarlyZygote) -> None:
+    """A run forks its child from a zygote of its own, the early one killed (or found dead)
+    and reaped."""
     async with Supervisor(ChildConfig(dispose=FAST)) as sup:
         with anyio.fail_after(DEADLINE):
             result = await sup.run("x", workspace=tmp_path, model=ScriptedModel.from_json(COMPLETE))
         zygote = sup.zygote_pid
     assert result.success, result
     assert zygote is not None and zygote != launched.popen.pid
-    assert launched.popen.returncode == -signal.SIGKILL, "it was not killed and reaped"
+    assert launched.popen.returncode == -signal.SIGKILL, "the early zygote was not reaped"
     assert early._waiting == []
+
+
+async def test_a_zygote_launched_early_in_another_environment_is_killed_and_a_new_one_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    early.launch()
+    [launched] = early._waiting
+    monkeypatch.setenv("TZ", "UTC0-changed")  # a variable every child gets: not the same env
+    await _a_new_zygote_serves(tmp_path, launched)
 
 
 def _dead_unreaped(pid: int) -> bool:
@@ -97,13 +103,7 @@ async def test_an_early_zygote_that_died_before_it_was_taken_is_reaped_and_a_new
     with anyio.fail_after(DEADLINE):
         while not _dead_unreaped(launched.popen.pid):
             await anyio.sleep(0.01)  # dead, and not reaped yet: as the run's launch finds it
-    async with Supervisor(ChildConfig(dispose=FAST)) as sup:
-        with anyio.fail_after(DEADLINE):
-            result = await sup.run("x", workspace=tmp_path, model=ScriptedModel.from_json(COMPLETE))
-        zygote = sup.zygote_pid
-    assert result.success, result
-    assert zygote is not None and zygote != launched.popen.pid
-    assert launched.popen.returncode == -signal.SIGKILL, "the dead zygote was not reaped"
+    await _a_new_zygote_serves(tmp_path, launched)
 
 
 def test_an_early_launch_that_cannot_start_leaves_nothing_waiting_and_no_descriptor_open(
