@@ -24,8 +24,9 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from tether.parent.process.proc import ChildProcess, SpawnError, SpawnSpec
+from tether.parent.process.proc import ChildProcess, SpawnError
 from tether.parent.process.ring import ByteRing
+from tether.parent.process.start import SpawnSpec
 from tether.protocol import ErrorCode, LocalProtocolError
 from tether.protocol.codec import ErrorResponse, RequestId, Response
 from tether.protocol.connection import (

@@ -33,7 +33,6 @@ reports (0: Landlock unavailable), to exercise the degraded paths on a capable h
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
 import os
@@ -44,13 +43,10 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import anyio
 
 from tether.contain import argv as config_word
 from tether.contain import gitdirs, landlock, mounts, seccomp
@@ -69,6 +65,7 @@ from tether.contain.plan import (
 )
 from tether.contain.sequence import EXEC_FAILED, LOCAL_SOCKETS_ENV
 from tether.parent.process.host import pid_alive
+from tether.parent.process.once import TriedOnce
 from tether.parent.process.private_network import PrivateNetwork
 from tether.protocol.messages import IsolationLevel
 
@@ -144,60 +141,26 @@ class Setup:
     """Run once the child is gone (removes a non-root sandbox's private directory)."""
 
 
-_probed: dict[str, HostIsolation] = {}
-_probing = threading.Lock()
-"""Held while a trial runs: whichever threads ask at once, the host is tried once."""
+_probes: TriedOnce[str, HostIsolation] = TriedOnce(lambda forced: _probe(forced))
+"""The host's answers, by `TETHER_LANDLOCK_ABI` value (`_probe` looked up at each trial)."""
 
 
 def probe_host() -> HostIsolation:
     """What this host supports, tried once per process (per `TETHER_LANDLOCK_ABI` value)."""
-    forced = os.environ.get(FORCE_ABI_ENV, "")
-    got = _probed.get(forced)
-    if got is None:
-        with _probing:
-            got = _answer(forced)
-    return got
-
-
-def _answer(forced: str) -> HostIsolation:
-    """The probe's answer for `forced`, tried now if no trial gave one; `_probing` held."""
-    got = _probed.get(forced)
-    if got is None:
-        got = _probed[forced] = _probe(forced)
-    return got
+    return _probes.get(os.environ.get(FORCE_ABI_ENV, ""))
 
 
 def probe_host_in_thread(name: str) -> None:
     """Start `probe_host()`'s trial in a thread of its own (`name`) and return at once; any
-    `probe_host()` from now on waits for that trial's answer, as the probe's lock is taken
-    here, before the thread starts. Nothing when the answer is known. A trial that raises
-    leaves no answer: the next `probe_host()` tries again, and says what failed."""
-    forced = os.environ.get(FORCE_ABI_ENV, "")
-    if forced in _probed:
-        return
-    _probing.acquire()
-
-    def trial() -> None:
-        try:
-            with contextlib.suppress(Exception):
-                _answer(forced)
-        finally:
-            _probing.release()
-
-    try:
-        threading.Thread(target=trial, name=name).start()
-    except BaseException:
-        _probing.release()
-        raise
+    `probe_host()` from now on waits for that trial's answer. A trial that raises leaves the
+    next `probe_host()` to try again, and say what failed."""
+    _probes.start_in_thread(os.environ.get(FORCE_ABI_ENV, ""), name)
 
 
 async def probe_host_off_loop() -> HostIsolation:
     """`probe_host()`, its first time in a worker thread: the trial child it runs (≈ 40-60 ms)
     then holds up no other task of the event loop (another run's I/O, a deadline, a ladder)."""
-    got = _probed.get(os.environ.get(FORCE_ABI_ENV, ""))
-    if got is not None:
-        return got
-    return await anyio.to_thread.run_sync(probe_host)
+    return await _probes.get_off_loop(os.environ.get(FORCE_ABI_ENV, ""))
 
 
 def _probe(forced: str) -> HostIsolation:

@@ -40,13 +40,11 @@ import os
 import shutil
 import stat
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import anyio
-
 from tether.contain.confined import Entry, descend
+from tether.parent.process.once import TriedOnce
 from tether.protocol.messages import LayerMethod
 
 FORCE_ENV = "TETHER_LAYER_METHOD"
@@ -321,10 +319,8 @@ def _support(forced: str, abi: str) -> Support:
     return Support(method, None, reflink)
 
 
-_supported: dict[tuple[str, str], Support] = {}
+_supported: TriedOnce[tuple[str, str], Support] = TriedOnce(lambda key: _support(*key))
 """What `support()` found, by (`TETHER_LAYER_METHOD`, `TETHER_LANDLOCK_ABI`)."""
-_trying = threading.Lock()
-"""Held while the host is tried: whichever threads ask at once, it is tried once."""
 
 
 def _key() -> tuple[str, str]:
@@ -334,23 +330,13 @@ def _key() -> tuple[str, str]:
 def support() -> Support:
     """What this host gives a layered run, tried once per process (per `TETHER_LAYER_METHOD`
     and `TETHER_LANDLOCK_ABI`)."""
-    key = _key()
-    got = _supported.get(key)
-    if got is None:
-        with _trying:
-            got = _supported.get(key)
-            if got is None:
-                got = _supported[key] = _support(*key)
-    return got
+    return _supported.get(_key())
 
 
 async def support_off_loop() -> Support:
     """`support()`, its first time in a worker thread: the trial child with an overlay it runs
     (tens of milliseconds) then holds up no other task of the event loop."""
-    got = _supported.get(_key())
-    if got is not None:
-        return got
-    return await anyio.to_thread.run_sync(support)
+    return await _supported.get_off_loop(_key())
 
 
 def _filesystems() -> str:

@@ -19,14 +19,12 @@ from dataclasses import dataclass
 
 import anyio
 
-from tether.contain.inplace import TRAMPOLINE
 from tether.contain.sequence import EXEC_FAILED
 from tether.parent.process.isolation import sealer_fd, trampoline_in_place
 from tether.parent.process.start import SpawnSpec, start, trampoline_config
 from tether.wire.streams import FdReceiveStream, FdSendStream
 
 EXEC_FAILED_MARKER = EXEC_FAILED
-__all__ = ["TRAMPOLINE", "ChildProcess", "ExitStatus", "SpawnError", "SpawnSpec"]
 _POLL_INTERVAL = 0.005
 
 

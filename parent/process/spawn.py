@@ -34,7 +34,8 @@ from tether.parent.process.launchers import (
 from tether.parent.process.limits import Limits, inherited_open_files
 from tether.parent.process.markers import TREE_ENV, new_tree_marker
 from tether.parent.process.private_network import PrivateNetwork
-from tether.parent.process.proc import ChildProcess, SpawnError, SpawnSpec
+from tether.parent.process.proc import ChildProcess, SpawnError
+from tether.parent.process.start import SpawnSpec
 from tether.parent.process.supervised import SupervisedChild, SupervisedProcess
 from tether.parent.process.zygote import ZygoteProcess
 from tether.parent.process.zygote import supported as zygote_supported

@@ -82,7 +82,8 @@ from tether.parent.process.host import Host
 from tether.parent.process.launchers import LaunchContext, Pidns
 from tether.parent.process.limits import Limits
 from tether.parent.process.pipes import stdio_pipes
-from tether.parent.process.proc import ChildProcess, ExitStatus, SpawnError, SpawnSpec
+from tether.parent.process.proc import ChildProcess, ExitStatus, SpawnError
+from tether.parent.process.start import SpawnSpec
 
 READY_SECONDS = 15.0
 """How long the zygote may take to import the child runtime and say it is ready."""

@@ -118,7 +118,7 @@ def test_doctor_names_a_broken_installation_as_such(
     lone = tmp_path / "trampoline.py"
     shutil.copy2(isolation.TRAMPOLINE, lone)
     monkeypatch.setattr(isolation, "TRAMPOLINE", str(lone))
-    monkeypatch.setattr(isolation, "_probed", {})
+    monkeypatch.setattr(isolation._probes, "answers", {})
     host = isolation.probe_host()
     assert host.install_problem is not None and "installation is broken" in host.install_problem
     assert "ImportError" in host.install_problem or "ModuleNotFoundError" in host.install_problem

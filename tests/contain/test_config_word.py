@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tether.contain import argv as config_word
-from tether.parent.process.proc import TRAMPOLINE
+from tether.contain.inplace import TRAMPOLINE
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(),

@@ -132,10 +132,10 @@ def test_a_host_whose_sandbox_cannot_guard_git_still_sandboxes_and_says_so(
         # No user namespace: neither the git guard nor a layer's overlay can be made in one.
         return isolation._Trial("unshare: Operation not permitted" if git or layer else None)
 
-    monkeypatch.setattr(isolation, "_probed", {})
+    monkeypatch.setattr(isolation._probes, "answers", {})
     monkeypatch.setattr(isolation, "_trial", trial)
     # What this host gives a layered run is probed again, and forgotten after the test.
-    monkeypatch.setattr(layers, "_supported", {})
+    monkeypatch.setattr(layers._supported, "answers", {})
     got = probe_host()
     assert got.why_not is None and got.best == "sandbox"
     assert got.git_unguarded == "unshare: Operation not permitted"

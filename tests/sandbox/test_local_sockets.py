@@ -170,7 +170,7 @@ async def test_without_local_sockets_connect_is_refused_outright(
     from tether.parent.process import isolation
 
     monkeypatch.setitem(
-        isolation._probed,
+        isolation._probes.answers,
         os.environ.get(isolation.FORCE_ABI_ENV, ""),
         isolation.HostIsolation(
             root=HOST.root,

@@ -34,7 +34,7 @@ def trials(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         ran.append(threading.current_thread().name)
         return probe(forced)
 
-    monkeypatch.setattr(isolation, "_probed", {})
+    monkeypatch.setattr(isolation._probes, "answers", {})
     monkeypatch.setattr(isolation, "_probe", recorded)
     return ran
 
@@ -85,7 +85,7 @@ async def test_the_first_layered_plan_tries_an_overlay_in_a_worker_thread(
         return trial(host)
 
     monkeypatch.setattr(isolation, "trial_layer", recorded)
-    monkeypatch.setattr(layers, "_supported", {})  # tried again here, and forgotten after
+    monkeypatch.setattr(layers._supported, "answers", {})  # tried again here, and forgotten after
     ws = tmp_path / "ws"
     ws.mkdir()
     ctx = PlanContext(builtin_providers(), ChildConfig(layers_dir=str(tmp_path / "layers")))
@@ -122,7 +122,7 @@ def test_a_trial_in_a_thread_that_raises_leaves_the_next_probe_to_try_again(
             raise wrong
         return probe(forced)
 
-    monkeypatch.setattr(isolation, "_probed", {})
+    monkeypatch.setattr(isolation._probes, "answers", {})
     monkeypatch.setattr(isolation, "_probe", flaky)
     isolation.probe_host_in_thread("a-probe-that-breaks")
     got = isolation.probe_host()  # waits for the thread's trial, then tries again itself

@@ -7,7 +7,8 @@ import os
 import pytest
 
 from tether.parent.process.pipes import stdio_pipes
-from tether.parent.process.proc import ChildProcess, SpawnError, SpawnSpec
+from tether.parent.process.proc import ChildProcess, SpawnError
+from tether.parent.process.start import SpawnSpec
 
 
 def open_fds() -> set[int]:

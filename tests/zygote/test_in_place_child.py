@@ -21,6 +21,7 @@ from act_reports import ACT, cmdline, start_and_wait_for_report, status_field
 
 from tether.contain import argv as config_word
 from tether.contain.inplace import (
+    TRAMPOLINE,
     import_path_writable,
     runs_in_place,
     trampoline_argv,
@@ -33,7 +34,8 @@ from tether.parent.process.config import DEFAULT_COMMAND
 from tether.parent.process.env import build_child_env
 from tether.parent.process.isolation import trampoline_in_place
 from tether.parent.process.limits import DisposePolicy, Limits
-from tether.parent.process.proc import TRAMPOLINE, ChildProcess, SpawnSpec
+from tether.parent.process.proc import ChildProcess
+from tether.parent.process.start import SpawnSpec
 from tether.parent.supervisor import ChildConfig, Supervisor
 
 pytestmark = pytest.mark.anyio
