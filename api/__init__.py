@@ -9,6 +9,10 @@ The names a user needs, in one place::
                                model="scripted:examples/explorer.json",
                                limits=tether.Limits(wall="60s"))
 
+A program that runs sub-agents soon after it starts calls `tether.prelaunch()` as its first
+line, before its imports: the zygote that forks the children then imports the child runtime
+while the program imports the rest (standard library alone until then).
+
 Every name here is loaded on first use, so `import tether` costs nothing (the trampoline that
 starts each child imports `tether.contain` with the standard library alone, through this
 package). The public modules besides this one: `tether.console` (the CLI's renderings, for a
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
     from tether.parent.models.scripted import ScriptedModel
     from tether.parent.placement.rayplacement import RayPlacement
     from tether.parent.process.config import ChildConfig, PoolSpec
+    from tether.parent.process.early import prelaunch
     from tether.parent.process.layers import LayerLimits
     from tether.parent.process.limits import DisposePolicy, Limits
     from tether.parent.roles.builtins import role
@@ -61,6 +66,8 @@ _LAZY = {
     "ChildConfig": "tether.parent.process.config",
     "PoolSpec": "tether.parent.process.config",
     "Continuation": "tether.parent.run.spec",
+    # the zygote launched before the program's own imports (the standard library alone)
+    "prelaunch": "tether.parent.process.early",
     # network by policy
     "NetworkPolicy": "tether.parent.egress.policy",
     "Credential": "tether.parent.egress.policy",
@@ -154,6 +161,7 @@ __all__ = [
     "TraceSpec",
     "VerifierPolicy",
     "__version__",
+    "prelaunch",
     "read_trace",
     "resolve_model",
     "role",

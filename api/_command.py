@@ -53,9 +53,9 @@ def main() -> NoReturn:
     early = _runs_through_a_zygote(sys.argv[1:])
     try:
         if early:
-            from tether.parent.process.early import launch
+            from tether.parent.process.early import prelaunch
 
-            launch()
+            prelaunch()
         from tether.parent.cli.main import command
     finally:
         gc.freeze()

@@ -4,9 +4,11 @@ what `tether run` takes from the command to its exit.
 Per round, interleaved: `python -c "import tether.parent.cli.main"` spawn to exit (the CLI's
 import alone, its floor); a fresh process's first run through the zygote and the same through a
 cold exec child (`children/first_run.py`: `Supervisor()` opened → the one-turn run's result,
-the plan's sandbox trial and the zygote's or child's start included); and `tether run` of the
-same run, spawn to exit. Every process runs with bytecode caches (`PYTHONDONTWRITEBYTECODE` is
-left out of their environment, so the dropped round 0 writes any that are missing).
+the plan's sandbox trial and the zygote's or child's start included), and the same program
+timed from its first line, with and without `tether.prelaunch()` as that line; and `tether
+run` of the same run, spawn to exit. Every process runs with bytecode caches
+(`PYTHONDONTWRITEBYTECODE` is left out of their environment, so the dropped round 0 writes any
+that are missing).
 """
 
 from __future__ import annotations
@@ -46,16 +48,18 @@ def _spawn_to_exit(argv: list[str], cwd: str) -> float:
     return took
 
 
-def _first_run(spawner: str, workspace: str, script: str) -> float:
+def _first_run(spawner: str, workspace: str, script: str, *extra: str) -> dict[str, float]:
+    """The child's figures in milliseconds: `run` (the supervisor's open to the result) and
+    `start` (the script's first line to the result)."""
     got = subprocess.run(
-        [sys.executable, str(CHILDREN / "first_run.py"), spawner, workspace, script],
+        [sys.executable, str(CHILDREN / "first_run.py"), spawner, workspace, script, *extra],
         env=_env(),
         capture_output=True,
         timeout=TIMEOUT,
     )
     if got.returncode != 0:
         raise RuntimeError(f"first run ({spawner}): {got.stderr.decode(errors='replace')[-2000:]}")
-    return float(json.loads(got.stdout)["run"]) / 1e6
+    return {k: float(v) / 1e6 for k, v in json.loads(got.stdout).items()}
 
 
 async def first_run_group(res: Results, rounds: int) -> None:
@@ -72,8 +76,12 @@ async def first_run_group(res: Results, rounds: int) -> None:
             s["floor.cli_import"].append(
                 _spawn_to_exit([sys.executable, "-c", "import tether.parent.cli.main"], scratch)
             )
-            s["tether.first_run"].append(_first_run("auto", workspace, script))
-            s["context.first_run_exec"].append(_first_run("exec", workspace, script))
+            first = _first_run("auto", workspace, script)
+            s["tether.first_run"].append(first["run"])
+            s["context.first_result"].append(first["start"])
+            prelaunched = _first_run("auto", workspace, script, "prelaunch")
+            s["tether.first_result_prelaunched"].append(prelaunched["start"])
+            s["context.first_run_exec"].append(_first_run("exec", workspace, script)["run"])
             s["tether.cli_run"].append(_spawn_to_exit([*cli, "--quiet", "bench"], scratch))
             if rnd == 0:
                 s.clear()
@@ -107,6 +115,27 @@ async def first_run_group(res: Results, rounds: int) -> None:
             s["context.first_run_exec"],
             'the same with `ChildConfig(spawner="exec")`: the plan, then a cold child started '
             "by exec instead of a zygote",
+        )
+    )
+    res.add(
+        Figure(
+            "context.first_result",
+            "a fresh program's first result, from its first line",
+            "ms",
+            s["context.first_result"],
+            "the same process as the first run's, timed from its script's first line: its "
+            "imports (`tether.parent`, anyio), then the first run as above",
+        )
+    )
+    res.add(
+        Figure(
+            "tether.first_result_prelaunched",
+            "a fresh program's first result, `tether.prelaunch()` its first line",
+            "ms",
+            s["tether.first_result_prelaunched"],
+            "the same program with `tether.prelaunch()` as its first line: the zygote imports "
+            "the child runtime while the program imports tether, and the first run takes it",
+            floor="context.first_result",
         )
     )
     res.add(

@@ -15,6 +15,12 @@ its own layer, the verifier choosing the one that is applied.
 
 from __future__ import annotations
 
+import tether
+
+# First, before the other imports: the zygote that forks the sub-agents' children imports the
+# child runtime while this program imports the rest (tether's own included).
+tether.prelaunch()
+
 import shutil
 import sys
 import tempfile

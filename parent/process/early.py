@@ -1,22 +1,24 @@
-"""A zygote launched by the `tether` command before its own imports.
+"""A zygote launched before a program's imports: `tether.prelaunch()`.
 
 `tether run` spends ≈ 0.18 s importing the command line and the supervisor before the run's
 plan launches the zygote (`SupervisorCore._head_start`), and the zygote then takes ≈ 0.15 s to
-import the child runtime: the first run waits for their sum. The command launches the zygote
-first instead (`launch`, called by `tether._command` for a subcommand whose runs a zygote
-forks), so that the two imports run side by side, and `Zygote.launch` takes it (`take_early`)
-when it would start one with the same environment and standby delay: it is the very process a
+import the child runtime: the first run waits for their sum. So does a program of its own that
+imports tether and runs once. `prelaunch` launches the zygote first instead, so that the two
+imports run side by side on two cores, and `Zygote.launch` takes it (`take_early`) when it
+would start one with the same environment and standby delay: it is the very process a
 supervisor would have launched then (`zygote_command`, through the trampoline as every child:
-its own session, PR_SET_PDEATHSIG tied to this thread, the main one, which the command's event
-loop runs on, a tree marker, the scrubbed environment), only started sooner. The supervisor
-that takes it tells its keeper, as it does for a zygote it launches.
+its own session, PR_SET_PDEATHSIG tied to the calling thread, a tree marker, the scrubbed
+environment), only started sooner. The supervisor that takes it tells its keeper, as it does
+for a zygote it launches. `tether._command` calls it for a subcommand whose runs a zygote forks;
+a program calls it as its first line (`tether.prelaunch`, docs/architecture.md).
 
-A zygote launched early and not taken (the run wanted none, or the environment changed
-meanwhile) is killed with anything it forked and reaped when the command exits (`atexit`); if
-the command is killed, PR_SET_PDEATHSIG kills it. This module runs before the libraries are
-loaded, so it imports the standard library and tether modules that import nothing else
-(`start`, `zygote_command`, `markers`, `env`, `pipes`, `tether.contain`; a test lists them). A
-failure to launch is left to the run's own launch, which reports it.
+A zygote launched early and not taken (no run wanted one, or the environment changed
+meanwhile) is killed with anything it forked and reaped when the process exits (`atexit`); if
+the process is killed, or the thread that launched it ends, PR_SET_PDEATHSIG kills it (a run
+then finds it dead and launches its own). This module runs before the libraries are loaded, so
+it imports the standard library and tether modules that import nothing else (`start`,
+`zygote_command`, `markers`, `env`, `pipes`, `tether.contain`; a test lists them). A failure
+to launch is left to the run's own launch, which reports it.
 """
 
 from __future__ import annotations
@@ -55,9 +57,14 @@ class EarlyZygote:
 _waiting: list[EarlyZygote] = []
 
 
-def launch() -> None:
+def prelaunch() -> None:
     """Launch the zygote now, for this process's first run to take; nothing when one waits
-    already, or when it cannot be started (the run's own launch then says why)."""
+    already, or when it cannot be started (the run's own launch then says why).
+
+    Call it first, from the thread that will run the event loop (the main one as a rule),
+    before the program's imports: the zygote imports the child runtime meanwhile. It serves a
+    run that forks from the zygote (the default) in the environment the process has now; one
+    no run takes waits until the process exits, and goes then."""
     if _waiting:
         return
     env = build_child_env(os.environ)

@@ -118,6 +118,8 @@ FIGURES = {
     "context.trace_record_turn",
     "floor.cli_import",
     "tether.first_run",
+    "context.first_result",
+    "tether.first_result_prelaunched",
     "context.first_run_exec",
     "tether.cli_run",
 }

@@ -1,6 +1,7 @@
 """The `tether` command launches the zygote before its own imports when the command is a run
-the zygote serves (`tether.parent.process.early`): the supervisor's first run then forks its
-child from that zygote; one launched for another environment is killed and a new one launched;
+the zygote serves, and a program does when it calls `tether.prelaunch()` first
+(`tether.parent.process.early`): the supervisor's first run then forks its child from that
+zygote; one launched for another environment is killed and a new one launched;
 one never taken goes when the command exits or is killed, its standby with it; and the early
 launch imports only the standard library and `tether.contain`."""
 
@@ -53,7 +54,7 @@ def _until_gone(pids: list[int]) -> list[int]:
 async def test_the_first_run_forks_its_child_from_the_zygote_launched_early(
     tmp_path: Path,
 ) -> None:
-    early.launch()
+    early.prelaunch()
     [launched] = early._waiting
     started: list[RunStarted] = []
     async with Supervisor(ChildConfig(dispose=FAST)) as sup:
@@ -84,7 +85,7 @@ async def _a_new_zygote_serves(tmp_path: Path, launched: early.EarlyZygote) -> N
 async def test_a_zygote_launched_early_in_another_environment_is_killed_and_a_new_one_serves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    early.launch()
+    early.prelaunch()
     [launched] = early._waiting
     monkeypatch.setenv("TZ", "UTC0-changed")  # a variable every child gets: not the same env
     await _a_new_zygote_serves(tmp_path, launched)
@@ -97,7 +98,7 @@ def _dead_unreaped(pid: int) -> bool:
 async def test_an_early_zygote_that_died_before_it_was_taken_is_reaped_and_a_new_one_serves(
     tmp_path: Path,
 ) -> None:
-    early.launch()
+    early.prelaunch()
     [launched] = early._waiting
     os.killpg(launched.popen.pid, signal.SIGKILL)
     with anyio.fail_after(DEADLINE):
@@ -114,7 +115,7 @@ def test_an_early_launch_that_cannot_start_leaves_nothing_waiting_and_no_descrip
 
     monkeypatch.setattr(early, "start", refused)
     before = set(os.listdir("/proc/self/fd"))
-    early.launch()
+    early.prelaunch()
     assert early._waiting == []
     assert set(os.listdir("/proc/self/fd")) == before
 
@@ -123,7 +124,7 @@ _COMMAND = """
 import json, os, sys, time
 from tether.parent.process import early
 from tether.parent.process.zygote import standby_pids
-early.launch()
+early.prelaunch()
 [z] = early._waiting
 pid = z.popen.pid
 deadline = time.monotonic() + 10
@@ -156,10 +157,50 @@ def test_a_zygote_launched_early_and_never_taken_goes_with_the_command(end: str)
             command.stdout.close()
 
 
+_PROGRAM = """
+import tether
+tether.prelaunch()  # a program's first line, before its imports
+import json, sys
+import anyio
+from tether.parent.models.scripted import ScriptedModel
+from tether.parent.process import early
+
+[launched] = early._waiting
+
+async def main():
+    async with tether.Supervisor() as sup:
+        model = ScriptedModel.from_json(sys.argv[2])
+        result = await sup.run("x", workspace=sys.argv[1], model=model)
+        print(json.dumps([result.success, sup.zygote_pid, launched.popen.pid]), flush=True)
+
+anyio.run(main)
+"""
+
+
+def test_a_program_that_calls_tether_prelaunch_first_forks_its_first_run_from_that_zygote(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    got = subprocess.run(
+        [sys.executable, "-I", "-c", _PROGRAM, str(tmp_path), COMPLETE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert got.returncode == 0, got.stderr
+    success, used, launched = json.loads(got.stdout)
+    assert success is True
+    assert used == launched
+    assert _until_gone([launched]) == []
+
+
 def test_the_early_launch_imports_only_the_standard_library_and_tethers_own_light_modules() -> None:
+    # Through the public name, as a program calls it: `tether` loads the rest on first use.
     code = (
-        "import json, sys\nfrom tether.parent.process import early\nearly.launch()\n"
-        "print(json.dumps(sorted(sys.modules)))\nearly.discard()\n"
+        "import json, sys\nimport tether\ntether.prelaunch()\n"
+        "print(json.dumps(sorted(sys.modules)))\nfrom tether.parent.process import early\n"
+        "early.discard()\n"
     )
     got = subprocess.run(
         [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60
