@@ -505,8 +505,9 @@ def render(res: Results, started: dt.datetime, seconds: float, load: Sequence[fl
         add(f"- {k}: {v}")
     add(f"- date: {started.strftime('%Y-%m-%d %H:%M UTC')}; the whole run took {seconds:.0f} s")
     add(
-        f"- load average (1 min) at start {load[0]:.2f}, at end {load[1]:.2f} "
-        "(other work on the machine)"
+        f"- load average (1 min) at start {load[0]:.2f}, at end {load[1]:.2f} (the "
+        "machine's processes, this run's own among them: its 256-child groups lift it, and a "
+        "run started soon after another starts under what is left of it)"
     )
     add("")
     add("## Targets")
