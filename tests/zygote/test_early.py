@@ -107,6 +107,16 @@ async def test_an_early_zygote_that_died_before_it_was_taken_is_reaped_and_a_new
     await _a_new_zygote_serves(tmp_path, launched)
 
 
+def test_a_second_prelaunch_while_one_waits_launches_nothing() -> None:
+    early.prelaunch()
+    [launched] = early._waiting
+    early.prelaunch()  # a program and a library it imports may both call it
+    assert early._waiting == [launched]
+    early.discard()
+    assert launched.popen.returncode == -signal.SIGKILL
+    assert _until_gone([launched.popen.pid]) == []
+
+
 def test_an_early_launch_that_cannot_start_leaves_nothing_waiting_and_no_descriptor_open(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
