@@ -31,6 +31,7 @@ from pathlib import Path
 import anyio
 
 from tether.parent.process.markers import TREE_ENV, marker_prefix
+from tether.parent.process.start import open_pidfd
 
 KEEPER = Path(__file__).with_name("_keeper.py")
 
@@ -92,16 +93,28 @@ class Keeper:
             pass  # best effort: a full pipe or a dead keeper; the tree markers remain
 
     async def aclose(self, grace: float = 2.0) -> None:
-        """Tell the keeper the supervisor is closing normally and wait for it to exit."""
-        if self._fd is not None:
-            self._say("bye\n")
-            os.close(self._fd)
-            self._fd = None
-        deadline = time.monotonic() + grace
-        delay = 0.002
-        while self.proc.poll() is None and time.monotonic() < deadline:
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 0.05)
+        """Tell the keeper the supervisor is closing normally and wait for it to exit: on its
+        pidfd, which wakes us the moment it does (a poll every 2, 4, 8 ms... saw a keeper that
+        exited ≈ 3 ms after `bye` only at the next poll, 6 ms; every supervisor's close waits
+        for it)."""
+        pidfd = open_pidfd(self.proc.pid) if self.proc.returncode is None else None
+        try:
+            if self._fd is not None:
+                self._say("bye\n")
+                os.close(self._fd)
+                self._fd = None
+            if pidfd is not None:
+                with anyio.move_on_after(grace):
+                    await anyio.wait_readable(pidfd)
+            else:
+                deadline = time.monotonic() + grace
+                delay = 0.002
+                while self.proc.poll() is None and time.monotonic() < deadline:
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()

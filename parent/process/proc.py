@@ -21,7 +21,7 @@ import anyio
 
 from tether.contain.sequence import EXEC_FAILED
 from tether.parent.process.isolation import sealer_fd, trampoline_in_place
-from tether.parent.process.start import SpawnSpec, start, trampoline_config
+from tether.parent.process.start import SpawnSpec, open_pidfd, start, trampoline_config
 from tether.wire.streams import FdReceiveStream, FdSendStream
 
 EXEC_FAILED_MARKER = EXEC_FAILED
@@ -53,13 +53,6 @@ class ExitStatus:
         return self.rusage.ru_utime + self.rusage.ru_stime
 
 
-def _pidfd_open(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
-
-
 class ChildProcess:
     """One spawned child: its pid, pidfd, three pipe ends and, once reaped, its exit status."""
 
@@ -76,7 +69,7 @@ class ChildProcess:
         self._popen = popen
         self.pid = popen.pid if popen is not None else pid if pid is not None else -1
         self.pgid = self.pid  # the child leads its own session and group
-        self.pidfd = pidfd if pidfd is not None else _pidfd_open(self.pid)
+        self.pidfd = pidfd if pidfd is not None else open_pidfd(self.pid)
         """Adopted when given (`pidfd`: this process's, now owned here), else opened."""
         self.lost: str | None = None
         """Why the exit status is unknown, when it is and the reason is known."""

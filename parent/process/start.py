@@ -70,3 +70,12 @@ def start(
             start_new_session=True,
         )
     return popen, pipes.ours
+
+
+def open_pidfd(pid: int) -> int | None:
+    """A pidfd of our child `pid` (readable once it exits; `None` where the kernel has no
+    `pidfd_open`, or the pid is gone): what every wait for a process we started parks on."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None

@@ -5,7 +5,10 @@ nothing. (Its purpose, a SIGKILLed parent, is tested in test_parent_death.py.)""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import anyio
 import psutil
 import pytest
 
+from tether.parent.process.keeper import Keeper
 from tether.parent.process.limits import DisposePolicy
 from tether.parent.process.markers import marker_prefix, new_tree_marker
 from tether.parent.run.events import Event, RunStarted
@@ -49,6 +53,31 @@ async def test_the_keeper_starts_with_the_first_child_process_and_is_gone_after(
         assert _running(pid)
         assert psutil.Process(pid).ppid() == psutil.Process().pid
     assert not _running(pid)
+
+
+async def test_a_keeper_told_goodbye_is_reaped_once_it_exits() -> None:
+    keeper = Keeper.start()
+    assert keeper is not None
+    with anyio.fail_after(10):
+        await keeper.aclose()
+    assert keeper.proc.returncode == 0  # it left on `bye`, and was reaped (no zombie)
+
+
+async def test_a_keeper_that_does_not_leave_after_goodbye_is_killed_at_its_grace() -> None:
+    keeper = Keeper.start()
+    assert keeper is not None
+    os.kill(keeper.pid, signal.SIGSTOP)  # it cannot read `bye`, let alone exit
+    try:
+        with anyio.fail_after(10):
+            started = time.monotonic()
+            await keeper.aclose(grace=0.3)
+            took = time.monotonic() - started
+    finally:
+        if keeper.proc.returncode is None:  # not reaped: the pid is still the keeper's
+            keeper.proc.kill()
+            keeper.proc.wait(timeout=10)
+    assert keeper.proc.returncode == -signal.SIGKILL  # killed and reaped
+    assert 0.3 <= took < 5.0
 
 
 @pytest.mark.parametrize("how", ["config", "provider"])
