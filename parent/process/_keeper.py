@@ -199,7 +199,9 @@ def main(argv: list[str]) -> None:
             break
         word = line.strip()
         if word == b"bye":
-            return
+            # At once: the supervisor's close waits for this exit, and the interpreter's own
+            # teardown (nothing to flush: no output, no file written) took ≈ 3 ms of it.
+            os._exit(0)
         try:
             if word.startswith(b"+"):
                 pid, *procs = word[1:].split()
