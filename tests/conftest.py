@@ -3,6 +3,7 @@ the spawn count, which says at the end of a run how many tests started a process
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -53,6 +54,24 @@ def read_line() -> Callable[[subprocess.Popen[bytes], float], bytes]:
     """`read_line(proc, seconds)`: the first line a process writes to its stdout pipe, or what
     came before the deadline or its exit (for hosts that report pids before a test kills them)."""
     return _read_line
+
+
+def _modules_loaded_by(code: str) -> list[str]:
+    report = "import json as _json, sys as _sys\nprint(_json.dumps(sorted(_sys.modules)))"
+    script = f"{code}\n{report}\n"
+    got = subprocess.run(
+        [sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert got.returncode == 0, got.stderr
+    loaded: list[str] = json.loads(got.stdout.splitlines()[-1])
+    return loaded
+
+
+@pytest.fixture
+def modules_loaded_by() -> Callable[[str], list[str]]:
+    """`modules_loaded_by(code)`: every module a fresh `python -I` holds once it has run `code`
+    (what an import, or a call made before a program's imports, costs it)."""
+    return _modules_loaded_by
 
 
 def _host_pid(pidfile: Path) -> int:
