@@ -16,6 +16,7 @@ import anyio
 import psutil
 import pytest
 
+from tether.parent.process import keeper as keeper_module
 from tether.parent.process.keeper import Keeper
 from tether.parent.process.limits import DisposePolicy
 from tether.parent.process.markers import marker_prefix, new_tree_marker
@@ -55,7 +56,17 @@ async def test_the_keeper_starts_with_the_first_child_process_and_is_gone_after(
     assert not _running(pid)
 
 
-async def test_a_keeper_told_goodbye_is_reaped_once_it_exits() -> None:
+def _wait_by(how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`polling`: as on a kernel without `pidfd_open`, where the close polls for the exit."""
+    if how == "polling":
+        monkeypatch.setattr(keeper_module, "open_pidfd", lambda pid: None)
+
+
+@pytest.mark.parametrize("how", ["pidfd", "polling"])
+async def test_a_keeper_told_goodbye_is_reaped_once_it_exits(
+    how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _wait_by(how, monkeypatch)
     keeper = Keeper.start()
     assert keeper is not None
     with anyio.fail_after(10):
@@ -63,7 +74,11 @@ async def test_a_keeper_told_goodbye_is_reaped_once_it_exits() -> None:
     assert keeper.proc.returncode == 0  # it left on `bye`, and was reaped (no zombie)
 
 
-async def test_a_keeper_that_does_not_leave_after_goodbye_is_killed_at_its_grace() -> None:
+@pytest.mark.parametrize("how", ["pidfd", "polling"])
+async def test_a_keeper_that_does_not_leave_after_goodbye_is_killed_at_its_grace(
+    how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _wait_by(how, monkeypatch)
     keeper = Keeper.start()
     assert keeper is not None
     os.kill(keeper.pid, signal.SIGSTOP)  # it cannot read `bye`, let alone exit
