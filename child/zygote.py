@@ -26,17 +26,18 @@ then die of their PR_SET_PDEATHSIG.
 The standby. A fork on request puts the fork itself (≈ 1 ms for the zygote's page tables) and
 the child's first touch of every shared page it writes (reference counts: a copy of each page,
 ≈ 1.5 ms on the way to `initialize` and as much again in the first run) on the spawn's path.
-So once the zygote has had no request for STANDBY_AFTER seconds (argv[2]; "off": never) it
-forks one child ahead, the standby, which knows nothing of any request yet: it puts /dev/null
-on fds 0-2 and closes every other fd but its end of a private socket pair, arms its death
-signal against the zygote, rehearses a session (`_rehearse`, copying the pages a session
-writes), says `parked` and waits. A spawn request that finds it parked is handed to it whole
-(the same JSON and the three fds, over that socket pair) and answered with its pid at once;
-from there it runs exactly the sequence of a child forked on request (`_become_child`:
-environment, working directory, cgroups, session, death signal, rlimits, signals, sandbox),
-so nothing of a request is decided before the request exists. A request that finds no parked
-standby is forked as before. A standby that dies while waiting is reaped here (it was never a
-child the supervisor knew); after MAX_LOST such deaths in a row no more are forked.
+So once the zygote has had no request for STANDBY_AFTER seconds (argv[2]; "off": never;
+STANDBY_SOON while spawns come back to back) it forks one child ahead, the standby, which
+knows nothing of any request yet: it puts /dev/null on fds 0-2 and closes every other fd but
+its end of a private socket pair, arms its death signal against the zygote, rehearses a
+session (`_rehearse`, copying the pages a session writes), says `parked` and waits. A spawn
+request that finds it parked is handed to it whole (the same JSON and the three fds, over
+that socket pair) and answered with its pid at once; from there it runs exactly the sequence
+of a child forked on request (`_become_child`: environment, working directory, cgroups,
+session, death signal, rlimits, signals, sandbox), so nothing of a request is decided before
+the request exists. A request that finds no standby is forked as before. A standby that dies
+while waiting is reaped here (it was never a child the supervisor knew); after MAX_LOST such
+deaths in a row no more are forked.
 
 The standby's cgroup. Joining a cgroup waits for the kernel's migration lock, and on a stock
 host its writer waits for an RCU grace period (7-30 ms), so the join is made ahead too: with
@@ -44,10 +45,16 @@ each spawn the supervisor may name a cgroup it made for the next standby (`nextC
 limits yet), which that standby joins before its rehearsal. At the next spawn the supervisor
 writes the child's limits into that cgroup before the request is sent (the child's cgroup
 keeps the standby cgroup's name: cgroup v2 renames nothing), and the request `claims` it: a
-parked standby in it is handed the request and joins nothing; a standby in it that has not
-parked yet is taken down (the child is to have the cgroup to itself) and the child is forked
-into it. `release` takes down the standby of a cgroup the supervisor claimed and then did not
-use.
+parked standby in it is handed the request and joins nothing. A standby in it that has not
+parked yet (its join or its rehearsal still under way) is handed the request too, and the
+zygote waits until it says it has it (TAKE_WITHIN at most): after its join it looks for a
+request before it rehearses, and goes to one it finds at once (`took`). One that does not
+answer in time (stopped, or gone) is taken down, since the child is to have the cgroup to
+itself, and the child is forked into it. Runs back to back (one every ≈ 10-15 ms) thus each
+get a standby whose fork and join were made during the run before: a standby needs longer
+than that to park, and taking it down to fork the child in its place put both a fork and a
+join on each such spawn's path. `release` takes down the standby of a cgroup the supervisor
+claimed and then did not use.
 
 The zygote is single-threaded and runs no event loop (a fork copies only the calling thread, so
 a lock held by another thread would stay locked in the child forever). It never reaps on its
@@ -97,6 +104,7 @@ import contextlib
 import ctypes
 import functools
 import json
+import math
 import os
 import select
 import signal
@@ -135,9 +143,20 @@ SETUP_FAILED = 126
 MAX_MESSAGE = 1 << 20
 STANDBY_AFTER = 0.025
 """Seconds without a request after which a standby is forked (argv[2] overrides it)."""
+STANDBY_SOON = 0.002
+"""The same delay, capped by STANDBY_AFTER, while spawns come back to back (the last two less
+than BACK_TO_BACK apart): a run that ends within STANDBY_AFTER would otherwise never find a
+standby. Not always: a standby's rehearsal takes a core from the run just started, which
+costs runs further apart more (≈ 2-3 ms of a 13 ms sandboxed run) than the standby saves."""
+BACK_TO_BACK = 0.05
+TAKE_WITHIN = 0.5
+"""Seconds a standby that has not parked yet has to take a request handed to it (it may be in
+its cgroup join, an RCU grace period of 7-30 ms on a stock host, or in its rehearsal); past
+it, it is taken down and the child forked."""
 MAX_LOST = 3
 """Standbys that may die while waiting, in a row, before the zygote stops forking them."""
 PARKED = b"parked"
+TOOK = b"took"
 PAD_ENV = "TETHER_ZYGOTE_ENV_AREA"
 """A variable the supervisor pads the zygote's environment with: its block is what a child's
 `/proc/PID/environ` shows once rewritten, so it must be large enough for any child's."""
@@ -446,12 +465,19 @@ def _stand_by(sock: socket.socket, zygote: int, cgroup: dict[str, Any] | None) -
         arm_death_signal(zygote)
         if cgroup is not None:
             join_cgroups(cgroup["procs"])
-        _rehearse()
-        _get_set()
-        sock.send(PARKED)
+        # A request handed over while this standby was still on its way (its join) is taken
+        # at once, without the rehearsal. (`recv_fds` ignores its flags in Python 3.11, so
+        # no MSG_DONTWAIT: a readable socket holds the request, or the zygote's goodbye.)
+        early = bool(select.select([sock], [], [], 0)[0])
+        if not early:
+            _rehearse()
+            _get_set()
+            sock.send(PARKED)
         data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 5)
         if not data:
             os._exit(0)  # the zygote let it go
+        if early:
+            sock.send(TOOK)
         request = json.loads(data)
     except BaseException:
         os._exit(SETUP_FAILED)
@@ -469,9 +495,10 @@ def _lose(standby: _Standby) -> None:
     standby.sock.close()
 
 
-def _hear_standby(standby: _Standby) -> bool:
+def _hear_standby(standby: _Standby, *also: bytes) -> bool:
     """Take what the standby said (`parked`, or end of stream when it died); whether it is
-    still there."""
+    still there. `also`: other words that count as `parked` (`took`, once it was handed a
+    request)."""
     while True:
         try:
             said = standby.sock.recv(64)
@@ -479,7 +506,7 @@ def _hear_standby(standby: _Standby) -> bool:
             return True
         except OSError:
             return False
-        if said != PARKED:
+        if said != PARKED and said not in also:
             return False
         standby.parked = True
 
@@ -509,10 +536,12 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
     if died is not None:
         poller.register(died, select.POLLIN)
     quiet_since = time.monotonic()
+    last_spawn, spawn_gap = -math.inf, math.inf
     while True:
         wait = None
         if standby is None and standby_after is not None and lost < MAX_LOST:
-            wait = max(0, int((quiet_since + standby_after - time.monotonic()) * 1000))
+            after = min(standby_after, STANDBY_SOON) if spawn_gap < BACK_TO_BACK else standby_after
+            wait = max(0, int((quiet_since + after - time.monotonic()) * 1000))
         ready = {fd for fd, _ in poller.poll(wait)}
         if not ready:
             standby = _fork_standby(me, standby_cgroup)
@@ -551,6 +580,7 @@ def serve(sock: socket.socket, standby_after: float | None = STANDBY_AFTER) -> N
         if claims is not None and standby_cgroup is not None and standby_cgroup["id"] == claims:
             standby_cgroup = None  # the supervisor made it the child's
         if op == "spawn":
+            spawn_gap, last_spawn = quiet_since - last_spawn, quiet_since
             reply: dict[str, Any]
             verdict = fds.pop() if len(fds) == 4 else None  # the zygote's to keep
             if len(fds) != 3:
@@ -626,28 +656,22 @@ def _spawn(
     poller: select.poll,
     me: int,
 ) -> tuple[dict[str, Any], _Standby | None, int]:
-    """A spawn's reply: the parked standby handed the request, else a fresh fork; with the
-    standby and the lost count as they are after it."""
+    """A spawn's reply: the standby handed the request (parked, or on its way in the cgroup the
+    request claims), else a fresh fork; with the standby and the lost count as they are after
+    it."""
     if standby is not None and not standby.parked:
         _hear_standby(standby)  # it may have parked since the last poll
-    if (
-        claims is not None
-        and standby is not None
-        and not standby.parked
-        and standby.cgroup == claims
-    ):
-        # Not ready, and in the cgroup the child is to have to itself.
-        poller.unregister(standby.sock)
-        _lose(standby)
-        standby = None
     extra, roles = _extra_fds(request)
     given = [*fds, *extra]
     request["extraFds"] = roles
     handed = None
-    if standby is not None and standby.parked:
+    claimed = claims is not None and standby is not None and standby.cgroup == claims
+    if standby is not None and (standby.parked or claimed):
+        # One on its way in another cgroup (or none) is left to park: the child forked here
+        # joins the request's cgroups itself.
         poller.unregister(standby.sock)
         handed = _hand_over(standby, json.dumps(request).encode(), given)
-        lost = 0 if handed is not None else lost + 1  # gone: fork as if none
+        lost = 0 if handed is not None else lost + 1  # gone (or too slow): fork as if none
         standby = None
     if handed is not None:
         return {"pid": handed, "standby": True}, standby, lost
@@ -664,10 +688,19 @@ def _standby_state(standby: _Standby | None, lost: int) -> dict[str, Any]:
 
 
 def _hand_over(standby: _Standby, data: bytes, fds: list[int]) -> int | None:
-    """Give the request to the parked standby; its pid, or `None` if it was gone (reaped)."""
+    """Give the request to the standby; its pid, or `None` once it is taken down and reaped
+    (gone; or, not parked yet, silent for TAKE_WITHIN: it says it has the request, or that it
+    parked, which it does only before it reads it)."""
     try:
         socket.send_fds(standby.sock, [data], fds)
     except OSError:
+        _lose(standby)
+        return None
+    deadline = time.monotonic() + TAKE_WITHIN
+    while not standby.parked and (left := deadline - time.monotonic()) > 0:
+        if select.select([standby.sock], [], [], left)[0] and not _hear_standby(standby, TOOK):
+            break  # gone
+    if not standby.parked:
         _lose(standby)
         return None
     standby.sock.close()

@@ -27,8 +27,9 @@ was sent yet); once a request is sent, its exchange is shielded and bounded by
 zygote that does not answer within that is SIGKILLed and marked broken; one that dies answers
 at once (end of stream); either way the call fails with the reason.
 
-After `STANDBY_AFTER` seconds without a request the zygote forks a standby ahead of time, and
-the next spawn is handed to it instead of forked (`forks` counts both): the fork and the pages
+After `STANDBY_AFTER` seconds without a request (2 ms while spawns come back to back) the
+zygote forks a standby ahead of time, and the next spawn is handed to it instead of forked
+(`forks` counts both), even before it has parked when the spawn claims its cgroup: the fork and the pages
 a session writes are then paid before the request, and the child it becomes runs the same
 sequence from the request on. Its cgroup is the one step taken ahead (`child_cgroup`): the
 supervisor makes a cgroup for the standby, which joins it before the request (the join waits
@@ -389,9 +390,9 @@ class Zygote:
     async def spawn(self, spec: SpawnSpec) -> ZygoteProcess:
         """Fork a child with `spec` (its argv: the extras after `python -I -m tether.child`);
         raises `SpawnError`. When `spec` names a cgroup `child_cgroup` took from the standby,
-        the request says so: the standby, if parked, is handed the request without joining
-        anything (it is there already); if not parked yet, the zygote takes it down before it
-        forks the child into that cgroup."""
+        the request says so: the standby, parked or not yet, is handed the request without
+        joining anything (it is there already); one that does not take it in time, the zygote
+        takes down before it forks the child into that cgroup."""
         claimed = self._claimed.pop(tuple(spec.cgroup_procs), None)
         claims = claimed[0] if claimed is not None else None
         received: list[int] = []

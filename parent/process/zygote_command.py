@@ -17,8 +17,8 @@ PAD_ENV = "TETHER_ZYGOTE_ENV_AREA"
 """Same name as in `tether.child.zygote`: reserves the environment block children rewrite."""
 ENV_AREA_MIN = 16 * 1024
 STANDBY_AFTER: float | None = 0.025
-"""Seconds without a request after which the zygote forks its standby (`None`: never); see
-`tether/child/zygote.py`."""
+"""Seconds without a request after which the zygote forks its standby (`None`: never; at
+most 2 ms while spawns come back to back); see `tether/child/zygote.py`."""
 
 
 def block_bytes(env: dict[str, str]) -> int:

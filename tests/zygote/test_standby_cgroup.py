@@ -87,15 +87,23 @@ def _freeze_the_first_standby_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Zygote, "child_cgroup", freezing)
 
 
-async def _stop_standby_before_it_parks(zygote: Zygote, ahead: ChildCgroup) -> int:
-    """SIGSTOP the standby that joined the frozen cgroup `ahead`, and thaw `ahead`: the standby
-    stays stopped where it was, never having parked."""
+async def _frozen_as_it_joined(zygote: Zygote, ahead: ChildCgroup) -> int:
+    """The standby that joined the frozen cgroup `ahead`, once it is frozen there: stopped
+    right after its join, before it looked for a request or rehearsed."""
     with anyio.fail_after(DEADLINE):
         while not (members := ahead.members()):
             await anyio.sleep(0.005)
         (pid,) = members
         assert pid in standby_pids(zygote.pid)
         assert await ahead.freeze(settle=DEADLINE), "the standby did not freeze as it joined"
+    return pid
+
+
+async def _stop_standby_before_it_parks(zygote: Zygote, ahead: ChildCgroup) -> int:
+    """SIGSTOP the standby that joined the frozen cgroup `ahead`, and thaw `ahead`: the standby
+    stays stopped where it was, never having parked."""
+    pid = await _frozen_as_it_joined(zygote, ahead)
+    with anyio.fail_after(DEADLINE):
         os.kill(pid, signal.SIGSTOP)
         ahead.thaw()
         while psutil.Process(pid).status() != psutil.STATUS_STOPPED:
@@ -166,11 +174,60 @@ async def test_a_child_handed_to_the_standby_keeps_the_cgroup_it_joined_ahead_wi
         assert not d.exists(), f"{d} outlived the supervisor"
 
 
-async def test_a_standby_that_has_not_parked_in_the_claimed_cgroup_is_taken_down_first(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _needs_a_freezer() -> None:
     if not {"unified", "freezer"} & host().parents.keys():
         pytest.skip("this host's cgroups have no freezer to stop a standby before it parks")
+
+
+async def test_a_standby_still_on_its_way_in_the_claimed_cgroup_is_handed_the_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Runs back to back come faster than a standby parks (its join, then its rehearsal): the
+    # request is handed to it all the same, and it takes it once its join is done.
+    _needs_a_freezer()
+    _freeze_the_first_standby_cgroup(monkeypatch)
+    async with Supervisor(ZYGOTE) as sup:
+        zygote = await _one_run(sup)
+        ahead = _standby_cgroup(zygote)
+        on_its_way = await _frozen_as_it_joined(zygote, ahead)
+        assert not (await zygote.standby())["parked"]
+        before = dict(zygote.forks)
+        exchange = Zygote._exchange
+
+        async def thaw_after_request(self: Zygote, message: Any, *args: Any, **kw: Any) -> Any:
+            if message.get("op") != "spawn":
+                return await exchange(self, message, *args, **kw)
+            async with anyio.create_task_group() as tg:
+
+                async def thaw() -> None:
+                    # The zygote has read the request by then, and waits for the standby
+                    # (`TAKE_WITHIN`, half a second) to take it.
+                    await anyio.sleep(0.05)
+                    ahead.thaw()
+
+                tg.start_soon(thaw)
+                return await exchange(self, message, *args, **kw)
+
+        monkeypatch.setattr(Zygote, "_exchange", thaw_after_request)
+        handle, report = await start_and_wait_for_report(
+            sup, "hold", deadline=DEADLINE, config=ZYGOTE, limits=LIMITS
+        )
+        assert report["pid"] == on_its_way, "the child is the standby, not a fresh fork"
+        assert zygote.forks == {**before, "standby": before["standby"] + 1}
+        child = handle._child
+        assert child is not None and child.cgroup is not None
+        assert child.cgroup.dirs == ahead.dirs
+        assert child.cgroup.members() == {on_its_way}
+        if handle.host.enforces("pids"):
+            assert _pids_max(child.cgroup) == "77"
+        result = await handle.cancel()
+        assert result.status == "aborted"
+
+
+async def test_a_standby_that_does_not_take_the_request_in_time_is_taken_down_and_the_child_forked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _needs_a_freezer()
     _freeze_the_first_standby_cgroup(monkeypatch)
     async with Supervisor(ZYGOTE) as sup:
         zygote = await _one_run(sup)
@@ -185,6 +242,7 @@ async def test_a_standby_that_has_not_parked_in_the_claimed_cgroup_is_taken_down
         pid = report["pid"]
         assert pid != stopped
         assert not psutil.pid_exists(stopped), "the zygote took the standby down and reaped it"
+        assert (await zygote.standby())["lost"] == 1
         assert zygote.forks["fresh"] == before["fresh"] + 1
         child = handle._child
         assert child is not None and child.cgroup is not None
