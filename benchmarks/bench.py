@@ -122,6 +122,9 @@ class Plan:
     stubborn: int = 5
     crashes: int = 15
     whole_runs: int = 10
+    back_to_back: int = 6
+    """Runs one after another through the zygote in each round of the spawn group (the first,
+    after a pause, is not counted)."""
     swarm_children: int = 32
     swarm_runs: int = 3
     rss: int = 3
@@ -178,6 +181,7 @@ class Plan:
             stubborn=2,
             crashes=2,
             whole_runs=2,
+            back_to_back=2,
             swarm_children=4,
             swarm_runs=1,
             rss=2,
@@ -492,6 +496,17 @@ async def _spawn_rounds(
             result = await zs.run("bench", model=model, workspace=workspace)
             s[f"context.run_one_zygote{key}"].append(ms(time.perf_counter_ns() - t0))
             assert result.success, result.message
+        # Then runs one after another, as a loop over tasks makes them: each spawn comes a run
+        # after the one before, sooner than a standby parks.
+        for key, zs in (("", zsup), ("_sandbox", zsbx)):
+            if key and not sandbox:
+                continue
+            for i in range(p.back_to_back):
+                t0 = time.perf_counter_ns()
+                result = await zs.run("bench", model=model, workspace=workspace)
+                if i:
+                    s[f"context.run_back_to_back{key}"].append(ms(time.perf_counter_ns() - t0))
+                assert result.success, result.message
         if rnd == 0:
             s.clear()
 
@@ -779,6 +794,24 @@ def _spawn_figures(res: Results, p: Plan, s: Samples) -> None:
                 floor="context.run_one_zygote",
             )
         )
+    for key, level, floor in (
+        ("", "process isolation", "context.run_one_zygote"),
+        ("_sandbox", "sandboxed", "context.run_one_zygote_sandbox"),
+    ):
+        if s[f"context.run_back_to_back{key}"]:
+            res.add(
+                Figure(
+                    f"context.run_back_to_back{key}",
+                    f"one run of {p.back_to_back} back to back through the zygote, {level}",
+                    "ms",
+                    s[f"context.run_back_to_back{key}"],
+                    f"in every round, after the whole run above, the same supervisor runs "
+                    f"{p.back_to_back} whole runs one after another; each but the first (which "
+                    "follows a pause) is a sample: its spawn comes one run after the last, "
+                    "sooner than a standby parks",
+                    floor=floor,
+                )
+            )
 
 
 # --- group: the warm pool -----------------------------------------------------------------------

@@ -65,6 +65,7 @@ FIGURES = {
     "context.run_one_zygote",
     "context.zygote_spawn_exit",
     "context.zygote_run_unavoidable",
+    "context.run_back_to_back",
     "context.pool_handover",
     "context.transfer_c2p_codec",
     "tether.crash_result",
