@@ -138,12 +138,14 @@ async def test_after_spawns_back_to_back_the_standby_is_forked_within_millisecon
 
         with anyio.fail_after(DEADLINE):
             async with anyio.create_task_group() as tg:
-                for _ in range(2):  # the zygote reads the second request right after the first
+                # The last two wait for the first's turn with the zygote: the zygote reads the
+                # third request right after it answered the second, however loaded the host.
+                for _ in range(3):
                     tg.start_soon(one)
-        assert all(r.success for r in results), results
+        assert len(results) == 3 and all(r.success for r in results), results
         standby = await _standby_pid(zygote, within=DEADLINE)
         assert standby is not None, "no standby forked after spawns back to back"
-        assert zygote.forks == {"standby": 0, "fresh": 3}
+        assert sum(zygote.forks.values()) == 4
         with anyio.fail_after(DEADLINE):
             handed = await sup.run("finish", agent=ACT, workspace=HERE)
         assert handed.success and handed.summary == f"pid {standby}", handed

@@ -324,9 +324,16 @@ async def test_closing_the_supervisor_removes_the_standby_cgroup_with_its_standb
         assert not Path(d).exists(), f"{d} outlived the supervisor"
 
 
-async def test_a_memory_limit_below_what_the_standby_holds_ends_the_run_as_oom() -> None:
+async def test_a_memory_limit_below_what_the_standby_holds_ends_the_run_as_oom(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # On cgroup v1 the kernel refuses the limit (EBUSY): the standby is let go with its cgroup
     # and the child gets a new one; on v2 it reclaims, then kills what does not fit.
+    # A second's delay before the next standby: on a loaded host the zygote could otherwise
+    # park one between the release and the spawn, and a standby that joins the child's cgroup
+    # at the request brings the pages its rehearsal copied charged where it was (≈ 5 MiB
+    # under no limit), so the child it becomes fits in 2 MiB.
+    monkeypatch.setattr(zygote_command, "STANDBY_AFTER", 1.0)
     async with Supervisor(ZYGOTE) as sup:
         if not sup.host.enforces("memory"):
             pytest.skip("this host's cgroups carry no memory limit")
