@@ -29,13 +29,13 @@ at once (end of stream); either way the call fails with the reason.
 
 After `STANDBY_AFTER` seconds without a request (2 ms while spawns come back to back) the
 zygote forks a standby ahead of time, and the next spawn is handed to it instead of forked
-(`forks` counts both), even before it has parked when the spawn claims its cgroup: the fork and the pages
-a session writes are then paid before the request, and the child it becomes runs the same
-sequence from the request on. Its cgroup is the one step taken ahead (`child_cgroup`): the
-supervisor makes a cgroup for the standby, which joins it before the request (the join waits
-for the kernel's migration lock), and gives it, with the child's limits written in, to the
-child whose spawn names it (claims are matched by cgroup, so spawns may overlap); see
-`tether/child/zygote.py`.
+(`forks` counts both), even before it has parked when the spawn claims its cgroup: the fork
+and the pages a session writes are then paid before the request, and the child it becomes
+runs the same sequence from the request on. Its cgroup is the one step taken ahead
+(`child_cgroup`): the supervisor makes a cgroup for the standby, which joins it before the
+request (the join waits for the kernel's migration lock), and gives it, with the child's
+limits written in, to the child whose spawn names it (claims are matched by cgroup, so spawns
+may overlap); see `tether/child/zygote.py`.
 
 A zygote may run in a PID namespace of its own (`launch(..., contained=True)`: under the
 `pidns` launcher's shim, as a placed run's node host starts it): every child it forks is then
