@@ -468,7 +468,7 @@ def _stand_by(sock: socket.socket, zygote: int, cgroup: dict[str, Any] | None) -
         # A request handed over while this standby was still on its way (its join) is taken
         # at once, without the rehearsal. (`recv_fds` ignores its flags in Python 3.11, so
         # no MSG_DONTWAIT: a readable socket holds the request, or the zygote's goodbye.)
-        early = bool(select.select([sock], [], [], 0)[0])
+        early = _readable(sock, 0)
         if not early:
             _rehearse()
             _get_set()
@@ -484,6 +484,14 @@ def _stand_by(sock: socket.socket, zygote: int, cgroup: dict[str, Any] | None) -
     if len(fds) not in (3, 4, 5):
         os._exit(SETUP_FAILED)
     _become_child(request, fds, zygote, cgroup["id"] if cgroup is not None else None)
+
+
+def _readable(sock: socket.socket, seconds: float) -> bool:
+    """Whether `sock` has something to read (or its peer is gone) within `seconds`; poll, not
+    select, which cannot watch a descriptor numbered 1,024 or more."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(math.ceil(seconds * 1000)))
 
 
 def _lose(standby: _Standby) -> None:
@@ -698,7 +706,7 @@ def _hand_over(standby: _Standby, data: bytes, fds: list[int]) -> int | None:
         return None
     deadline = time.monotonic() + TAKE_WITHIN
     while not standby.parked and (left := deadline - time.monotonic()) > 0:
-        if select.select([standby.sock], [], [], left)[0] and not _hear_standby(standby, TOOK):
+        if _readable(standby.sock, left) and not _hear_standby(standby, TOOK):
             break  # gone
     if not standby.parked:
         _lose(standby)
