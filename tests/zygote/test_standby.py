@@ -20,6 +20,7 @@ from act_reports import ACT, HERE, gone_or_zombie
 from tether.parent.process import zygote_command
 from tether.parent.process.zygote import Zygote
 from tether.parent.supervisor import ChildConfig, Supervisor
+from tether.protocol.messages import RunResult
 
 pytestmark = pytest.mark.anyio
 
@@ -31,6 +32,21 @@ async def _parked(zygote: Zygote) -> int:
     pid = await zygote.parked(within=DEADLINE)
     assert pid is not None, "the standby never parked"
     return pid
+
+
+async def _runs_at_once(sup: Supervisor, n: int) -> list[RunResult]:
+    """`n` runs of the reporting agent started together; their results, all of them."""
+    results: list[RunResult] = []
+
+    async def one() -> None:
+        results.append(await sup.run("finish", agent=ACT, workspace=HERE))
+
+    with anyio.fail_after(DEADLINE):
+        async with anyio.create_task_group() as tg:
+            for _ in range(n):
+                tg.start_soon(one)
+    assert len(results) == n
+    return results
 
 
 async def _reaped(pid: int) -> bool:
@@ -94,16 +110,8 @@ async def test_spawns_that_come_at_once_all_succeed_each_in_a_child_of_its_own(
         zygote = await sup._zygote_ready()
         assert zygote.standby_after == 1.0
         await _parked(zygote)
-        results = []
-
-        async def one() -> None:
-            results.append(await sup.run("finish", agent=ACT, workspace=HERE))
-
-        with anyio.fail_after(DEADLINE):
-            async with anyio.create_task_group() as tg:
-                for _ in range(4):
-                    tg.start_soon(one)
-        assert len(results) == 4 and all(r.success for r in results), results
+        results = await _runs_at_once(sup, 4)
+        assert all(r.success for r in results), results
         assert zygote.forks["standby"] >= 1 and sum(zygote.forks.values()) == 4
         assert len({r.summary for r in results}) == 4, "four different children"
 
@@ -131,18 +139,10 @@ async def test_after_spawns_back_to_back_the_standby_is_forked_within_millisecon
         assert alone.success, alone
         assert await _standby_pid(zygote, within=0.5) is None, "one spawn: the delay holds"
 
-        results = []
-
-        async def one() -> None:
-            results.append(await sup.run("finish", agent=ACT, workspace=HERE))
-
-        with anyio.fail_after(DEADLINE):
-            async with anyio.create_task_group() as tg:
-                # The last two wait for the first's turn with the zygote: the zygote reads the
-                # third request right after it answered the second, however loaded the host.
-                for _ in range(3):
-                    tg.start_soon(one)
-        assert len(results) == 3 and all(r.success for r in results), results
+        # The last two wait for the first's turn with the zygote: the zygote reads the third
+        # request right after it answered the second, however loaded the host.
+        results = await _runs_at_once(sup, 3)
+        assert all(r.success for r in results), results
         standby = await _standby_pid(zygote, within=DEADLINE)
         assert standby is not None, "no standby forked after spawns back to back"
         assert sum(zygote.forks.values()) == 4

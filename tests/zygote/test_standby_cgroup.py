@@ -174,9 +174,16 @@ async def test_a_child_handed_to_the_standby_keeps_the_cgroup_it_joined_ahead_wi
         assert not d.exists(), f"{d} outlived the supervisor"
 
 
-def _needs_a_freezer() -> None:
+async def _one_run_the_next_standby_cgroup_frozen(
+    sup: Supervisor, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Zygote, ChildCgroup]:
+    """One run, and the cgroup made with it for the next standby, frozen as it was made (the
+    standby that joins it stops there: `_freeze_the_first_standby_cgroup`)."""
     if not {"unified", "freezer"} & host().parents.keys():
         pytest.skip("this host's cgroups have no freezer to stop a standby before it parks")
+    _freeze_the_first_standby_cgroup(monkeypatch)
+    zygote = await _one_run(sup)
+    return zygote, _standby_cgroup(zygote)
 
 
 async def test_a_standby_still_on_its_way_in_the_claimed_cgroup_is_handed_the_request(
@@ -184,11 +191,8 @@ async def test_a_standby_still_on_its_way_in_the_claimed_cgroup_is_handed_the_re
 ) -> None:
     # Runs back to back come faster than a standby parks (its join, then its rehearsal): the
     # request is handed to it all the same, and it takes it once its join is done.
-    _needs_a_freezer()
-    _freeze_the_first_standby_cgroup(monkeypatch)
     async with Supervisor(ZYGOTE) as sup:
-        zygote = await _one_run(sup)
-        ahead = _standby_cgroup(zygote)
+        zygote, ahead = await _one_run_the_next_standby_cgroup_frozen(sup, monkeypatch)
         on_its_way = await _frozen_as_it_joined(zygote, ahead)
         assert not (await zygote.standby())["parked"]
         before = dict(zygote.forks)
@@ -227,11 +231,8 @@ async def test_a_standby_still_on_its_way_in_the_claimed_cgroup_is_handed_the_re
 async def test_a_standby_that_does_not_take_the_request_in_time_is_taken_down_and_the_child_forked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _needs_a_freezer()
-    _freeze_the_first_standby_cgroup(monkeypatch)
     async with Supervisor(ZYGOTE) as sup:
-        zygote = await _one_run(sup)
-        ahead = _standby_cgroup(zygote)
+        zygote, ahead = await _one_run_the_next_standby_cgroup_frozen(sup, monkeypatch)
         stopped = await _stop_standby_before_it_parks(zygote, ahead)
         assert not (await zygote.standby())["parked"]
         before = dict(zygote.forks)
