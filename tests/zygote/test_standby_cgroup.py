@@ -5,8 +5,10 @@ never shared with a standby, never left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +99,27 @@ async def _frozen_as_it_joined(zygote: Zygote, ahead: ChildCgroup) -> int:
         assert pid in standby_pids(zygote.pid)
         assert await ahead.freeze(settle=DEADLINE), "the standby did not freeze as it joined"
     return pid
+
+
+def _while_the_zygote_waits(monkeypatch: pytest.MonkeyPatch, act: Callable[[], None]) -> None:
+    """Do `act` 50 ms after the next spawn request is sent: the zygote has read it by then,
+    handed it to its standby, and waits for the standby (`TAKE_WITHIN`, half a second) to take
+    it."""
+    exchange = Zygote._exchange
+
+    async def acting(self: Zygote, message: Any, *args: Any, **kw: Any) -> Any:
+        if message.get("op") != "spawn":
+            return await exchange(self, message, *args, **kw)
+        async with anyio.create_task_group() as tg:
+
+            async def later() -> None:
+                await anyio.sleep(0.05)
+                act()
+
+            tg.start_soon(later)
+            return await exchange(self, message, *args, **kw)
+
+    monkeypatch.setattr(Zygote, "_exchange", acting)
 
 
 async def _stop_standby_before_it_parks(zygote: Zygote, ahead: ChildCgroup) -> int:
@@ -196,23 +219,7 @@ async def test_a_standby_still_on_its_way_in_the_claimed_cgroup_is_handed_the_re
         on_its_way = await _frozen_as_it_joined(zygote, ahead)
         assert not (await zygote.standby())["parked"]
         before = dict(zygote.forks)
-        exchange = Zygote._exchange
-
-        async def thaw_after_request(self: Zygote, message: Any, *args: Any, **kw: Any) -> Any:
-            if message.get("op") != "spawn":
-                return await exchange(self, message, *args, **kw)
-            async with anyio.create_task_group() as tg:
-
-                async def thaw() -> None:
-                    # The zygote has read the request by then, and waits for the standby
-                    # (`TAKE_WITHIN`, half a second) to take it.
-                    await anyio.sleep(0.05)
-                    ahead.thaw()
-
-                tg.start_soon(thaw)
-                return await exchange(self, message, *args, **kw)
-
-        monkeypatch.setattr(Zygote, "_exchange", thaw_after_request)
+        _while_the_zygote_waits(monkeypatch, ahead.thaw)
         handle, report = await start_and_wait_for_report(
             sup, "hold", deadline=DEADLINE, config=ZYGOTE, limits=LIMITS
         )
@@ -226,6 +233,35 @@ async def test_a_standby_still_on_its_way_in_the_claimed_cgroup_is_handed_the_re
             assert _pids_max(child.cgroup) == "77"
         result = await handle.cancel()
         assert result.status == "aborted"
+
+
+async def test_a_standby_that_dies_holding_the_request_is_reaped_and_the_child_forked_in_its_cgroup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with Supervisor(ZYGOTE) as sup:
+        zygote, ahead = await _one_run_the_next_standby_cgroup_frozen(sup, monkeypatch)
+        doomed = await _frozen_as_it_joined(zygote, ahead)
+        before = dict(zygote.forks)
+
+        def kill() -> None:
+            with contextlib.suppress(ProcessLookupError):  # taken down already: a slow host
+                os.kill(doomed, signal.SIGKILL)
+            ahead.thaw()  # a task frozen by a v1 freezer dies only once thawed
+
+        _while_the_zygote_waits(monkeypatch, kill)
+        handle, report = await start_and_wait_for_report(
+            sup, "hold", deadline=DEADLINE, config=ZYGOTE, limits=LIMITS
+        )
+        pid = report["pid"]
+        assert pid != doomed
+        assert not psutil.pid_exists(doomed), "the zygote reaped the standby"
+        assert (await zygote.standby())["lost"] == 1
+        assert zygote.forks == {**before, "fresh": before["fresh"] + 1}
+        child = handle._child
+        assert child is not None and child.cgroup is not None
+        assert child.cgroup.dirs == ahead.dirs
+        assert child.cgroup.members() == {pid}, "the child has its cgroup to itself"
+        await handle.cancel()
 
 
 async def test_a_standby_that_does_not_take_the_request_in_time_is_taken_down_and_the_child_forked(
