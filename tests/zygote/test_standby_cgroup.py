@@ -122,6 +122,26 @@ def _while_the_zygote_waits(monkeypatch: pytest.MonkeyPatch, act: Callable[[], N
     monkeypatch.setattr(Zygote, "_exchange", acting)
 
 
+async def _forked_in_place_of(
+    lost: int, sup: Supervisor, zygote: Zygote, ahead: ChildCgroup, before: dict[str, int]
+) -> None:
+    """Start a run and check that the standby `lost`, in the claimed cgroup `ahead`, was taken
+    down, reaped and counted lost, and the child forked into `ahead`, alone there."""
+    handle, report = await start_and_wait_for_report(
+        sup, "hold", deadline=DEADLINE, config=ZYGOTE, limits=LIMITS
+    )
+    pid = report["pid"]
+    assert pid != lost
+    assert not psutil.pid_exists(lost), "the zygote took the standby down and reaped it"
+    assert (await zygote.standby())["lost"] == 1
+    assert zygote.forks == {**before, "fresh": before["fresh"] + 1}
+    child = handle._child
+    assert child is not None and child.cgroup is not None
+    assert child.cgroup.dirs == ahead.dirs
+    assert child.cgroup.members() == {pid}, "the child has its cgroup to itself"
+    await handle.cancel()
+
+
 async def _stop_standby_before_it_parks(zygote: Zygote, ahead: ChildCgroup) -> int:
     """SIGSTOP the standby that joined the frozen cgroup `ahead`, and thaw `ahead`: the standby
     stays stopped where it was, never having parked."""
@@ -249,19 +269,7 @@ async def test_a_standby_that_dies_holding_the_request_is_reaped_and_the_child_f
             ahead.thaw()  # a task frozen by a v1 freezer dies only once thawed
 
         _while_the_zygote_waits(monkeypatch, kill)
-        handle, report = await start_and_wait_for_report(
-            sup, "hold", deadline=DEADLINE, config=ZYGOTE, limits=LIMITS
-        )
-        pid = report["pid"]
-        assert pid != doomed
-        assert not psutil.pid_exists(doomed), "the zygote reaped the standby"
-        assert (await zygote.standby())["lost"] == 1
-        assert zygote.forks == {**before, "fresh": before["fresh"] + 1}
-        child = handle._child
-        assert child is not None and child.cgroup is not None
-        assert child.cgroup.dirs == ahead.dirs
-        assert child.cgroup.members() == {pid}, "the child has its cgroup to itself"
-        await handle.cancel()
+        await _forked_in_place_of(doomed, sup, zygote, ahead, before)
 
 
 async def test_a_standby_that_does_not_take_the_request_in_time_is_taken_down_and_the_child_forked(
@@ -271,21 +279,7 @@ async def test_a_standby_that_does_not_take_the_request_in_time_is_taken_down_an
         zygote, ahead = await _one_run_the_next_standby_cgroup_frozen(sup, monkeypatch)
         stopped = await _stop_standby_before_it_parks(zygote, ahead)
         assert not (await zygote.standby())["parked"]
-        before = dict(zygote.forks)
-
-        handle, report = await start_and_wait_for_report(
-            sup, "hold", deadline=DEADLINE, config=ZYGOTE, limits=LIMITS
-        )
-        pid = report["pid"]
-        assert pid != stopped
-        assert not psutil.pid_exists(stopped), "the zygote took the standby down and reaped it"
-        assert (await zygote.standby())["lost"] == 1
-        assert zygote.forks["fresh"] == before["fresh"] + 1
-        child = handle._child
-        assert child is not None and child.cgroup is not None
-        assert child.cgroup.dirs == ahead.dirs
-        assert child.cgroup.members() == {pid}, "the child has its cgroup to itself"
-        await handle.cancel()
+        await _forked_in_place_of(stopped, sup, zygote, ahead, dict(zygote.forks))
 
 
 async def test_a_child_the_zygote_cannot_take_is_started_by_exec_in_the_claimed_cgroup_alone() -> (
